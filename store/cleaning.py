@@ -1,0 +1,70 @@
+"""Expired-file deletion and disk-full protection (SPEC §2.7).
+
+Commitlog files older than fileReservedTime are deleted at deleteWhen o'clock, or at any time
+once the disk is over diskMaxUsedSpaceRatio; past diskSpaceCleanForciblyRatio the oldest files
+go even if not expired; past diskSpaceWarningLevelRatio the store refuses writes until space
+comes back. Consume-queue and index files behind the commitlog's new min offset follow.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from typing import TYPE_CHECKING
+
+from store.mapped_file import MappedFile
+
+if TYPE_CHECKING:
+    from store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+MAX_FILES_PER_ROUND = 10
+
+
+def _is_delete_hour(delete_when: str, now_ms: int) -> bool:
+    hour = time.localtime(now_ms / 1000).tm_hour
+    return any(part.strip() and int(part) == hour for part in delete_when.split(";"))
+
+
+def clean_expired_files(store: DefaultMessageStore, force_time: bool = False) -> int:
+    cfg = store.config
+    now = store.clock_ms()
+    used = store.disk_usage(str(store.commitlog.queue.store_path))
+    ratio = used * 100
+    if ratio > cfg.disk_space_warning_level_ratio:
+        if store.writeable:
+            log.error("disk %.1f%% full (over %d%%): the store refuses writes", ratio,
+                      cfg.disk_space_warning_level_ratio)
+        store.writeable = False
+        store.not_writeable_reason = (f"disk {ratio:.1f}% full, over "
+                                      f"diskSpaceWarningLevelRatio "
+                                      f"{cfg.disk_space_warning_level_ratio}%")
+    elif not store.writeable and store.not_writeable_reason.startswith("disk"):
+        log.info("disk %.1f%% full: the store accepts writes again", ratio)
+        store.writeable = True
+        store.not_writeable_reason = ""
+    disk_pressure = ratio > cfg.disk_max_used_space_ratio
+    forcibly = ratio > cfg.disk_space_clean_forcibly_ratio
+    if not (force_time or disk_pressure or _is_delete_hour(cfg.delete_when, now)):
+        return 0
+    reserved_ms = cfg.file_reserved_time * 3600 * 1000
+
+    def expired(mf: MappedFile) -> bool:
+        if forcibly:
+            return True
+        try:
+            mtime_ms = os.stat(mf.path).st_mtime_ns // 1_000_000
+        except FileNotFoundError:
+            return True
+        return now - mtime_ms >= reserved_ms
+
+    deleted = store.commitlog.queue.delete_first_files(expired, MAX_FILES_PER_ROUND)
+    if deleted:
+        log.info("deleted %d expired commitlog file(s) (disk %.1f%% used%s)", deleted, ratio,
+                 ", forcibly" if forcibly else "")
+    min_offset = store.commitlog.min_offset
+    for cq in list(store.consume_queues.values()):
+        cq.delete_expired(min_offset)
+    store.index.delete_expired(min_offset)
+    return deleted

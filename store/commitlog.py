@@ -1,0 +1,289 @@
+"""The commitlog: one append-only sequence of records for all topics (SPEC §2.2, §2.6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from store.codec import (
+    CorruptRecord,
+    DispatchRequest,
+    body_crc,
+    encode_blank,
+    encode_host,
+    encode_properties,
+    encode_tail,
+    header_struct,
+    host_sys_flags,
+    parse_dispatch,
+)
+from store.config import StoreConfig
+from store.constants import (
+    END_FILE_MIN_BLANK_LENGTH,
+    MESSAGE_MAGIC_CODE,
+    TRANSACTION_TYPE_MASK,
+    PutMessageStatus,
+    SysFlag,
+)
+from store.mapped_file import AllocateMappedFileService, MappedFile, MappedFileQueue
+from store.message import IllegalMessage, Message, check_sizes
+
+log = logging.getLogger(__name__)
+
+_NO_QUEUE_OFFSET = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
+
+
+@dataclasses.dataclass(slots=True)
+class AppendResult:
+    status: PutMessageStatus
+    wrote_offset: int = 0  # commitlog offset of the first record
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    # One per message, in order.
+    commit_log_offsets: list[int] = dataclasses.field(default_factory=list)
+    queue_offsets: list[int] = dataclasses.field(default_factory=list)
+    error: str = ""
+
+    @property
+    def end_offset(self) -> int:
+        return self.wrote_offset + self.wrote_bytes
+
+
+class _Encoded:
+    """The parts of a record that do not depend on where it lands."""
+
+    __slots__ = ("msg", "header", "body", "tail", "crc", "total", "sys_flag", "born_host",
+                 "counted", "key")
+
+    def __init__(self, msg: Message, store_host: str, max_message_size: int) -> None:
+        topic = msg.topic.encode()
+        props = encode_properties(msg.properties) if msg.properties else b""
+        body = msg.body
+        check_sizes(topic, props, len(body), max_message_size)
+        self.msg = msg
+        self.sys_flag = msg.sys_flag | host_sys_flags(msg.born_host[0], store_host)
+        self.header = header_struct(self.sys_flag)
+        self.body = body
+        self.tail = encode_tail(topic, props)
+        self.crc = body_crc(body)
+        self.total = self.header.size + len(body) + len(self.tail)
+        self.born_host = encode_host(*msg.born_host)
+        self.counted = (self.sys_flag & TRANSACTION_TYPE_MASK) not in _NO_QUEUE_OFFSET
+        self.key = (msg.topic, msg.queue_id)
+
+
+class CommitLog:
+    def __init__(self, config: StoreConfig, clock_ms: Callable[[], int]) -> None:
+        self.config = config
+        self.clock_ms = clock_ms
+        self.allocator = AllocateMappedFileService(config.warm_mapped_file_enable)
+        self.queue = MappedFileQueue(
+            Path(config.store_path_root_dir) / "commitlog",
+            config.mapped_file_size_commit_log,
+            write_buffer=config.use_write_buffer,
+            allocator=self.allocator,
+        )
+        self.put_lock = threading.Lock()
+        self._commit_lock = threading.Lock()
+        self.begin_time_in_lock = 0  # ms; 0 when nobody holds the put lock
+        # (topic, queueId) -> next queue offset
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.store_host_name = config.store_host[0]
+        self.store_host = encode_host(*config.store_host)
+        self.last_store_timestamp = 0
+        self.file_size = config.mapped_file_size_commit_log
+
+    # -- append ----------------------------------------------------------------------------
+    def encode(self, msg: Message) -> _Encoded:
+        return _Encoded(msg, self.store_host_name, self.config.max_message_size)
+
+    def put_messages(self, msgs: list[Message]) -> AppendResult:
+        """Appends records under the put lock (never waits for disk)."""
+        try:
+            encoded = [self.encode(m) for m in msgs]
+        except IllegalMessage as e:
+            return AppendResult(e.status, error=str(e))
+        for e in encoded:
+            if e.total + END_FILE_MIN_BLANK_LENGTH > self.file_size:
+                return AppendResult(PutMessageStatus.MESSAGE_ILLEGAL,
+                                    error=f"record of {e.total} bytes exceeds the file size")
+        return self.append_encoded(encoded)
+
+    def append_encoded(self, encoded: list[_Encoded]) -> AppendResult:
+        table = self.topic_queue_table
+        store_host = self.store_host
+        phys_offsets: list[int] = []
+        queue_offsets: list[int] = []
+        with self.put_lock:
+            now = self.clock_ms()
+            self.begin_time_in_lock = now
+            try:
+                mf = self.queue.last_file_for_append()
+                first = mf.file_from_offset + mf.wrote_position
+                for e in encoded:
+                    total = e.total
+                    if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
+                        mf.append(encode_blank(mf.file_size - mf.wrote_position))
+                        mf = self.queue.last_file_for_append()
+                        if not phys_offsets:
+                            first = mf.file_from_offset
+                    msg = e.msg
+                    qoff = table.get(e.key, 0) if e.counted else 0
+                    phys = mf.file_from_offset + mf.wrote_position
+                    mf.append(e.header.pack(
+                        total, MESSAGE_MAGIC_CODE, e.crc, msg.queue_id, msg.flag, qoff, phys,
+                        e.sys_flag, msg.born_timestamp, e.born_host, now, store_host,
+                        msg.reconsume_times, msg.prepared_transaction_offset, len(e.body),
+                    ) + e.body + e.tail)
+                    if e.counted:
+                        table[e.key] = qoff + 1
+                    phys_offsets.append(phys)
+                    queue_offsets.append(qoff)
+                mf.store_timestamp = now
+                self.last_store_timestamp = now
+                end = mf.file_from_offset + mf.wrote_position
+            except OSError as err:
+                log.error("append failed: %s", err)
+                return AppendResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(err))
+            finally:
+                self.begin_time_in_lock = 0
+        return AppendResult(PutMessageStatus.PUT_OK, first, end - first, now, phys_offsets,
+                            queue_offsets)
+
+    def lock_held_ms(self, now: int) -> int:
+        begin = self.begin_time_in_lock
+        return now - begin if begin else 0
+
+    # -- commit / flush --------------------------------------------------------------------
+    def commit(self) -> int:
+        """Writes buffered appends into the files (write-buffer mode); returns max offset."""
+        if self.queue.write_buffer:
+            with self._commit_lock:
+                with self.put_lock:
+                    chunks = [(mf, mf.take_uncommitted()) for mf in self.queue.files[-2:]]
+                for mf, chunk in chunks:
+                    if chunk is not None:
+                        mf.write_committed(*chunk)
+        return self.queue.max_offset
+
+    def flush(self) -> int:
+        self.commit()
+        return self.queue.flush()
+
+    @property
+    def max_offset(self) -> int:
+        """End of readable (committed) data."""
+        return self.queue.max_offset
+
+    @property
+    def max_wrote_offset(self) -> int:
+        return self.queue.max_wrote_offset
+
+    @property
+    def min_offset(self) -> int:
+        first = self.queue.first_file()
+        return first.file_from_offset if first else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.queue.flushed_where
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, offset: int, size: int) -> bytes:
+        """Committed bytes from `offset`, at most `size`, never crossing a file."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return b""
+        try:
+            return mf.read(offset - mf.file_from_offset, size)
+        except ValueError:  # the file was deleted while reading
+            return b""
+
+    def read_file_data(self, offset: int) -> tuple[MappedFile, bytes] | None:
+        """All committed bytes of the file holding `offset`, from `offset` on."""
+        mf = self.queue.find_by_offset(offset)
+        if mf is None:
+            return None
+        try:
+            return mf, mf.read(offset - mf.file_from_offset, mf.file_size)
+        except ValueError:
+            return None
+
+    # -- replication (slave side) ---------------------------------------------------------
+    def append_data(self, offset: int, data: bytes) -> None:
+        """Puts replicated bytes at exactly `offset` (the slave's max offset); never crosses
+        a file. Raises ValueError on a mismatch."""
+        with self.put_lock:
+            if offset != self.max_wrote_offset:
+                raise ValueError(f"replicated data at {offset}, commitlog ends at "
+                                 f"{self.max_wrote_offset}")
+            mf = self.queue.last_file_for_append(offset)
+            pos = offset - mf.file_from_offset
+            if pos + len(data) > mf.file_size:
+                raise ValueError(f"replicated data at {offset} crosses the end of {mf.path.name}")
+            if mf.write_buffer:
+                raise ValueError("append_data with a non-empty write buffer")
+            mf.write_at(pos, data)
+
+    # -- recovery --------------------------------------------------------------------------
+    def scan(self, start_offset: int) -> Iterator[DispatchRequest]:
+        """Yields every valid record from `start_offset` on; stops at the first bad byte.
+
+        After the iteration `self.scan_end` is the offset where valid data ends.
+        """
+        self.scan_end = start_offset
+        self.scan_error = ""
+        offset = start_offset
+        while True:
+            mf = self.queue.find_by_offset(offset)
+            if mf is None:
+                return
+            data = mf.mm[offset - mf.file_from_offset : mf.file_size]
+            pos = 0
+            while True:
+                try:
+                    r = parse_dispatch(data, pos, check_crc=True)
+                except CorruptRecord as e:
+                    self.scan_error = f"{mf.path.name}: {e}"
+                    return
+                if r == 0:
+                    return  # end of data inside this file
+                if isinstance(r, int):  # end-of-file blank: continue in the next file
+                    offset = mf.file_tail_offset
+                    self.scan_end = offset
+                    break
+                if r.commit_log_offset != offset + pos:
+                    self.scan_error = (f"{mf.path.name}: record at {offset + pos} says it is at "
+                                       f"{r.commit_log_offset}")
+                    return
+                pos += r.msg_size
+                self.scan_end = offset + pos
+                yield r
+
+    def first_record_timestamp(self, mf: MappedFile) -> int:
+        """Store time of a file's first record, 0 when it has none."""
+        try:
+            r = parse_dispatch(mf.mm[: min(mf.file_size, 1 << 16)], 0, check_crc=False)
+        except CorruptRecord:
+            return 0
+        return r.store_timestamp if isinstance(r, DispatchRequest) else 0
+
+    def truncate(self, offset: int) -> None:
+        self.queue.truncate_dirty_files(offset)
+        last = self.queue.last_file()
+        if last is not None:
+            self.queue.flushed_where = min(self.queue.flushed_where, offset)
+
+    def set_recovered_end(self, offset: int) -> None:
+        """After a scan: positions of the last file = the end of valid data."""
+        self.truncate(offset)
+        self.queue.flushed_where = offset
+        self.queue.committed_where = offset
+
+    def close(self) -> None:
+        self.allocator.shutdown()
+        self.flush()
+        self.queue.close()

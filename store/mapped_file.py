@@ -1,0 +1,374 @@
+"""Mapped files and mapped-file queues (SPEC §2.1).
+
+A MappedFile is one fixed-size file mapped with mmap and three positions: wrote (appended),
+committed (in the file) and flushed (forced to disk). Appends go either straight into the
+mapping, or into an in-process write buffer that `commit` writes with pwrite (RocketMQ's
+transient store pool): pwrite + fdatasync measured 3-4x faster than msync of mmap-written pages.
+Readers always read through the mapping, up to the committed position.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+OFFSET_NAME_DIGITS = 20
+PAGE_SIZE = 4096
+_ZERO_CHUNK = bytes(1 << 20)
+PREALLOC_SUFFIX = ".prealloc"
+
+
+def offset_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    def __init__(self, path: str | os.PathLike, file_size: int, *, write_buffer: bool = False,
+                 warm: bool = False) -> None:
+        self.path = Path(path)
+        name = self.path.name.removesuffix(PREALLOC_SUFFIX)
+        if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
+            raise ValueError(f"not a mapped file name (20-digit start offset): {self.path}")
+        self.file_from_offset = int(name)
+        self.file_size = file_size
+        existed = self.path.exists()
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(self.fd).st_size
+            if existed and actual != file_size:
+                raise ValueError(f"{self.path}: size {actual}, expected {file_size}")
+            if not existed:
+                if warm:
+                    _zero_fill(self.fd, file_size)
+                else:
+                    os.ftruncate(self.fd, file_size)
+            self.mm = mmap.mmap(self.fd, file_size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.wrote_position = 0
+        self.committed_position = 0
+        self.flushed_position = 0
+        self.write_buffer: bytearray | None = bytearray() if write_buffer else None
+        self.store_timestamp = 0  # newest record's store time, for expiry by time
+        self.closed = False
+
+    # -- positions -------------------------------------------------------------------------
+    @property
+    def file_tail_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote_position = self.committed_position = self.flushed_position = pos
+        if self.write_buffer is not None:
+            self.write_buffer = bytearray()
+
+    # -- writing ---------------------------------------------------------------------------
+    def append(self, data: bytes) -> None:
+        """Appends at the wrote position; the caller has checked that it fits."""
+        pos = self.wrote_position
+        if self.write_buffer is None:
+            self.mm[pos : pos + len(data)] = data
+            self.committed_position = pos + len(data)
+        else:
+            self.write_buffer += data
+        self.wrote_position = pos + len(data)
+
+    def take_uncommitted(self) -> tuple[int, bytearray] | None:
+        """Detaches the write buffer (call under the appender's lock); None when empty."""
+        buf = self.write_buffer
+        if not buf:
+            return None
+        self.write_buffer = bytearray()
+        return self.committed_position + 0, buf
+
+    def write_committed(self, pos: int, data: bytes | bytearray) -> None:
+        """Writes a detached buffer at `pos` (serialised by the caller) and moves committed."""
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(self.fd, view[done:], pos + done)
+        self.committed_position = pos + len(data)
+
+    def write_at(self, pos: int, data: bytes | memoryview) -> None:
+        """Replication: puts bytes at exactly `pos` (== wrote position) through the mapping."""
+        if pos != self.wrote_position:
+            raise ValueError(f"{self.path}: write at {pos}, wrote at {self.wrote_position}")
+        self.mm[pos : pos + len(data)] = data
+        self.wrote_position = self.committed_position = pos + len(data)
+
+    def flush(self) -> int:
+        """Forces committed bytes to disk; returns the flushed position."""
+        target = self.committed_position
+        if target > self.flushed_position and not self.closed:
+            os.fdatasync(self.fd)
+            self.flushed_position = target
+        return self.flushed_position
+
+    # -- reading ---------------------------------------------------------------------------
+    def read(self, pos: int, size: int) -> bytes:
+        """Bytes [pos, pos+size) of this file, never past the committed position."""
+        end = min(pos + size, self.committed_position)
+        if pos < 0 or pos >= end:
+            return b""
+        return self.mm[pos:end]
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            self.mm.close()
+        except BufferError:  # a reader still holds a view: leave the mapping to the GC
+            log.warning("%s: mapping still in use at close", self.path)
+        os.close(self.fd)
+
+    def destroy(self) -> None:
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"MappedFile({self.path.name}, wrote={self.wrote_position}, "
+                f"committed={self.committed_position}, flushed={self.flushed_position})")
+
+
+def _zero_fill(fd: int, size: int) -> None:
+    # Writing zeros puts every page in the page cache: appends then never fault on a hole
+    # (a cold sparse mapping measured 3-10x slower to append into).
+    done = 0
+    while done < size:
+        done += os.pwrite(fd, _ZERO_CHUNK[: min(len(_ZERO_CHUNK), size - done)], done)
+
+
+class AllocateMappedFileService:
+    """Prepares the next commitlog file in the background so a roll never waits on zero-fill."""
+
+    def __init__(self, warm: bool) -> None:
+        self.warm = warm
+        self._lock = threading.Lock()
+        self._pending: dict[Path, tuple[threading.Thread, list[MappedFile | BaseException]]] = {}
+
+    def get(self, path: Path, next_path: Path, size: int, write_buffer: bool) -> MappedFile:
+        mf = self._take(path, size, write_buffer)
+        self._prepare(next_path, size, write_buffer)
+        return mf
+
+    def _take(self, path: Path, size: int, write_buffer: bool) -> MappedFile:
+        with self._lock:
+            pending = self._pending.pop(path, None)
+        if pending is not None:
+            thread, result = pending
+            thread.join()
+            if result and isinstance(result[0], MappedFile):
+                mf = result[0]
+                os.rename(mf.path, path)
+                mf.path = path
+                return mf
+        return MappedFile(path, size, write_buffer=write_buffer, warm=False)
+
+    def _prepare(self, path: Path, size: int, write_buffer: bool) -> None:
+        if not self.warm:
+            return
+        result: list[MappedFile | BaseException] = []
+
+        def run() -> None:
+            try:
+                result.append(MappedFile(path.with_name(path.name + PREALLOC_SUFFIX), size,
+                                         write_buffer=write_buffer, warm=True))
+            except BaseException as e:  # reported by falling back to a cold file
+                log.warning("pre-allocating %s failed: %s", path, e)
+                result.append(e)
+
+        thread = threading.Thread(target=run, name="AllocateMappedFile", daemon=True)
+        with self._lock:
+            self._pending[path] = (thread, result)
+        thread.start()
+
+    def shutdown(self) -> None:
+        with self._lock:
+            pending = list(self._pending.values())
+            self._pending.clear()
+        for thread, result in pending:
+            thread.join()
+            for r in result:
+                if isinstance(r, MappedFile):
+                    r.destroy()
+
+
+class MappedFileQueue:
+    """One directory of same-size mapped files addressed by a global offset."""
+
+    def __init__(self, store_path: str | os.PathLike, mapped_file_size: int, *,
+                 write_buffer: bool = False,
+                 allocator: AllocateMappedFileService | None = None) -> None:
+        self.store_path = Path(store_path)
+        self.mapped_file_size = mapped_file_size
+        self.write_buffer = write_buffer
+        self.allocator = allocator
+        self.files: list[MappedFile] = []
+        self.flushed_where = 0
+        self.committed_where = 0
+
+    def load(self) -> None:
+        """Maps every file of the directory (positions set to full; recovery fixes the last)."""
+        self.store_path.mkdir(parents=True, exist_ok=True)
+        for leftover in self.store_path.glob("*" + PREALLOC_SUFFIX):
+            leftover.unlink()
+        names = sorted(p.name for p in self.store_path.iterdir() if p.is_file())
+        expected = None
+        for name in names:
+            if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
+                log.warning("%s: ignoring foreign file %s", self.store_path, name)
+                continue
+            if expected is not None and int(name) != expected:
+                raise ValueError(f"{self.store_path}: gap before {name}, expected "
+                                 f"{offset_file_name(expected)}")
+            mf = MappedFile(self.store_path / name, self.mapped_file_size,
+                            write_buffer=self.write_buffer)
+            mf.set_positions(self.mapped_file_size)
+            self.files.append(mf)
+            expected = mf.file_tail_offset
+
+    # -- lookup ----------------------------------------------------------------------------
+    def first_file(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    def last_file(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def find_by_offset(self, offset: int) -> MappedFile | None:
+        files = self.files
+        if not files:
+            return None
+        first = files[0]
+        index = (offset - first.file_from_offset) // self.mapped_file_size
+        if 0 <= index < len(files):
+            mf = files[index]
+            if mf.file_from_offset <= offset < mf.file_tail_offset:
+                return mf
+        return None
+
+    def last_file_for_append(self, start_offset: int = 0) -> MappedFile:
+        """The file to append to, creating the next one when the last is full (or none)."""
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return last
+        create_offset = last.file_tail_offset if last is not None else (
+            start_offset - start_offset % self.mapped_file_size)
+        return self.create_file(create_offset)
+
+    def create_file(self, offset: int) -> MappedFile:
+        self.store_path.mkdir(parents=True, exist_ok=True)
+        path = self.store_path / offset_file_name(offset)
+        if self.allocator is not None:
+            next_path = self.store_path / offset_file_name(offset + self.mapped_file_size)
+            mf = self.allocator.get(path, next_path, self.mapped_file_size, self.write_buffer)
+        else:
+            mf = MappedFile(path, self.mapped_file_size, write_buffer=self.write_buffer)
+        if not self.files:
+            self.flushed_where = self.committed_where = offset
+        self.files.append(mf)
+        return mf
+
+    def __iter__(self) -> Iterator[MappedFile]:
+        return iter(list(self.files))
+
+    # -- offsets ---------------------------------------------------------------------------
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of the committed (readable) data."""
+        last = self.files[-1] if self.files else None
+        return last.file_from_offset + last.committed_position if last else 0
+
+    @property
+    def max_wrote_offset(self) -> int:
+        last = self.files[-1] if self.files else None
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    # -- flushing --------------------------------------------------------------------------
+    def flush(self) -> int:
+        """Forces every file from the flushed offset up to the committed one; returns it."""
+        for mf in list(self.files):
+            if mf.file_tail_offset <= self.flushed_where:
+                continue
+            mf.flush()
+            self.flushed_where = mf.file_from_offset + mf.flushed_position
+            if mf.flushed_position < mf.file_size:
+                break
+        return self.flushed_where
+
+    def dirty_pages(self) -> int:
+        return max(0, self.max_offset - self.flushed_where) // PAGE_SIZE
+
+    # -- truncation and deletion -----------------------------------------------------------
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drops everything at or after `offset`: later files are deleted, one is cut."""
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.file_tail_offset <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                if pos == 0 and keep:
+                    mf.destroy()
+                    continue
+                _zero_range(mf, pos)
+                mf.set_positions(pos)
+                keep.append(mf)
+            else:
+                mf.destroy()
+        self.files = keep
+        self.flushed_where = min(self.flushed_where, offset)
+        self.committed_where = min(self.committed_where, offset)
+
+    def delete_first_files(self, should_delete: Callable[[MappedFile], bool], max_count: int,
+                           interval_s: float = 0.0) -> int:
+        """Deletes files from the front while `should_delete` says so (never the last file)."""
+        deleted = 0
+        while deleted < max_count and len(self.files) > 1 and should_delete(self.files[0]):
+            mf = self.files.pop(0)
+            mf.destroy()
+            deleted += 1
+            if interval_s:
+                time.sleep(interval_s)
+        return deleted
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        self.flushed_where = self.committed_where = 0
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+
+
+def _zero_range(mf: MappedFile, pos: int) -> None:
+    """Zeroes [pos, end of file) so a later scan sees the end of data, not stale bytes."""
+    if pos >= mf.file_size:
+        return
+    done = pos
+    while done < mf.file_size:
+        n = min(len(_ZERO_CHUNK), mf.file_size - done)
+        os.pwrite(mf.fd, _ZERO_CHUNK[:n], done)
+        done += n

@@ -1,0 +1,231 @@
+"""Reads of the store (SPEC §2.8): getMessage with every status, lookups, offset for time."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import struct
+from typing import TYPE_CHECKING
+
+from store.codec import (
+    INT,
+    CorruptRecord,
+    MessageExt,
+    decode_offset_msg_id,
+    decode_record,
+    tags_code,
+)
+from store.constants import CQ_STORE_UNIT_SIZE, BrokerRole, GetMessageStatus
+from store.consume_queue import BLANK_SIZE, ENTRY
+
+if TYPE_CHECKING:
+    from store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+_STORE_TS_V4 = struct.Struct(">q")
+
+
+class TagFilter:
+    """A subscription expression: `*` (everything) or `TagA || TagB`."""
+
+    def __init__(self, expression: str | None) -> None:
+        expr = (expression or "*").strip()
+        if expr in ("", "*"):
+            self.tags: frozenset[str] | None = None
+            self.codes: frozenset[int] = frozenset()
+        else:
+            self.tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+            self.codes = frozenset(tags_code(t) for t in self.tags)
+
+    def matches_code(self, code: int) -> bool:
+        return self.tags is None or code in self.codes
+
+    def matches_record(self, record: bytes) -> bool:
+        """The exact tag, read from the record's properties (equal codes are not equal tags)."""
+        if self.tags is None:
+            return True
+        return _record_tags(record) in self.tags
+
+
+def _record_tags(record: bytes) -> str | None:
+    try:
+        return decode_record(record, 0, check_crc=False).properties.get("TAGS")
+    except CorruptRecord:
+        return None
+
+
+@dataclasses.dataclass(slots=True)
+class GetMessageResult:
+    status: GetMessageStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[bytes] = dataclasses.field(default_factory=list)  # raw records
+    queue_offsets: list[int] = dataclasses.field(default_factory=list)
+    suggest_pulling_from_slave: bool = False
+    buffer_total_size: int = 0
+
+    def decoded(self) -> list[MessageExt]:
+        return [decode_record(m, 0, check_crc=False) for m in self.messages]
+
+
+_TOTAL_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _correct(store: DefaultMessageStore, old: int, new: int) -> int:
+    # A slave keeps the consumer's offset: it may just be behind its master.
+    return old if store.role is BrokerRole.SLAVE else new
+
+
+def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: int, offset: int,
+                max_msg_nums: int, message_filter: TagFilter | None = None) -> GetMessageResult:
+    store.get_count += 1
+    cq = store.find_consume_queue(topic, queue_id)
+    if cq is None:
+        return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, _correct(store, offset, 0),
+                                0, 0)
+    min_offset = cq.min_offset_in_queue
+    max_offset = cq.max_offset_in_queue
+    S = GetMessageStatus
+
+    def result(status: GetMessageStatus, next_offset: int) -> GetMessageResult:
+        return GetMessageResult(status, next_offset, min_offset, max_offset)
+
+    if max_offset == 0:
+        return result(S.NO_MESSAGE_IN_QUEUE, _correct(store, offset, 0))
+    if offset < min_offset:
+        return result(S.OFFSET_TOO_SMALL, _correct(store, offset, min_offset))
+    if offset == max_offset:
+        return result(S.OFFSET_OVERFLOW_ONE, offset)
+    if offset > max_offset:
+        return result(S.OFFSET_OVERFLOW_BADLY,
+                      _correct(store, offset, min_offset if min_offset == 0 else max_offset))
+
+    cfg = store.config
+    max_count = min(max(1, max_msg_nums), cfg.max_transfer_count_on_message_in_memory)
+    max_bytes = cfg.max_transfer_bytes_on_message_in_memory
+    entries = cq.read_entries(offset, max(max_count, 16) if message_filter else max_count)
+    if not entries:
+        # The consume-queue file for this offset is gone: go to the start of the next one.
+        per_file = cq.file_size // CQ_STORE_UNIT_SIZE
+        return result(S.OFFSET_FOUND_NULL,
+                      _correct(store, offset, (offset // per_file + 1) * per_file))
+    commitlog = store.commitlog
+    min_phy = commitlog.min_offset
+    out = GetMessageResult(S.NO_MATCHED_MESSAGE, offset, min_offset, max_offset)
+    messages = out.messages
+    queue_offsets = out.queue_offsets
+    index = offset
+    total = 0
+    last_phy = 0
+    status = S.NO_MATCHED_MESSAGE
+    for phy, size, code in ENTRY.iter_unpack(entries):
+        if len(messages) >= max_count or (messages and total + size > max_bytes):
+            break
+        index += 1
+        if size == BLANK_SIZE:
+            continue
+        last_phy = phy
+        if phy < min_phy:
+            status = S.MESSAGE_WAS_REMOVING
+            continue
+        if message_filter is not None and not message_filter.matches_code(code):
+            continue
+        record = commitlog.read(phy, size)
+        if len(record) != size:
+            status = S.MESSAGE_WAS_REMOVING
+            continue
+        if message_filter is not None and not message_filter.matches_record(record):
+            continue
+        messages.append(record)
+        queue_offsets.append(index - 1)
+        total += size
+    out.next_begin_offset = index
+    out.buffer_total_size = total
+    if messages:
+        out.status = S.FOUND
+    else:
+        out.status = status
+    behind = commitlog.max_offset - last_phy
+    out.suggest_pulling_from_slave = (
+        behind > _TOTAL_MEMORY * cfg.access_message_in_memory_max_ratio // 100)
+    store.disk_fall_behind[group] = behind
+    return out
+
+
+def look_message_by_offset(store: DefaultMessageStore, commit_log_offset: int,
+                           size: int = 0) -> MessageExt | None:
+    """The record at a commitlog offset, or None when there is none (or it is corrupt)."""
+    commitlog = store.commitlog
+    if size <= 0:
+        head = commitlog.read(commit_log_offset, 4)
+        if len(head) < 4:
+            return None
+        (size,) = INT.unpack(head)
+        if size <= 0:
+            return None
+    record = commitlog.read(commit_log_offset, size)
+    if len(record) != size:
+        return None
+    try:
+        msg = decode_record(record, 0, check_crc=True)
+    except CorruptRecord:
+        return None
+    return msg if msg.commit_log_offset == commit_log_offset else None
+
+
+def look_message_by_msg_id(store: DefaultMessageStore, msg_id: str) -> MessageExt | None:
+    """By offsetMsgId (store host + commitlog offset); ValueError when it is not one."""
+    _, offset = decode_offset_msg_id(msg_id)
+    return look_message_by_offset(store, offset)
+
+
+def query_message(store: DefaultMessageStore, topic: str, key: str, max_num: int,
+                  begin_ms: int = 0, end_ms: int = 2**62) -> list[MessageExt]:
+    """Messages of `topic` whose UNIQ_KEY or one of KEYS is `key`, newest first."""
+    out: list[MessageExt] = []
+    seen: set[int] = set()
+    for offset in store.index.query_offsets(topic, key, max_num * 4, begin_ms, end_ms):
+        if offset in seen:
+            continue
+        seen.add(offset)
+        msg = look_message_by_offset(store, offset)
+        if msg is None or msg.topic != topic:
+            continue
+        if msg.uniq_key == key or key in msg.keys:
+            out.append(msg)
+            if len(out) >= max_num:
+                break
+    return out
+
+
+def get_message_store_timestamp(store: DefaultMessageStore, topic: str, queue_id: int,
+                                queue_offset: int) -> int:
+    """Store time of the message at a queue offset; -1 when there is none."""
+    cq = store.find_consume_queue(topic, queue_id)
+    entry = cq.get_entry(queue_offset) if cq else None
+    if entry is None or entry[1] == BLANK_SIZE:
+        return -1
+    msg = look_message_by_offset(store, entry[0], entry[1])
+    return msg.store_timestamp if msg else -1
+
+
+def get_offset_in_queue_by_time(store: DefaultMessageStore, topic: str, queue_id: int,
+                                timestamp_ms: int) -> int:
+    """The first queue offset whose message was stored at or after `timestamp_ms`
+    (the max offset when every message is older)."""
+    cq = store.find_consume_queue(topic, queue_id)
+    if cq is None:
+        return 0
+    lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue
+    while lo < hi:
+        mid = (lo + hi) // 2
+        ts = get_message_store_timestamp(store, topic, queue_id, mid)
+        if ts < 0 or ts < timestamp_ms:  # removed or blank: treat as older
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
