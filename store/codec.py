@@ -16,7 +16,6 @@ from store.constants import (
     BLANK_MAGIC_CODE,
     DELAY_LEVELS_MS,
     MESSAGE_MAGIC_CODE,
-    SysFlag,
 )
 
 PROPERTY_SEPARATOR = "\x01"  # between name and value
@@ -32,6 +31,13 @@ HEADER_STRUCTS = {
     for store6 in (False, True)
 }
 HEADER_V4 = HEADER_STRUCTS[(False, False)]
+# Keyed by sys_flag & 0x30 (born host v6 0x10, store host v6 0x20): plain ints on hot paths.
+_HEADER_BY_FLAGS = {
+    0x00: HEADER_STRUCTS[(False, False)],
+    0x10: HEADER_STRUCTS[(True, False)],
+    0x20: HEADER_STRUCTS[(False, True)],
+    0x30: HEADER_STRUCTS[(True, True)],
+}
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
 PREFIX = struct.Struct(">iiiiiqqiq")
 SIZE_MAGIC = struct.Struct(">ii")
@@ -73,9 +79,8 @@ def encode_properties(properties: dict[str, str]) -> bytes:
 def decode_properties(data: bytes | memoryview) -> dict[str, str]:
     if not data:
         return {}
-    text = bytes(data).decode()
     out: dict[str, str] = {}
-    for pair in text.split(PROPERTIES_SEPARATOR):
+    for pair in bytes(data).decode().split(PROPERTIES_SEPARATOR):
         if pair:
             name, _, value = pair.partition(PROPERTY_SEPARATOR)
             out[name] = value
@@ -99,17 +104,11 @@ def is_ipv6(host: str) -> bool:
 
 
 def host_sys_flags(born_host: str, store_host: str) -> int:
-    flags = 0
-    if is_ipv6(born_host):
-        flags |= SysFlag.BORNHOST_V6
-    if is_ipv6(store_host):
-        flags |= SysFlag.STOREHOST_V6
-    return flags
+    return (0x10 if ":" in born_host else 0) | (0x20 if ":" in store_host else 0)
 
 
 def header_struct(sys_flag: int) -> struct.Struct:
-    born6 = bool(sys_flag & SysFlag.BORNHOST_V6)
-    return HEADER_STRUCTS[(born6, bool(sys_flag & SysFlag.STOREHOST_V6))]
+    return _HEADER_BY_FLAGS[sys_flag & 0x30]
 
 
 def encode_tail(topic: bytes, properties: bytes) -> bytes:
@@ -309,8 +308,7 @@ def parse_dispatch(
     if total < PREFIX.size or pos + total > limit:
         raise CorruptRecord(f"bad total size {total} at {pos}")
     _, _, crc, queue_id, _, qoff, phys, sys_flag, _ = PREFIX.unpack_from(buf, pos)
-    header = header_struct(sys_flag)
-    hsize = header.size
+    hsize = _HEADER_BY_FLAGS[sys_flag & 0x30].size
     if total < hsize + 3:
         raise CorruptRecord(f"bad total size {total} at {pos}")
     store_pos = pos + BORNHOST_POS + (20 if sys_flag & 0x10 else 8)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import threading
@@ -12,6 +13,7 @@ from store.codec import (
     CorruptRecord,
     DispatchRequest,
     body_crc,
+    delay_level_ms,
     encode_blank,
     encode_host,
     encode_properties,
@@ -19,11 +21,13 @@ from store.codec import (
     header_struct,
     host_sys_flags,
     parse_dispatch,
+    tags_code,
 )
 from store.config import StoreConfig
 from store.constants import (
     END_FILE_MIN_BLANK_LENGTH,
     MESSAGE_MAGIC_CODE,
+    SCHEDULE_TOPIC,
     TRANSACTION_TYPE_MASK,
     PutMessageStatus,
     SysFlag,
@@ -33,7 +37,7 @@ from store.message import IllegalMessage, Message, check_sizes
 
 log = logging.getLogger(__name__)
 
-_NO_QUEUE_OFFSET = (SysFlag.TRANSACTION_PREPARED, SysFlag.TRANSACTION_ROLLBACK)
+_NO_QUEUE_OFFSET = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBACK))
 
 
 @dataclasses.dataclass(slots=True)
@@ -56,11 +60,12 @@ class _Encoded:
     """The parts of a record that do not depend on where it lands."""
 
     __slots__ = ("msg", "header", "body", "tail", "crc", "total", "sys_flag", "born_host",
-                 "counted", "key")
+                 "counted", "key", "tags_code", "keys", "uniq_key", "delay_ms")
 
     def __init__(self, msg: Message, store_host: str, max_message_size: int) -> None:
         topic = msg.topic.encode()
-        props = encode_properties(msg.properties) if msg.properties else b""
+        properties = msg.properties
+        props = encode_properties(properties) if properties else b""
         body = msg.body
         check_sizes(topic, props, len(body), max_message_size)
         self.msg = msg
@@ -73,6 +78,13 @@ class _Encoded:
         self.born_host = encode_host(*msg.born_host)
         self.counted = (self.sys_flag & TRANSACTION_TYPE_MASK) not in _NO_QUEUE_OFFSET
         self.key = (msg.topic, msg.queue_id)
+        # What the dispatch service would otherwise parse back out of the record.
+        self.tags_code = tags_code(properties.get("TAGS")) if properties else 0
+        self.keys = properties.get("KEYS", "") if properties else ""
+        self.uniq_key = properties.get("UNIQ_KEY") if properties else None
+        self.delay_ms = 0
+        if msg.topic == SCHEDULE_TOPIC and properties and "DELAY" in properties:
+            self.delay_ms = delay_level_ms(int(properties["DELAY"]))
 
 
 class CommitLog:
@@ -95,6 +107,9 @@ class CommitLog:
         self.store_host = encode_host(*config.store_host)
         self.last_store_timestamp = 0
         self.file_size = config.mapped_file_size_commit_log
+        # Dispatch requests of records appended here, so the dispatch service need not parse
+        # them back; replicated and recovered records are parsed from the bytes instead.
+        self.dispatch_hints: collections.deque[DispatchRequest] = collections.deque()
 
     # -- append ----------------------------------------------------------------------------
     def encode(self, msg: Message) -> _Encoded:
@@ -115,6 +130,7 @@ class CommitLog:
     def append_encoded(self, encoded: list[_Encoded]) -> AppendResult:
         table = self.topic_queue_table
         store_host = self.store_host
+        hints = self.dispatch_hints
         phys_offsets: list[int] = []
         queue_offsets: list[int] = []
         with self.put_lock:
@@ -126,7 +142,7 @@ class CommitLog:
                 for e in encoded:
                     total = e.total
                     if total + END_FILE_MIN_BLANK_LENGTH > mf.file_size - mf.wrote_position:
-                        mf.append(encode_blank(mf.file_size - mf.wrote_position))
+                        mf.append_blank(encode_blank(mf.file_size - mf.wrote_position))
                         mf = self.queue.last_file_for_append()
                         if not phys_offsets:
                             first = mf.file_from_offset
@@ -140,6 +156,10 @@ class CommitLog:
                     ) + e.body + e.tail)
                     if e.counted:
                         table[e.key] = qoff + 1
+                    hints.append(DispatchRequest(
+                        msg.topic, msg.queue_id, phys, total,
+                        now + e.delay_ms if e.delay_ms else e.tags_code, now, qoff, e.keys,
+                        e.uniq_key, e.sys_flag, msg.prepared_transaction_offset))
                     phys_offsets.append(phys)
                     queue_offsets.append(qoff)
                 mf.store_timestamp = now

@@ -85,6 +85,16 @@ class MappedFile:
             self.write_buffer += data
         self.wrote_position = pos + len(data)
 
+    def append_blank(self, blank: bytes) -> None:
+        """Writes the end-of-file blank and marks the file full (its tail is zeros already)."""
+        pos = self.wrote_position
+        if self.write_buffer is None:
+            self.mm[pos : pos + len(blank)] = blank
+            self.committed_position = self.file_size
+        else:
+            self.write_buffer += blank + bytes(self.file_size - pos - len(blank))
+        self.wrote_position = self.file_size
+
     def take_uncommitted(self) -> tuple[int, bytearray] | None:
         """Detaches the write buffer (call under the appender's lock); None when empty."""
         buf = self.write_buffer
@@ -199,6 +209,19 @@ class AllocateMappedFileService:
             self._pending[path] = (thread, result)
         thread.start()
 
+    def prepare(self, path: Path, size: int, write_buffer: bool) -> None:
+        """Starts preparing `path` now (unless already under way)."""
+        with self._lock:
+            if path in self._pending:
+                return
+        self._prepare(path, size, write_buffer)
+
+    def wait_prepared(self) -> None:
+        with self._lock:
+            threads = [t for t, _ in self._pending.values()]
+        for t in threads:
+            t.join()
+
     def shutdown(self) -> None:
         with self._lock:
             pending = list(self._pending.values())
@@ -271,6 +294,19 @@ class MappedFileQueue:
         create_offset = last.file_tail_offset if last is not None else (
             start_offset - start_offset % self.mapped_file_size)
         return self.create_file(create_offset)
+
+    def prepare_next_file(self) -> None:
+        """Has the allocator warm the file the next append will need."""
+        if self.allocator is None:
+            return
+        last = self.last_file()
+        if last is not None and not last.is_full:
+            return
+        offset = last.file_tail_offset if last is not None else 0
+        path = self.store_path / offset_file_name(offset)
+        if not path.exists():
+            self.store_path.mkdir(parents=True, exist_ok=True)
+            self.allocator.prepare(path, self.mapped_file_size, self.write_buffer)
 
     def create_file(self, offset: int) -> MappedFile:
         self.store_path.mkdir(parents=True, exist_ok=True)

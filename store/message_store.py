@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import logging
 import os
 import shutil
 import struct
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -32,7 +34,7 @@ from store.waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
 
-_CQ_TYPES = (0, SysFlag.TRANSACTION_COMMIT)  # prepared / rolled back records stay out
+_CQ_TYPES = (0, int(SysFlag.TRANSACTION_COMMIT))  # prepared / rolled back records stay out
 ArrivingListener = Callable[[str, int, int], None]  # topic, queueId, max offset in queue
 INT = struct.Struct(">i")
 
@@ -81,6 +83,7 @@ class DefaultMessageStore:
         self.disk_fall_behind: dict[str, int] = {}  # group -> bytes, from the last pull
         self._last_dispatched_ts = 0
         self._reput_idle = False
+        self._reput_lock = threading.Lock()
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._last_thorough_flush = monotonic()
         self._last_clean = 0.0
@@ -127,6 +130,7 @@ class DefaultMessageStore:
         return cq
 
     def start(self) -> None:
+        self.commitlog.queue.prepare_next_file()
         flush = ServiceThread("GroupCommitService" if self._sync_flush else "FlushRealTimeService",
                               self._flush_commitlog_step)
         self._flush_service = flush
@@ -277,9 +281,18 @@ class DefaultMessageStore:
 
     def do_reput(self) -> int:
         """Dispatches committed records past reput_from_offset; returns how many."""
+        with self._reput_lock:
+            return self._do_reput()
+
+    def _do_reput(self) -> int:
         count = 0
         touched: dict[tuple[str, int], ConsumeQueue] = {}
+        hints = self.commitlog.dispatch_hints
         while self.reput_from_offset < self.commitlog.max_offset:
+            if hints:
+                count += self._dispatch_hints(hints, touched)
+                if self.reput_from_offset >= self.commitlog.max_offset:
+                    break
             if self.reput_from_offset < self.commitlog.min_offset:
                 log.warning("reput offset %d below commitlog min %d: skipping ahead",
                             self.reput_from_offset, self.commitlog.min_offset)
@@ -305,6 +318,27 @@ class DefaultMessageStore:
             self.reput_from_offset = base + pos
         if touched:
             self._notify_arriving(touched)
+        return count
+
+    def _dispatch_hints(self, hints: collections.deque[DispatchRequest],
+                        touched: dict[tuple[str, int], ConsumeQueue]) -> int:
+        """Dispatches requests the append path left, while they line up with reput_from."""
+        count = 0
+        end = self.commitlog.max_offset
+        offset = self.reput_from_offset
+        dispatch = self.dispatch
+        while hints:
+            r = hints[0]
+            if r.commit_log_offset < offset:  # already dispatched (or truncated away)
+                hints.popleft()
+                continue
+            if r.commit_log_offset != offset or offset + r.msg_size > end:
+                break
+            hints.popleft()
+            dispatch(r, touched)
+            offset += r.msg_size
+            count += 1
+        self.reput_from_offset = offset
         return count
 
     def dispatch(self, r: DispatchRequest, touched: dict[tuple[str, int], ConsumeQueue]) -> None:

@@ -1,0 +1,189 @@
+"""Store benchmark: `python -m bench.store [--messages N] [--dir DIR]`.
+
+Appends 1 KiB messages (with TAGS, KEYS and UNIQ_KEY, as a producer sends them; consume-queue
+and index dispatch included in the time), reads them back, recovers after a simulated crash,
+and measures the same disk raw as the reference. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from store.config import StoreConfig
+from store.constants import FlushDiskType
+from store.message import Message
+from store.message_store import DefaultMessageStore
+
+BODY = os.urandom(1024)
+QUEUES = 8
+
+
+def make_messages(n: int, start: int = 0) -> list[Message]:
+    return [
+        Message("BenchTopic", BODY,
+                {"TAGS": f"Tag{i % 4}", "KEYS": f"order-{i}", "UNIQ_KEY": f"7F0000010001{i:020X}"},
+                queue_id=i % QUEUES, born_timestamp=1)
+        for i in range(start, start + n)
+    ]
+
+
+def open_store(root: Path, flush: FlushDiskType, file_size: int) -> DefaultMessageStore:
+    cfg = StoreConfig(store_path_root_dir=str(root), flush_disk_type=flush,
+                      mapped_file_size_commit_log=file_size)
+    store = DefaultMessageStore(cfg)
+    store.load()
+    store.start()
+    store.commitlog.allocator.wait_prepared()  # the first file is warmed before timing
+    return store
+
+
+def wait_dispatched(store: DefaultMessageStore) -> None:
+    while store.reput_from_offset < store.commitlog.max_wrote_offset:
+        time.sleep(0.0005)
+
+
+def bench_append_async(root: Path, n: int, file_size: int) -> tuple[float, DefaultMessageStore]:
+    store = open_store(root, FlushDiskType.ASYNC_FLUSH, file_size)
+    msgs = make_messages(n)
+    put = store.put_message
+    t0 = time.perf_counter()
+    for m in msgs:
+        put(m)
+    wait_dispatched(store)
+    return n / (time.perf_counter() - t0), store
+
+
+def bench_read(store: DefaultMessageStore) -> float:
+    t0 = time.perf_counter()
+    count = 0
+    for q in range(QUEUES):
+        offset = store.get_min_offset_in_queue("BenchTopic", q)
+        end = store.get_max_offset_in_queue("BenchTopic", q)
+        while offset < end:
+            r = store.get_message("bench", "BenchTopic", q, offset, 32)
+            count += len(r.messages)
+            offset = r.next_begin_offset
+    return count / (time.perf_counter() - t0)
+
+
+def bench_recover(root: Path) -> float:
+    """Crash recovery with a zeroed checkpoint: every record is checked and re-dispatched."""
+    size = sum(p.stat().st_size for p in (root / "commitlog").iterdir())
+    data_end = 0
+    (root / "abort").touch()
+    (root / "checkpoint").write_bytes(bytes(4096))
+    shutil.rmtree(root / "consumequeue", ignore_errors=True)
+    shutil.rmtree(root / "index", ignore_errors=True)
+    store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(root),
+                                            mapped_file_size_commit_log=_file_size(root)))
+    t0 = time.perf_counter()
+    store.load()
+    elapsed = time.perf_counter() - t0
+    data_end = store.commitlog.max_offset
+    store.running = True
+    store.shutdown()
+    del size
+    return elapsed / (data_end / (1 << 30))
+
+
+def _file_size(root: Path) -> int:
+    return next((root / "commitlog").iterdir()).stat().st_size
+
+
+def bench_sync(root: Path, writers: int, seconds: float, file_size: int) -> float:
+    store = open_store(root, FlushDiskType.SYNC_FLUSH, file_size)
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def writer(w: int) -> None:
+        nonlocal done
+        i = w
+        while time.perf_counter() < stop_at:
+            r = await store.put_messages_async(make_messages(1, i))
+            assert r.ok, r.status
+            done += 1
+            i += writers
+
+    async def main() -> float:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(writer(w) for w in range(writers)))
+        return done / (time.perf_counter() - t0)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        store.shutdown()
+
+
+def disk_reference(root: Path) -> tuple[float, float]:
+    path = root / "raw"
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        t0 = time.perf_counter()
+        for _ in range(256):
+            os.write(fd, chunk)
+        os.fsync(fd)
+        seq = 256 / (time.perf_counter() - t0)
+        page = os.urandom(4096)
+        n = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 2.0:
+            os.pwrite(fd, page, n * 4096)
+            os.fdatasync(fd)
+            n += 1
+        syncs = n / (time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return seq, syncs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--messages", type=int, default=300_000)
+    ap.add_argument("--file-size", type=int, default=1 << 30)
+    ap.add_argument("--sync-seconds", type=float, default=3.0)
+    ap.add_argument("--dir", default=None, help="where to write (default: a temp dir in ./)")
+    args = ap.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bench-store-", dir=args.dir or "."))
+    results: dict[str, float] = {}
+    try:
+        seq, syncs = disk_reference(base)
+        results["disk_seq_mb_s"] = seq
+        results["disk_fdatasync_per_s"] = syncs
+        print(f"raw disk: {seq:.0f} MB/s sequential, {syncs:.0f} fdatasync/s", flush=True)
+
+        rate, store = bench_append_async(base / "async", args.messages, args.file_size)
+        results["append_async_msgs_s"] = rate
+        print(f"append ASYNC_FLUSH, 1 writer: {rate:,.0f} msgs/s", flush=True)
+        rate = bench_read(store)
+        results["read_msgs_s"] = rate
+        print(f"getMessage, batches of 32: {rate:,.0f} msgs/s", flush=True)
+        store.shutdown()
+        rate = bench_recover(base / "async")
+        results["recover_s_per_gib"] = rate
+        print(f"crash recovery: {rate:.2f} s/GiB", flush=True)
+        shutil.rmtree(base / "async")
+
+        for writers in (1, 32):
+            rate = bench_sync(base / f"sync{writers}", writers, args.sync_seconds, args.file_size)
+            results[f"append_sync{writers}_msgs_s"] = rate
+            print(f"append SYNC_FLUSH, {writers} writers: {rate:,.0f} msgs/s", flush=True)
+            shutil.rmtree(base / f"sync{writers}")
+        results["threads_alive"] = threading.active_count()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    print(json.dumps({k: round(v, 2) for k, v in results.items()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,493 @@
+"""Hash index files (SPEC §2.4): RocketMQ's IndexFile and IndexService.
+
+One file per `index/{yyyyMMddHHmmssSSS}` (creation time, local time), created at full size and
+mapped with mmap. Big-endian layout:
+
+    header   40 bytes: beginTimestamp (8) endTimestamp (8) beginPhyOffset (8) endPhyOffset (8)
+             hashSlotCount (4, slots in use) indexCount (4, next entry number; starts at 1)
+    slots    hash_slot_num x 4 bytes: number of the newest entry of the slot, 0 = empty
+    entries  index_num x 20 bytes: keyHash (4) phyOffset (8) timeDiff (4, whole seconds after
+             beginTimestamp) prevIndex (4, the previous entry of the same slot, 0 = end of chain)
+
+Entry 0 is never used, so 0 means "no entry". A file is full when indexCount reaches
+index_num; the next key goes to a new file.
+
+Write order, so that a reader in another thread never follows a half-written entry: the entry,
+then its slot, then indexCount; the header is rewritten once per message after its keys. After
+a process crash the newest file may hold entries past its header's indexCount (the message being
+indexed when it died): `load` unlinks them from their chains and zeroes them, and since the
+header's endPhyOffset predates that message, the dispatcher indexes it again.
+
+Times in entries have one-second resolution, so a query matches an entry when its second
+[beginTimestamp + timeDiff*1000, +999] overlaps the asked range: the result may hold a message
+stored up to 999 ms outside the range, never misses one inside it. Like equal hashes, the caller
+settles that when it reads the message.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import re
+import struct
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from crc32c import crc32c as _crc32c
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0
+MAX_HASH_SLOT_NUM = 5_000_000
+MAX_INDEX_NUM = 20_000_000
+INDEX_DIR_NAME = "index"
+
+IndexEntry = tuple[int, int, int, int]  # key_hash, phy_offset, time_diff, prev
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqiI")
+_SLOT = struct.Struct(">I")
+_pack_header = _HEADER.pack_into
+_pack_entry = _ENTRY.pack_into
+_unpack_entry = _ENTRY.unpack_from
+_pack_slot = _SLOT.pack_into
+_unpack_slot = _SLOT.unpack_from
+
+_INT_MAX = 0x7FFFFFFF
+_NAME = re.compile(r"^\d{17}$")
+_TMP_SUFFIX = ".tmp"
+_ZERO_ENTRY = bytes(INDEX_SIZE)
+_ENTRIES_PER_READ = 4096
+
+
+def key_hash(topic: str, key: str) -> int:
+    """keyHash of `topic#key`: CRC32C of its UTF-8 bytes, masked to 31 bits.
+
+    A deliberate change from RocketMQ, which uses Java's String.hashCode(): crc32c runs in C
+    (one call instead of a Python loop over the characters) and spreads keys well. Files written
+    by a Java broker therefore cannot be read with this module.
+    """
+    return _crc32c(f"{topic}#{key}".encode()) & _INT_MAX
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+def index_file_name(time_ms: int) -> str:
+    """yyyyMMddHHmmssSSS in local time, as RocketMQ's UtilAll.timeMillisToHumanString."""
+    stamp = datetime.fromtimestamp(time_ms // 1000).strftime("%Y%m%d%H%M%S")
+    return f"{stamp}{time_ms % 1000:03d}"
+
+
+def _next_name(name: str) -> str:
+    """The file name one millisecond after `name` (calendar arithmetic, no time zone)."""
+    moment = datetime.strptime(name[:14], "%Y%m%d%H%M%S") + timedelta(milliseconds=int(name[14:]))
+    moment += timedelta(milliseconds=1)
+    return moment.strftime("%Y%m%d%H%M%S") + f"{moment.microsecond // 1000:03d}"
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class IndexFile:
+    """One mapped index file. The public properties are read-only views for inspection tools;
+    IndexService writes the private attributes directly (they mirror the header)."""
+
+    __slots__ = ("_path", "_mm", "_slot_num", "_index_num", "_entries_base", "_begin_ts",
+                 "_end_ts", "_begin_phy", "_end_phy", "_slot_count", "_count", "_dirty")
+
+    def __init__(self, path: Path, mm: mmap.mmap, hash_slot_num: int, index_num: int) -> None:
+        self._path = path
+        self._mm = mm
+        self._slot_num = hash_slot_num
+        self._index_num = index_num
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        (self._begin_ts, self._end_ts, self._begin_phy, self._end_phy, self._slot_count,
+         self._count) = _HEADER.unpack_from(mm, 0)
+        if not 1 <= self._count <= index_num:
+            raise ValueError(f"{path}: indexCount {self._count} outside 1..{index_num}")
+        self._dirty = False
+
+    @classmethod
+    def create(cls, path: Path, hash_slot_num: int, index_num: int) -> IndexFile:
+        """Creates the full-size file under a temporary name, then renames it to `path`."""
+        tmp = path.with_name(path.name + _TMP_SUFFIX)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.ftruncate(fd, index_file_size(hash_slot_num, index_num))
+            os.pwrite(fd, _HEADER.pack(0, 0, 0, 0, 0, 1), 0)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+        return cls.open(path, hash_slot_num, index_num)
+
+    @classmethod
+    def open(cls, path: Path, hash_slot_num: int, index_num: int) -> IndexFile:
+        size = index_file_size(hash_slot_num, index_num)
+        fd = os.open(path, os.O_RDWR)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise ValueError(f"{path}: size {actual}, expected {size} for hash_slot_num="
+                                 f"{hash_slot_num} index_num={index_num}")
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        try:
+            return cls(path, mm, hash_slot_num, index_num)
+        except BaseException:
+            mm.close()
+            raise
+
+    # -- read-only view ----------------------------------------------------------------------
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def begin_timestamp(self) -> int:
+        return self._begin_ts
+
+    @property
+    def end_timestamp(self) -> int:
+        return self._end_ts
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return self._begin_phy
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._end_phy
+
+    @property
+    def hash_slot_count(self) -> int:
+        return self._slot_count
+
+    @property
+    def index_count(self) -> int:
+        return self._count
+
+    @property
+    def is_full(self) -> bool:
+        return self._count >= self._index_num
+
+    def entries(self) -> Iterator[IndexEntry]:
+        """(key_hash, phy_offset, time_diff, prev) of entries 1 .. indexCount-1, in order."""
+        pos = self._entries_base + INDEX_SIZE
+        end = self._entries_base + self._count * INDEX_SIZE
+        while pos < end:
+            stop = min(end, pos + _ENTRIES_PER_READ * INDEX_SIZE)
+            yield from _ENTRY.iter_unpack(self._mm[pos:stop])
+            pos = stop
+
+    def __repr__(self) -> str:
+        return (f"IndexFile({self._path.name}, count={self._count}, "
+                f"phy=[{self._begin_phy}, {self._end_phy}], ts=[{self._begin_ts}, {self._end_ts}])")
+
+    # -- internals ---------------------------------------------------------------------------
+    def _write_header(self) -> None:
+        _pack_header(self._mm, 0, self._begin_ts, self._end_ts, self._begin_phy, self._end_phy,
+                     self._slot_count, self._count)
+        self._dirty = True
+
+    def _slot_pos(self, h: int) -> int:
+        return INDEX_HEADER_SIZE + h % self._slot_num * HASH_SLOT_SIZE
+
+    def _unlink_entries(self, first: int, end: int) -> None:
+        """Takes entries first .. end-1 (the newest ones) out of their chains and zeroes them."""
+        mm, base = self._mm, self._entries_base
+        for n in range(end - 1, first - 1, -1):
+            h, _, _, prev = _unpack_entry(mm, base + n * INDEX_SIZE)
+            slot_pos = self._slot_pos(h)
+            if _unpack_slot(mm, slot_pos)[0] == n:
+                if prev >= n:
+                    prev = INVALID_INDEX
+                _pack_slot(mm, slot_pos, prev)
+                if prev == INVALID_INDEX and n < self._count:
+                    self._slot_count -= 1
+        mm[base + first * INDEX_SIZE : base + end * INDEX_SIZE] = bytes((end - first) * INDEX_SIZE)
+        self._dirty = True
+
+    def _repair_tail(self) -> None:
+        """Drops entries written past indexCount by a process that died while indexing."""
+        mm, base, end = self._mm, self._entries_base, self._count
+        while end < self._index_num:
+            pos = base + end * INDEX_SIZE
+            if mm[pos : pos + INDEX_SIZE] == _ZERO_ENTRY:
+                break
+            end += 1
+        if end > self._count:
+            self._unlink_entries(self._count, end)
+
+    def _truncate(self, phy_offset: int) -> None:
+        """Drops the entries with phyOffset >= phy_offset (a suffix: entries are appended in
+        commitlog order); the file keeps at least its first entry."""
+        mm, base = self._mm, self._entries_base
+        lo, hi = 1, self._count  # first entry to drop: smallest n with phy(n) >= phy_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _unpack_entry(mm, base + mid * INDEX_SIZE)[1] >= phy_offset:
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo >= self._count:
+            return
+        self._unlink_entries(lo, self._count)
+        self._count = lo
+        _, phy, diff, _ = _unpack_entry(mm, base + (lo - 1) * INDEX_SIZE)
+        self._end_phy = phy
+        # Only the second is known: keep an upper bound so time-range queries still find it.
+        self._end_ts = min(self._end_ts, self._begin_ts + diff * 1000 + 999)
+        self._write_header()
+
+    def _select(self, h: int, begin_ms: int, end_ms: int, max_num: int, out: list[int],
+                seen: set[int]) -> None:
+        """Appends to `out` the offsets of chain entries with hash `h` in the time range,
+        newest first, until `out` holds max_num."""
+        count = self._count  # entries >= count may be in the middle of being written
+        if count <= 1:
+            return
+        mm, base, begin_ts, limit = self._mm, self._entries_base, self._begin_ts, self._index_num
+        n = _unpack_slot(mm, self._slot_pos(h))[0]
+        while INVALID_INDEX < n < limit:
+            kh, phy, diff, prev = _unpack_entry(mm, base + n * INDEX_SIZE)
+            if n < count:
+                t = begin_ts + diff * 1000
+                if t + 999 < begin_ms:
+                    break  # older entries of the chain are older still
+                if kh == h and t <= end_ms and phy not in seen:
+                    seen.add(phy)
+                    out.append(phy)
+                    if len(out) >= max_num:
+                        return
+            if prev >= n:
+                break
+            n = prev
+
+    def _flush(self) -> None:
+        if self._dirty:
+            self._dirty = False  # before msync: a write during msync marks it again
+            self._mm.flush()
+
+    def _close(self) -> None:
+        self._flush()
+        self._mm.close()
+
+    def _destroy(self) -> None:
+        self._mm.close()
+        self._path.unlink(missing_ok=True)
+
+
+class IndexService:
+    """The index files of one store directory (RocketMQ's IndexService).
+
+    Threads: build_index is called from one dispatch thread and takes the lock only to roll to
+    a new file; queries, truncate, delete_expired, flush and close take the lock. truncate is
+    meant for recovery, before dispatch starts: it must not run during a build_index call.
+    """
+
+    def __init__(self, index_dir: str | os.PathLike, hash_slot_num: int = MAX_HASH_SLOT_NUM,
+                 index_num: int = MAX_INDEX_NUM) -> None:
+        if hash_slot_num < 1 or index_num < 2 or index_num > _INT_MAX:
+            raise ValueError(
+                f"bad index sizes: hash_slot_num={hash_slot_num} index_num={index_num}")
+        self.index_dir = Path(index_dir)
+        self._hash_slot_num = hash_slot_num
+        self._index_num = index_num
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        self._lock = threading.Lock()
+        self._files: list[IndexFile] = []
+        self._cur: IndexFile | None = None  # newest file, the one written to
+        self._last_phy = -1  # commitlog offset of the newest indexed message
+        self._loaded = False
+
+    def load(self) -> None:
+        """Maps the existing files in name (= creation) order; creates the directory."""
+        with self._lock:
+            if self._loaded:
+                raise RuntimeError(f"{self.index_dir}: index already loaded")
+            self.index_dir.mkdir(parents=True, exist_ok=True)
+            for tmp in self.index_dir.glob("*" + _TMP_SUFFIX):  # creation cut short by a crash
+                tmp.unlink()
+            files: list[IndexFile] = []
+            try:
+                for path in sorted(p for p in self.index_dir.iterdir() if _NAME.match(p.name)):
+                    f = IndexFile.open(path, self._hash_slot_num, self._index_num)
+                    files.append(f)
+                    f._repair_tail()
+            except BaseException:
+                for f in files:
+                    f._mm.close()
+                raise
+            self._files = files
+            self._cur = files[-1] if files else None
+            self._last_phy = self._newest_phy()
+            self._loaded = True
+
+    # -- writing -----------------------------------------------------------------------------
+    def build_index(self, topic: str, keys: Iterable[str], phy_offset: int,
+                    store_timestamp_ms: int) -> None:
+        """Indexes `topic#key` for each non-empty key of the message at `phy_offset`.
+
+        Messages at or below the newest indexed offset are skipped, as RocketMQ's buildIndex
+        does, so re-dispatching after a restart does not index a message twice.
+        """
+        if phy_offset <= self._last_phy:
+            return
+        f = self._cur
+        if f is None:
+            f = self._roll()
+        mm = f._mm
+        count = first = f._count
+        prefix = topic + "#"
+        for key in keys:
+            if not key:
+                continue
+            if count >= self._index_num:
+                if count != first:
+                    self._seal(f, count, phy_offset, store_timestamp_ms)
+                f = self._roll()
+                mm = f._mm
+                count = first = f._count
+            h = _crc32c((prefix + key).encode()) & _INT_MAX
+            slot_pos = INDEX_HEADER_SIZE + h % self._hash_slot_num * HASH_SLOT_SIZE
+            prev = _unpack_slot(mm, slot_pos)[0]
+            if prev >= count:  # never in a sound file; keeps chains pointing backwards
+                prev = INVALID_INDEX
+            if count > 1:
+                diff = (store_timestamp_ms - f._begin_ts) // 1000
+                if not 0 <= diff <= _INT_MAX:
+                    diff = 0 if diff < 0 else _INT_MAX
+            else:
+                f._begin_ts = store_timestamp_ms
+                f._begin_phy = phy_offset
+                diff = 0
+            _pack_entry(mm, self._entries_base + count * INDEX_SIZE, h, phy_offset, diff, prev)
+            _pack_slot(mm, slot_pos, count)
+            if not prev:
+                f._slot_count += 1
+            count += 1
+            f._count = count
+        if count != first:  # the header, last (as _seal, inlined: this is the hot path)
+            f._end_ts = store_timestamp_ms
+            f._end_phy = phy_offset
+            _pack_header(mm, 0, f._begin_ts, store_timestamp_ms, f._begin_phy, phy_offset,
+                         f._slot_count, count)
+            f._dirty = True
+            self._last_phy = phy_offset
+
+    def _seal(self, f: IndexFile, count: int, phy_offset: int, store_timestamp_ms: int) -> None:
+        """Writes the header after the message's keys (the last step of build_index)."""
+        f._end_ts = store_timestamp_ms
+        f._end_phy = phy_offset
+        _pack_header(f._mm, 0, f._begin_ts, store_timestamp_ms, f._begin_phy, phy_offset,
+                     f._slot_count, count)
+        f._dirty = True
+        self._last_phy = phy_offset
+
+    def _roll(self) -> IndexFile:
+        with self._lock:
+            if not self._loaded:
+                raise RuntimeError(f"{self.index_dir}: index not loaded (call load() first)")
+            name = index_file_name(_now_ms())
+            if self._files and name <= self._files[-1].path.name:
+                name = _next_name(self._files[-1].path.name)  # same ms, or the clock went back
+            while (self.index_dir / name).exists():
+                name = _next_name(name)
+            f = IndexFile.create(self.index_dir / name, self._hash_slot_num, self._index_num)
+            self._files.append(f)
+            self._cur = f
+            return f
+
+    # -- reading -----------------------------------------------------------------------------
+    def query_offsets(self, topic: str, key: str, max_num: int, begin_ms: int,
+                      end_ms: int) -> list[int]:
+        """Commitlog offsets of messages whose `topic#key` has the same hash and whose store
+        time (to the second) is in [begin_ms, end_ms]: newest first, at most max_num, distinct.
+        The caller confirms the key (and the exact time if it matters) by reading each one."""
+        out: list[int] = []
+        if max_num <= 0 or begin_ms > end_ms:
+            return out
+        h = key_hash(topic, key)
+        seen: set[int] = set()
+        with self._lock:
+            newest = self._cur
+            for f in reversed(self._files):
+                if f._count <= 1 or f._begin_ts > end_ms:
+                    continue
+                # The newest file's endTimestamp lags its entries while a message is indexed.
+                if f._end_ts < begin_ms and f is not newest:
+                    continue
+                f._select(h, begin_ms, end_ms, max_num, out, seen)
+                if len(out) >= max_num:
+                    break
+        return out
+
+    def max_phy_offset(self) -> int:
+        with self._lock:
+            return max((f._end_phy for f in self._files), default=0)
+
+    def last_timestamp_ms(self) -> int:
+        """endTimestamp of the newest file holding an entry (0 if none)."""
+        with self._lock:
+            for f in reversed(self._files):
+                if f._count > 1:
+                    return f._end_ts
+            return 0
+
+    def files(self) -> list[IndexFile]:
+        with self._lock:
+            return list(self._files)
+
+    # -- recovery and clean-up ---------------------------------------------------------------
+    def truncate(self, phy_offset: int) -> None:
+        """Drops every entry with phyOffset >= phy_offset (crash recovery): deletes the files
+        that begin at or past it and cuts the one that straddles it."""
+        with self._lock:
+            kept: list[IndexFile] = []
+            for f in self._files:
+                if f._begin_phy >= phy_offset:
+                    f._destroy()
+                    continue
+                if f._count > 1 and f._end_phy >= phy_offset:
+                    f._truncate(phy_offset)
+                kept.append(f)
+            self._files = kept
+            self._cur = kept[-1] if kept else None
+            self._last_phy = self._newest_phy()
+
+    def delete_expired(self, min_phy_offset: int) -> int:
+        """Deletes the files, never the newest, whose endPhyOffset < min_phy_offset."""
+        with self._lock:
+            if len(self._files) <= 1:
+                return 0
+            expired = [f for f in self._files[:-1] if f._end_phy < min_phy_offset]
+            for f in expired:
+                f._destroy()
+            self._files = [f for f in self._files if f not in expired]
+            return len(expired)
+
+    def flush(self) -> None:
+        """msyncs every file written since the last flush."""
+        with self._lock:
+            for f in self._files:
+                f._flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for f in self._files:
+                f._close()
+            self._files = []
+            self._cur = None
+            self._last_phy = -1
+            self._loaded = False
+
+    def _newest_phy(self) -> int:
+        return max((f._end_phy for f in self._files if f._count > 1), default=-1)
