@@ -4,8 +4,6 @@ import asyncio
 import os
 from collections.abc import Callable
 
-import pytest
-
 from store.constants import BrokerRole, FlushDiskType, GetMessageStatus, PutMessageStatus
 from store.message import Message
 from store.message_store import DefaultMessageStore
