@@ -1,0 +1,244 @@
+# ruff: noqa
+from . import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CreateOrUpdateTopicRequest(_message.Message):
+    __slots__ = ("topic_config",)
+    TOPIC_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    topic_config: _common_pb2.TopicConfig
+    def __init__(self, topic_config: _Optional[_Union[_common_pb2.TopicConfig, _Mapping]] = ...) -> None: ...
+
+class CreateOrUpdateTopicResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class DeleteTopicResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
+
+class GetTopicListRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetTopicListResponse(_message.Message):
+    __slots__ = ("status", "topic_configs", "data_version")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    data_version: _common_pb2.DataVersion
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+
+class GetRuntimeInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetRuntimeInfoResponse(_message.Message):
+    __slots__ = ("status", "table", "broker_name", "broker_id", "broker_role", "snapshot_timestamp", "commit_log_min_offset", "commit_log_max_offset", "dispatch_behind_bytes", "put_tps", "get_total_tps", "slave_ack_offsets", "earliest_message_store_timestamp")
+    class TableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class SlaveAckOffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    TABLE_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_ROLE_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCH_BEHIND_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PUT_TPS_FIELD_NUMBER: _ClassVar[int]
+    GET_TOTAL_TPS_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_ACK_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_MESSAGE_STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    table: _containers.ScalarMap[str, str]
+    broker_name: str
+    broker_id: int
+    broker_role: str
+    snapshot_timestamp: int
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    dispatch_behind_bytes: int
+    put_tps: float
+    get_total_tps: float
+    slave_ack_offsets: _containers.ScalarMap[str, int]
+    earliest_message_store_timestamp: int
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., table: _Optional[_Mapping[str, str]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., snapshot_timestamp: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., put_tps: _Optional[float] = ..., get_total_tps: _Optional[float] = ..., slave_ack_offsets: _Optional[_Mapping[str, int]] = ..., earliest_message_store_timestamp: _Optional[int] = ...) -> None: ...
+
+class GetConsumeStatsRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
+
+class OffsetWrapper(_message.Message):
+    __slots__ = ("topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "last_timestamp", "first_unconsumed_timestamp")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    BROKER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    FIRST_UNCONSUMED_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    last_timestamp: int
+    first_unconsumed_timestamp: int
+    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., last_timestamp: _Optional[int] = ..., first_unconsumed_timestamp: _Optional[int] = ...) -> None: ...
+
+class ConsumeStats(_message.Message):
+    __slots__ = ("consumer_group", "offset_table", "consume_tps")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_TABLE_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_TPS_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    offset_table: _containers.RepeatedCompositeFieldContainer[OffsetWrapper]
+    consume_tps: float
+    def __init__(self, consumer_group: _Optional[str] = ..., offset_table: _Optional[_Iterable[_Union[OffsetWrapper, _Mapping]]] = ..., consume_tps: _Optional[float] = ...) -> None: ...
+
+class GetConsumeStatsResponse(_message.Message):
+    __slots__ = ("status", "snapshot_timestamp", "consume_stats")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_STATS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    snapshot_timestamp: int
+    consume_stats: _containers.RepeatedCompositeFieldContainer[ConsumeStats]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., snapshot_timestamp: _Optional[int] = ..., consume_stats: _Optional[_Iterable[_Union[ConsumeStats, _Mapping]]] = ...) -> None: ...
+
+class GetHAStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class HAConnectionRuntimeInfo(_message.Message):
+    __slots__ = ("addr", "slave_ack_offset", "diff", "fall_behind_seconds", "in_sync", "transferred_byte_in_second", "transfer_from_where", "state")
+    ADDR_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DIFF_FIELD_NUMBER: _ClassVar[int]
+    FALL_BEHIND_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_FIELD_NUMBER: _ClassVar[int]
+    TRANSFERRED_BYTE_IN_SECOND_FIELD_NUMBER: _ClassVar[int]
+    TRANSFER_FROM_WHERE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    addr: str
+    slave_ack_offset: int
+    diff: int
+    fall_behind_seconds: float
+    in_sync: bool
+    transferred_byte_in_second: int
+    transfer_from_where: int
+    state: str
+    def __init__(self, addr: _Optional[str] = ..., slave_ack_offset: _Optional[int] = ..., diff: _Optional[int] = ..., fall_behind_seconds: _Optional[float] = ..., in_sync: _Optional[bool] = ..., transferred_byte_in_second: _Optional[int] = ..., transfer_from_where: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+
+class HAClientRuntimeInfo(_message.Message):
+    __slots__ = ("master_addr", "connected", "max_offset", "transferred_byte_in_second", "last_read_timestamp", "last_write_timestamp", "state")
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TRANSFERRED_BYTE_IN_SECOND_FIELD_NUMBER: _ClassVar[int]
+    LAST_READ_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    LAST_WRITE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    master_addr: str
+    connected: bool
+    max_offset: int
+    transferred_byte_in_second: int
+    last_read_timestamp: int
+    last_write_timestamp: int
+    state: str
+    def __init__(self, master_addr: _Optional[str] = ..., connected: _Optional[bool] = ..., max_offset: _Optional[int] = ..., transferred_byte_in_second: _Optional[int] = ..., last_read_timestamp: _Optional[int] = ..., last_write_timestamp: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+
+class GetHAStatusResponse(_message.Message):
+    __slots__ = ("status", "master", "master_commit_log_max_offset", "in_sync_slave_nums", "ha_connection_info", "ha_client_info")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_FIELD_NUMBER: _ClassVar[int]
+    MASTER_COMMIT_LOG_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    IN_SYNC_SLAVE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    HA_CONNECTION_INFO_FIELD_NUMBER: _ClassVar[int]
+    HA_CLIENT_INFO_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    master: bool
+    master_commit_log_max_offset: int
+    in_sync_slave_nums: int
+    ha_connection_info: _containers.RepeatedCompositeFieldContainer[HAConnectionRuntimeInfo]
+    ha_client_info: HAClientRuntimeInfo
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., master: _Optional[bool] = ..., master_commit_log_max_offset: _Optional[int] = ..., in_sync_slave_nums: _Optional[int] = ..., ha_connection_info: _Optional[_Iterable[_Union[HAConnectionRuntimeInfo, _Mapping]]] = ..., ha_client_info: _Optional[_Union[HAClientRuntimeInfo, _Mapping]] = ...) -> None: ...
+
+class GetAllConsumerOffsetRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ConsumerOffsetEntry(_message.Message):
+    __slots__ = ("topic", "consumer_group", "queue_id", "offset")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    consumer_group: str
+    queue_id: int
+    offset: int
+    def __init__(self, topic: _Optional[str] = ..., consumer_group: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class GetAllConsumerOffsetResponse(_message.Message):
+    __slots__ = ("status", "offset_table", "data_version")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_TABLE_FIELD_NUMBER: _ClassVar[int]
+    DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    offset_table: _containers.RepeatedCompositeFieldContainer[ConsumerOffsetEntry]
+    data_version: _common_pb2.DataVersion
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., offset_table: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ...) -> None: ...
+
+class GetAllDelayOffsetRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetAllDelayOffsetResponse(_message.Message):
+    __slots__ = ("status", "offset_table")
+    class OffsetTableEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_TABLE_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    offset_table: _containers.ScalarMap[int, int]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., offset_table: _Optional[_Mapping[int, int]] = ...) -> None: ...

@@ -1,0 +1,5 @@
+"""``python -m nameserver``: see nameserver.startup."""
+
+from nameserver.startup import main
+
+raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""Name server constants, as RocketMQ names them (SPEC §3)."""
+
+from __future__ import annotations
+
+DEFAULT_LISTEN = "0.0.0.0:9876"  # RocketMQ's default name server port
+DEFAULT_LOG_LEVEL = "INFO"
+
+MASTER_ID = 0  # MixAll.MASTER_ID: brokerId 0 is a group's master
+
+# A broker whose last registration is older than this is removed by the scan.
+BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
+# The scan of not-active brokers: first run after 5 s, then every 10 s.
+SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S = 5.0
+SCAN_NOT_ACTIVE_BROKER_INTERVAL_S = 10.0
+# How often brokers register with every name server (the broker's side).
+REGISTER_BROKER_INTERVAL_MS = 30_000
+
+# Permission bits of topics and queues (PermName).
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+
+# Seconds a stopping name server lets in-flight RPCs finish.
+SHUTDOWN_GRACE_S = 1.0
+# Printed on stdout once the server listens; tests and scripts wait for it.
+BOOT_SUCCESS_MESSAGE = "The Name Server boot success."

@@ -1,0 +1,117 @@
+"""NamesrvController: the route tables, their gRPC server and the scan of silent brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import grpc
+
+from mqproto import namesrv_pb2_grpc
+from nameserver.constants import (
+    DEFAULT_LISTEN,
+    SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S,
+    SCAN_NOT_ACTIVE_BROKER_INTERVAL_S,
+    SHUTDOWN_GRACE_S,
+)
+from nameserver.processor import NamesrvServicer
+from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+"""Waits the given number of seconds; tests pass a fake that never really waits."""
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[::1]:port"`` -> (host, port); ValueError when malformed."""
+    host, sep, port_text = address.rpartition(":")
+    if not sep or not host or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {address!r}")
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"port out of range in {address!r}")
+    return host, port
+
+
+class NamesrvController:
+    """One name server. Several run side by side and never talk to each other.
+
+    ``clock`` (ms) stamps registrations and drives expiry; ``sleep`` paces the scan task
+    (first run after 5 s, then every 10 s).
+    """
+
+    def __init__(
+        self,
+        listen: str = DEFAULT_LISTEN,
+        *,
+        clock: Clock = wall_clock_ms,
+        sleep: Sleep = asyncio.sleep,
+    ) -> None:
+        self.listen = listen
+        self.route_info_manager = RouteInfoManager(clock)
+        self._sleep = sleep
+        self._server: grpc.aio.Server | None = None
+        self._scan_task: asyncio.Task[None] | None = None
+        self.listen_address = ""
+        """``host:port`` actually bound (the port is chosen when ``listen`` asks for 0)."""
+
+    async def start(self) -> str:
+        """Bind, serve and start the scan task; returns the bound ``host:port``."""
+        host, _ = split_host_port(self.listen)
+        # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
+        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(
+            NamesrvServicer(self.route_info_manager), server
+        )
+        try:
+            port = server.add_insecure_port(self.listen)
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
+        if port == 0:
+            raise OSError(f"cannot listen on {self.listen}")
+        await server.start()
+        self._server = server
+        self.listen_address = f"{host}:{port}"
+        self._scan_task = asyncio.create_task(
+            self.scan_not_active_broker_loop(), name="scanNotActiveBroker"
+        )
+        log.info("name server listening on %s", self.listen_address)
+        return self.listen_address
+
+    async def scan_not_active_broker_loop(self) -> None:
+        await self._sleep(SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S)
+        while True:
+            try:
+                self.route_info_manager.scan_not_active_broker()
+            except Exception:
+                log.exception("scanNotActiveBroker failed; next scan in %ss",
+                              SCAN_NOT_ACTIVE_BROKER_INTERVAL_S)
+            await self._sleep(SCAN_NOT_ACTIVE_BROKER_INTERVAL_S)
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Stop the scan task, then the server (in-flight RPCs get ``grace`` seconds)."""
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scan_task
+            self._scan_task = None
+        if self._server is not None:
+            await self._server.stop(grace)
+            self._server = None
+            log.info("name server on %s stopped", self.listen_address)
+
+    async def __aenter__(self) -> NamesrvController:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.shutdown()

@@ -1,0 +1,83 @@
+"""Process entry point of the name server (RocketMQ's NamesrvStartup).
+
+    python -m nameserver [--listen HOST:PORT] [--log-level LEVEL]
+    mqnamesrv            [--listen HOST:PORT] [--log-level LEVEL]
+
+Logs go to stderr. Once listening it prints one line on stdout,
+``The Name Server boot success. listen=HOST:PORT``, with the port actually bound (useful
+with port 0). SIGTERM or SIGINT stops it cleanly with exit code 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from nameserver.constants import BOOT_SUCCESS_MESSAGE, DEFAULT_LISTEN, DEFAULT_LOG_LEVEL
+from nameserver.controller import NamesrvController, split_host_port
+
+log = logging.getLogger("nameserver")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s - %(message)s"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def _listen_address(text: str) -> str:
+    try:
+        split_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return text
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="mqnamesrv", description="Name server of the message cluster."
+    )
+    parser.add_argument(
+        "--listen", type=_listen_address, default=DEFAULT_LISTEN,
+        help=f"HOST:PORT to serve gRPC on (default {DEFAULT_LISTEN}; port 0 picks a free one)",
+    )
+    parser.add_argument(
+        "--log-level", type=str.upper, choices=LOG_LEVELS, default=DEFAULT_LOG_LEVEL,
+        help=f"logging level (default {DEFAULT_LOG_LEVEL})",
+    )
+    return parser.parse_args(argv)
+
+
+async def serve(listen: str) -> None:
+    """Run one name server until SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("received %s, shutting down", signum.name)
+        stop.set()
+
+    handled = (signal.SIGTERM, signal.SIGINT)
+    for signum in handled:
+        loop.add_signal_handler(signum, on_signal, signum)
+    controller = NamesrvController(listen)
+    try:
+        address = await controller.start()
+        print(f"{BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
+        await stop.wait()
+    finally:
+        await controller.shutdown()
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    try:
+        asyncio.run(serve(args.listen))
+    except OSError as exc:
+        log.error("name server failed: %s", exc)
+        return 1
+    return 0
