@@ -215,16 +215,20 @@ class IndexFile:
         mm[base + first * INDEX_SIZE : base + end * INDEX_SIZE] = bytes((end - first) * INDEX_SIZE)
         self._dirty = True
 
-    def _repair_tail(self) -> None:
-        """Drops entries written past indexCount by a process that died while indexing."""
+    def _repair_tail(self) -> int | None:
+        """Drops entries written past indexCount by a process that died while indexing;
+        returns the phyOffset of the first one dropped (None if there were none)."""
         mm, base, end = self._mm, self._entries_base, self._count
         while end < self._index_num:
             pos = base + end * INDEX_SIZE
             if mm[pos : pos + INDEX_SIZE] == _ZERO_ENTRY:
                 break
             end += 1
-        if end > self._count:
-            self._unlink_entries(self._count, end)
+        if end == self._count:
+            return None
+        first_phy = _unpack_entry(mm, base + self._count * INDEX_SIZE)[1]
+        self._unlink_entries(self._count, end)
+        return first_phy
 
     def _truncate(self, phy_offset: int) -> None:
         """Drops the entries with phyOffset >= phy_offset (a suffix: entries are appended in
@@ -317,11 +321,14 @@ class IndexService:
             for tmp in self.index_dir.glob("*" + _TMP_SUFFIX):  # creation cut short by a crash
                 tmp.unlink()
             files: list[IndexFile] = []
+            dropped: list[int] = []
             try:
                 for path in sorted(p for p in self.index_dir.iterdir() if _NAME.match(p.name)):
                     f = IndexFile.open(path, self._hash_slot_num, self._index_num)
                     files.append(f)
-                    f._repair_tail()
+                    phy = f._repair_tail()
+                    if phy is not None:
+                        dropped.append(phy)
             except BaseException:
                 for f in files:
                     f._mm.close()
@@ -329,6 +336,10 @@ class IndexService:
             self._files = files
             self._cur = files[-1] if files else None
             self._last_phy = self._newest_phy()
+            # The interrupted message began in the previous (full, sealed) file: drop it there
+            # too, so that it is indexed again as a whole.
+            if dropped and min(dropped) <= self._last_phy:
+                self._truncate_locked(min(dropped))
             self._loaded = True
 
     # -- writing -----------------------------------------------------------------------------
@@ -451,17 +462,20 @@ class IndexService:
         """Drops every entry with phyOffset >= phy_offset (crash recovery): deletes the files
         that begin at or past it and cuts the one that straddles it."""
         with self._lock:
-            kept: list[IndexFile] = []
-            for f in self._files:
-                if f._begin_phy >= phy_offset:
-                    f._destroy()
-                    continue
-                if f._count > 1 and f._end_phy >= phy_offset:
-                    f._truncate(phy_offset)
-                kept.append(f)
-            self._files = kept
-            self._cur = kept[-1] if kept else None
-            self._last_phy = self._newest_phy()
+            self._truncate_locked(phy_offset)
+
+    def _truncate_locked(self, phy_offset: int) -> None:
+        kept: list[IndexFile] = []
+        for f in self._files:
+            if f._begin_phy >= phy_offset:
+                f._destroy()
+                continue
+            if f._count > 1 and f._end_phy >= phy_offset:
+                f._truncate(phy_offset)
+            kept.append(f)
+        self._files = kept
+        self._cur = kept[-1] if kept else None
+        self._last_phy = self._newest_phy()
 
     def delete_expired(self, min_phy_offset: int) -> int:
         """Deletes the files, never the newest, whose endPhyOffset < min_phy_offset."""

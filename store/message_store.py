@@ -134,6 +134,7 @@ class DefaultMessageStore:
         flush = ServiceThread("GroupCommitService" if self._sync_flush else "FlushRealTimeService",
                               self._flush_commitlog_step)
         self._flush_service = flush
+        self.flush_waiters.on_wait = flush.wake
         self._reput_service = ServiceThread("ReputMessageService", self._reput_step)
         self._services = [
             flush,
@@ -202,9 +203,8 @@ class DefaultMessageStore:
         result = self.commitlog.put_messages(msgs)
         if result.status is PutMessageStatus.PUT_OK:
             self.put_count += len(msgs)
-            if self._sync_flush:
-                self._flush_service.wake()
             if self._reput_idle:
+                self._reput_idle = False
                 self._reput_service.wake()
         return PutMessageResult(result.status, result)
 

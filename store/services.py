@@ -27,6 +27,7 @@ class ServiceThread:
 
     def _run(self) -> None:
         while not self.stopped:
+            self.wakeup.clear()  # before the step: a wake-up during the step is not lost
             try:
                 wait = self._step()
             except Exception:  # keep the service alive; the failure is in the log
@@ -34,7 +35,6 @@ class ServiceThread:
                 wait = 1.0
             if wait > 0 and not self.stopped:
                 self.wakeup.wait(wait)
-                self.wakeup.clear()
 
     def wake(self) -> None:
         self.wakeup.set()

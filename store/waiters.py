@@ -29,8 +29,10 @@ class _Waiting:
 class OffsetWaiters:
     """Pending waits ordered by offset; `advance` releases every wait at or below an offset."""
 
-    def __init__(self, clock: Callable[[], float]) -> None:
+    def __init__(self, clock: Callable[[], float],
+                 on_wait: Callable[[], None] | None = None) -> None:
         self._clock = clock  # seconds, monotonic
+        self.on_wait = on_wait  # told of each new wait, e.g. to wake the service advancing it
         self._lock = threading.Lock()
         self._heap: list[tuple[int, int, _Waiting]] = []
         self._seq = itertools.count()
@@ -43,8 +45,12 @@ class OffsetWaiters:
         with self._lock:
             if w.offset <= self.reached:
                 return False
+            first = not self._heap
             heapq.heappush(self._heap, (w.offset, next(self._seq), w))
-            return True
+        # Only an empty -> non-empty change can find the advancing service asleep.
+        if first and self.on_wait is not None:
+            self.on_wait()
+        return True
 
     def wait(self, offset: int, timeout_s: float) -> bool:
         """Blocks the calling thread; True when reached, False on timeout."""
