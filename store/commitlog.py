@@ -9,23 +9,22 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from crc32c import crc32c
+
 from store.codec import (
+    _HEADER_BY_FLAGS,
     CorruptRecord,
     DispatchRequest,
-    body_crc,
     delay_level_ms,
     encode_blank,
     encode_host,
-    encode_properties,
-    encode_tail,
-    header_struct,
-    host_sys_flags,
     parse_dispatch,
     tags_code,
 )
 from store.config import StoreConfig
 from store.constants import (
     END_FILE_MIN_BLANK_LENGTH,
+    MAX_PROPERTIES_LENGTH,
     MESSAGE_MAGIC_CODE,
     SCHEDULE_TOPIC,
     TRANSACTION_TYPE_MASK,
@@ -62,29 +61,46 @@ class _Encoded:
     __slots__ = ("msg", "header", "body", "tail", "crc", "total", "sys_flag", "born_host",
                  "counted", "key", "tags_code", "keys", "uniq_key", "delay_ms")
 
-    def __init__(self, msg: Message, store_host: str, max_message_size: int) -> None:
+    def __init__(self, msg: Message, store_host_flag: int, max_message_size: int) -> None:
         topic = msg.topic.encode()
-        properties = msg.properties
-        props = encode_properties(properties) if properties else b""
         body = msg.body
-        check_sizes(topic, props, len(body), max_message_size)
+        properties = msg.properties
+        if properties:
+            props = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()]).encode()
+            tags = properties.get("TAGS")
+            # What the dispatch service would otherwise parse back out of the record.
+            self.tags_code = tags_code(tags) if tags else 0
+            self.keys = properties.get("KEYS", "")
+            self.uniq_key = properties.get("UNIQ_KEY")
+        else:
+            props = b""
+            self.tags_code = 0
+            self.keys = ""
+            self.uniq_key = None
+        if len(props) > MAX_PROPERTIES_LENGTH or len(topic) > 127 or len(body) > max_message_size:
+            check_sizes(topic, props, len(body), max_message_size)
+        born_host = _HOSTS.get(msg.born_host)
+        if born_host is None:
+            born_host = _HOSTS[msg.born_host] = encode_host(*msg.born_host)
+        sys_flag = msg.sys_flag | store_host_flag | (0x10 if len(born_host) == 20 else 0)
         self.msg = msg
-        self.sys_flag = msg.sys_flag | host_sys_flags(msg.born_host[0], store_host)
-        self.header = header_struct(self.sys_flag)
+        self.sys_flag = sys_flag
+        self.header = header = _HEADER_BY_FLAGS[sys_flag & 0x30]
         self.body = body
-        self.tail = encode_tail(topic, props)
-        self.crc = body_crc(body)
-        self.total = self.header.size + len(body) + len(self.tail)
-        self.born_host = encode_host(*msg.born_host)
-        self.counted = (self.sys_flag & TRANSACTION_TYPE_MASK) not in _NO_QUEUE_OFFSET
+        self.tail = tail = b"".join((bytes((len(topic),)), topic, len(props).to_bytes(2, "big"),
+                                     props))
+        self.crc = crc32c(body) & 0x7FFFFFFF
+        self.total = header.size + len(body) + len(tail)
+        self.born_host = born_host
+        self.counted = (sys_flag & TRANSACTION_TYPE_MASK) not in _NO_QUEUE_OFFSET
         self.key = (msg.topic, msg.queue_id)
-        # What the dispatch service would otherwise parse back out of the record.
-        self.tags_code = tags_code(properties.get("TAGS")) if properties else 0
-        self.keys = properties.get("KEYS", "") if properties else ""
-        self.uniq_key = properties.get("UNIQ_KEY") if properties else None
         self.delay_ms = 0
-        if msg.topic == SCHEDULE_TOPIC and properties and "DELAY" in properties:
+        if properties and "DELAY" in properties and msg.topic == SCHEDULE_TOPIC:
             self.delay_ms = delay_level_ms(int(properties["DELAY"]))
+
+
+# born host (ip, port) -> its record bytes; a broker sees a bounded set of client addresses.
+_HOSTS: dict[tuple[str, int], bytes] = {}
 
 
 class CommitLog:
@@ -103,7 +119,7 @@ class CommitLog:
         self.begin_time_in_lock = 0  # ms; 0 when nobody holds the put lock
         # (topic, queueId) -> next queue offset
         self.topic_queue_table: dict[tuple[str, int], int] = {}
-        self.store_host_name = config.store_host[0]
+        self.store_host_flag = 0x20 if ":" in config.store_host[0] else 0
         self.store_host = encode_host(*config.store_host)
         self.last_store_timestamp = 0
         self.file_size = config.mapped_file_size_commit_log
@@ -113,7 +129,7 @@ class CommitLog:
 
     # -- append ----------------------------------------------------------------------------
     def encode(self, msg: Message) -> _Encoded:
-        return _Encoded(msg, self.store_host_name, self.config.max_message_size)
+        return _Encoded(msg, self.store_host_flag, self.config.max_message_size)
 
     def put_messages(self, msgs: list[Message]) -> AppendResult:
         """Appends records under the put lock (never waits for disk)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import logging
 import os
 import shutil
@@ -49,11 +48,6 @@ class PutMessageResult:
         return self.status is PutMessageStatus.PUT_OK
 
 
-@functools.lru_cache(maxsize=4096)
-def _cached_topic_problem(topic: str) -> str | None:
-    return topic_problem(topic)
-
-
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -83,6 +77,7 @@ class DefaultMessageStore:
         self.disk_fall_behind: dict[str, int] = {}  # group -> bytes, from the last pull
         self._last_dispatched_ts = 0
         self._reput_idle = False
+        self._valid_topics: set[str] = set()
         self._reput_lock = threading.Lock()
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
         self._last_thorough_flush = monotonic()
@@ -186,10 +181,13 @@ class DefaultMessageStore:
         held = self.commitlog.lock_held_ms(self.clock_ms())
         if held > self.config.os_page_cache_busy_time_out_mills:
             return PutMessageStatus.OS_PAGECACHE_BUSY, f"put lock held for {held} ms"
+        valid = self._valid_topics
         for m in msgs:
-            problem = _cached_topic_problem(m.topic)
-            if problem is not None:
-                return PutMessageStatus.MESSAGE_ILLEGAL, problem
+            if m.topic not in valid:
+                problem = topic_problem(m.topic)
+                if problem is not None:
+                    return PutMessageStatus.MESSAGE_ILLEGAL, problem
+                valid.add(m.topic)
             if m.queue_id < 0:
                 return PutMessageStatus.MESSAGE_ILLEGAL, f"bad queue id {m.queue_id}"
         return None
