@@ -351,6 +351,58 @@ def parse_dispatch(
     )
 
 
+_TOPICS: dict[bytes, str] = {}
+
+
+def check_record(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, int, str] | int:
+    """Validates the record at `pos` (magic, sizes, BODYCRC, PHYSICALOFFSET == `pos` is left
+    to the caller) without decoding its properties: the recovery scan's fast path.
+
+    Returns 0 at the end of data, the blank's size for an end-of-file blank, or
+    (total size, queue id, queue offset, physical offset, topic) of a valid record, with
+    sys flag checks left to parse_dispatch. Raises CorruptRecord.
+    """
+    limit = len(buf)
+    if pos + 8 > limit:
+        return 0
+    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    if magic == BLANK_MAGIC_CODE:
+        if total != limit - pos:
+            raise CorruptRecord(f"end-of-file blank of {total} bytes at {pos}, {limit - pos} left")
+        return total
+    if total == 0 and magic == 0:
+        return 0
+    if magic != MESSAGE_MAGIC_CODE:
+        raise CorruptRecord(f"bad magic code {magic & 0xFFFFFFFF:#x} at {pos}")
+    if total < PREFIX.size or pos + total > limit:
+        raise CorruptRecord(f"bad total size {total} at {pos}")
+    fields = _HEADER_BY_FLAGS[INT.unpack_from(buf, pos + 36)[0] & 0x30].unpack_from(buf, pos)
+    body_len = fields[14]
+    p = pos + _HEADER_BY_FLAGS[fields[7] & 0x30].size
+    end = pos + total
+    if body_len < 0 or p + body_len + 3 > end:
+        raise CorruptRecord(f"bad body length {body_len} at {pos}")
+    if crc32c.crc32c(buf[p : p + body_len]) & 0x7FFFFFFF != fields[2]:
+        raise CorruptRecord(f"body CRC mismatch at {pos}")
+    p += body_len
+    topic_len = buf[p]
+    if p + 1 + topic_len + 2 > end:
+        raise CorruptRecord(f"bad topic length {topic_len} at {pos}")
+    (props_len,) = SHORT.unpack_from(buf, p + 1 + topic_len)
+    if props_len < 0 or p + 3 + topic_len + props_len != end:
+        raise CorruptRecord(f"bad properties length {props_len} at {pos}")
+    raw_topic = bytes(buf[p + 1 : p + 1 + topic_len])
+    topic = _TOPICS.get(raw_topic)
+    if topic is None:
+        try:
+            topic = raw_topic.decode()
+        except UnicodeDecodeError as e:
+            raise CorruptRecord(f"topic is not UTF-8 at {pos}") from e
+        if len(_TOPICS) < 100_000:
+            _TOPICS[raw_topic] = topic
+    return total, fields[3], fields[5], fields[6], topic
+
+
 def delay_level_ms(level: int) -> int:
     level = max(1, min(level, len(DELAY_LEVELS_MS)))
     return DELAY_LEVELS_MS[level - 1]

@@ -15,6 +15,7 @@ from store.codec import (
     _HEADER_BY_FLAGS,
     CorruptRecord,
     DispatchRequest,
+    check_record,
     delay_level_ms,
     encode_blank,
     encode_host,
@@ -36,6 +37,7 @@ from store.message import IllegalMessage, Message, check_sizes
 
 log = logging.getLogger(__name__)
 
+ScannedRecord = tuple[memoryview, int, int, int, int, int, str]
 _NO_QUEUE_OFFSET = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBACK))
 
 
@@ -265,9 +267,11 @@ class CommitLog:
             mf.write_at(pos, data)
 
     # -- recovery --------------------------------------------------------------------------
-    def scan(self, start_offset: int) -> Iterator[DispatchRequest]:
+    def scan(self, start_offset: int) -> Iterator[ScannedRecord]:
         """Yields every valid record from `start_offset` on; stops at the first bad byte.
 
+        Each item is (file data, position in it, commitlog offset, total size, queue id,
+        queue offset, topic); `parse_dispatch(data, pos)` gives the full request when needed.
         After the iteration `self.scan_end` is the offset where valid data ends.
         """
         self.scan_end = start_offset
@@ -277,27 +281,29 @@ class CommitLog:
             mf = self.queue.find_by_offset(offset)
             if mf is None:
                 return
-            data = mf.mm[offset - mf.file_from_offset : mf.file_size]
-            pos = 0
-            while True:
-                try:
-                    r = parse_dispatch(data, pos, check_crc=True)
-                except CorruptRecord as e:
-                    self.scan_error = f"{mf.path.name}: {e}"
-                    return
-                if r == 0:
-                    return  # end of data inside this file
-                if isinstance(r, int):  # end-of-file blank: continue in the next file
-                    offset = mf.file_tail_offset
-                    self.scan_end = offset
-                    break
-                if r.commit_log_offset != offset + pos:
-                    self.scan_error = (f"{mf.path.name}: record at {offset + pos} says it is at "
-                                       f"{r.commit_log_offset}")
-                    return
-                pos += r.msg_size
-                self.scan_end = offset + pos
-                yield r
+            base = mf.file_from_offset
+            with memoryview(mf.mm) as data:
+                pos = offset - base
+                while True:
+                    try:
+                        r = check_record(data, pos)
+                    except CorruptRecord as e:
+                        self.scan_error = f"{mf.path.name}: {e}"
+                        return
+                    if r == 0:
+                        return  # end of data inside this file
+                    if isinstance(r, int):  # end-of-file blank: continue in the next file
+                        offset = mf.file_tail_offset
+                        self.scan_end = offset
+                        break
+                    total, queue_id, queue_offset, phys, topic = r
+                    if phys != base + pos:
+                        self.scan_error = (f"{mf.path.name}: record at {base + pos} says it is "
+                                           f"at {phys}")
+                        return
+                    yield data, pos, phys, total, queue_id, queue_offset, topic
+                    pos += total
+                    self.scan_end = base + pos
 
     def first_record_timestamp(self, mf: MappedFile) -> int:
         """Store time of a file's first record, 0 when it has none."""

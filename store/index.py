@@ -362,8 +362,9 @@ class IndexService:
             if not key:
                 continue
             if count >= self._index_num:
-                if count != first:
-                    self._seal(f, count, phy_offset, store_timestamp_ms)
+                if count != first:  # the message goes on in the next file
+                    f._end_ts, f._end_phy = store_timestamp_ms, phy_offset
+                    f._write_header()
                 f = self._roll()
                 mm = f._mm
                 count = first = f._count
@@ -386,22 +387,13 @@ class IndexService:
                 f._slot_count += 1
             count += 1
             f._count = count
-        if count != first:  # the header, last (as _seal, inlined: this is the hot path)
+        if count != first:  # the header, last (IndexFile._write_header, inlined)
             f._end_ts = store_timestamp_ms
             f._end_phy = phy_offset
             _pack_header(mm, 0, f._begin_ts, store_timestamp_ms, f._begin_phy, phy_offset,
                          f._slot_count, count)
             f._dirty = True
             self._last_phy = phy_offset
-
-    def _seal(self, f: IndexFile, count: int, phy_offset: int, store_timestamp_ms: int) -> None:
-        """Writes the header after the message's keys (the last step of build_index)."""
-        f._end_ts = store_timestamp_ms
-        f._end_phy = phy_offset
-        _pack_header(f._mm, 0, f._begin_ts, store_timestamp_ms, f._begin_phy, phy_offset,
-                     f._slot_count, count)
-        f._dirty = True
-        self._last_phy = phy_offset
 
     def _roll(self) -> IndexFile:
         with self._lock:
@@ -454,6 +446,7 @@ class IndexService:
             return 0
 
     def files(self) -> list[IndexFile]:
+        """The loaded files, oldest first (a file deleted meanwhile can no longer be read)."""
         with self._lock:
             return list(self._files)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from store.codec import parse_dispatch
+
 if TYPE_CHECKING:
     from store.message_store import DefaultMessageStore
 
@@ -33,10 +35,18 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
     store._index_end = _index_end(store)
     touched: dict = {}
     count = 0
-    for request in commitlog.scan(start):
-        if crashed:  # re-dispatch: consume-queue puts skip entries already there
-            store.dispatch(request, touched)
+    queues = store.consume_queues
+    index_end = store._index_end if store.config.message_index_enable else 1 << 62
+    for data, pos, phys, _, queue_id, queue_offset, topic in commitlog.scan(start):
         count += 1
+        if not crashed:
+            continue
+        # Re-dispatch what the consume queues or the index lack (parsing only those).
+        cq = queues.get((topic, queue_id))
+        if phys >= index_end or cq is None or queue_offset >= cq.max_offset_in_queue:
+            request = parse_dispatch(data, pos, check_crc=False)
+            assert not isinstance(request, int)
+            store.dispatch(request, touched)
     end = commitlog.scan_end
     if commitlog.scan_error:
         log.warning("commitlog recovery: truncating at %d: %s", end, commitlog.scan_error)
