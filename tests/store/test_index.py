@@ -392,6 +392,29 @@ def test_load_unlinks_entries_written_past_index_count(tmp_path: Path) -> None:
     again.close()
 
 
+def test_load_drops_a_message_cut_short_across_two_files(tmp_path: Path) -> None:
+    svc = new_service(tmp_path, entries=5)  # 4 entries per file
+    svc.build_index(TOPIC, ["a", "b"], 0, T0)
+    svc.build_index(TOPIC, ["c", "d", "e"], 100, T0 + 1000)  # c, d in file 1; e in file 2
+    first, second = svc.files()
+    assert (first.end_phy_offset, second.begin_phy_offset) == (100, 100)
+    svc.close()
+    with second.path.open("r+b") as fh:  # died before the second file's header was written
+        fh.write(struct.pack(">qqqqii", 0, 0, 0, 0, 0, 1))
+
+    again = new_service(tmp_path, entries=5)
+    first, second = again.files()
+    assert (first.index_count, first.end_phy_offset, second.index_count) == (3, 0, 1)
+    assert again.max_phy_offset() == 0
+    for key in "cde":
+        assert again.query_offsets(TOPIC, key, 10, 0, 2**62) == []
+    again.build_index(TOPIC, ["c", "d", "e"], 100, T0 + 1000)  # dispatched again
+    for key in "abcde":
+        assert again.query_offsets(TOPIC, key, 10, 0, 2**62) == [0 if key in "ab" else 100]
+    assert [f.index_count for f in again.files()] == [3, 4]  # writing goes on in the newest
+    again.close()
+
+
 def test_reader_passes_over_an_entry_not_yet_counted(tmp_path: Path) -> None:
     """A query between the slot write and the indexCount update still sees the older chain."""
     svc = new_service(tmp_path)
