@@ -9,6 +9,7 @@ import dataclasses
 import functools
 import ipaddress
 import struct
+from typing import Any
 
 import crc32c
 
@@ -285,82 +286,18 @@ class DispatchRequest:
     prepared_transaction_offset: int
 
 
-def parse_dispatch(
-    buf: bytes | memoryview, pos: int, check_crc: bool = True
-) -> DispatchRequest | int:
-    """Checks the record at `pos` and extracts its dispatch request.
-
-    Returns 0 at the end of data (TOTALSIZE 0, or fewer than 8 bytes left), the blank's size
-    for an end-of-file blank, or the request. Raises CorruptRecord otherwise.
-    """
-    limit = len(buf)
-    if pos + 8 > limit:
-        return 0
-    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total != limit - pos:
-            raise CorruptRecord(f"end-of-file blank of {total} bytes at {pos}, {limit - pos} left")
-        return total
-    if total == 0 and magic == 0:
-        return 0
-    if magic != MESSAGE_MAGIC_CODE:
-        raise CorruptRecord(f"bad magic code {magic & 0xFFFFFFFF:#x} at {pos}")
-    if total < PREFIX.size or pos + total > limit:
-        raise CorruptRecord(f"bad total size {total} at {pos}")
-    _, _, crc, queue_id, _, qoff, phys, sys_flag, _ = PREFIX.unpack_from(buf, pos)
-    hsize = _HEADER_BY_FLAGS[sys_flag & 0x30].size
-    if total < hsize + 3:
-        raise CorruptRecord(f"bad total size {total} at {pos}")
-    store_pos = pos + BORNHOST_POS + (20 if sys_flag & 0x10 else 8)
-    (store_ts,) = LONG.unpack_from(buf, store_pos)
-    prepared_pos = store_pos + 8 + (20 if sys_flag & 0x20 else 8) + 4
-    prepared, body_len = struct.unpack_from(">qi", buf, prepared_pos)
-    p = pos + hsize
-    end = pos + total
-    if body_len < 0 or p + body_len + 3 > end:
-        raise CorruptRecord(f"bad body length {body_len} at {pos}")
-    if check_crc and crc32c.crc32c(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
-        raise CorruptRecord(f"body CRC mismatch at {pos}")
-    p += body_len
-    topic_len = buf[p]
-    topic = bytes(buf[p + 1 : p + 1 + topic_len]).decode()
-    p += 1 + topic_len
-    if p + 2 > end:
-        raise CorruptRecord(f"bad topic length {topic_len} at {pos}")
-    (props_len,) = SHORT.unpack_from(buf, p)
-    p += 2
-    if props_len < 0 or p + props_len != end:
-        raise CorruptRecord(f"bad properties length {props_len} at {pos}")
-    props = decode_properties(buf[p:end]) if props_len else {}
-    tags = props.get("TAGS")
-    code = tags_code(tags) if tags else 0
-    if topic == "SCHEDULE_TOPIC_XXXX" and "DELAY" in props:
-        code = store_ts + delay_level_ms(int(props["DELAY"]))
-    return DispatchRequest(
-        topic,
-        queue_id,
-        phys,
-        total,
-        code,
-        store_ts,
-        qoff,
-        props.get("KEYS", ""),
-        props.get("UNIQ_KEY"),
-        sys_flag,
-        prepared,
-    )
-
-
 _TOPICS: dict[bytes, str] = {}
 
 
-def check_record(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, int, str] | int:
-    """Validates the record at `pos` (magic, sizes, BODYCRC, PHYSICALOFFSET == `pos` is left
-    to the caller) without decoding its properties: the recovery scan's fast path.
+def check_record(
+    buf: bytes | memoryview, pos: int, check_crc: bool = True
+) -> tuple[int, int, int, int, str, tuple[Any, ...], int] | int:
+    """Validates the record at `pos` (magic, sizes, BODYCRC; whether PHYSICALOFFSET equals
+    the position is left to the caller) without decoding its properties.
 
-    Returns 0 at the end of data, the blank's size for an end-of-file blank, or
-    (total size, queue id, queue offset, physical offset, topic) of a valid record, with
-    sys flag checks left to parse_dispatch. Raises CorruptRecord.
+    Returns 0 at the end of data (TOTALSIZE 0, or fewer than 8 bytes left), the blank's size
+    for an end-of-file blank, or (total size, queue id, queue offset, physical offset, topic,
+    header fields, position of the properties) of a valid record. Raises CorruptRecord.
     """
     limit = len(buf)
     if pos + 8 > limit:
@@ -382,7 +319,7 @@ def check_record(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, int,
     end = pos + total
     if body_len < 0 or p + body_len + 3 > end:
         raise CorruptRecord(f"bad body length {body_len} at {pos}")
-    if crc32c.crc32c(buf[p : p + body_len]) & 0x7FFFFFFF != fields[2]:
+    if check_crc and crc32c.crc32c(buf[p : p + body_len]) & 0x7FFFFFFF != fields[2]:
         raise CorruptRecord(f"body CRC mismatch at {pos}")
     p += body_len
     topic_len = buf[p]
@@ -400,7 +337,29 @@ def check_record(buf: bytes | memoryview, pos: int) -> tuple[int, int, int, int,
             raise CorruptRecord(f"topic is not UTF-8 at {pos}") from e
         if len(_TOPICS) < 100_000:
             _TOPICS[raw_topic] = topic
-    return total, fields[3], fields[5], fields[6], topic
+    return total, fields[3], fields[5], fields[6], topic, fields, p + 3 + topic_len
+
+
+def parse_dispatch(
+    buf: bytes | memoryview, pos: int, check_crc: bool = True
+) -> DispatchRequest | int:
+    """check_record, plus what the dispatch service needs: tags code, keys, store time.
+
+    Returns 0 at the end of data, the blank's size for an end-of-file blank, or the request.
+    """
+    checked = check_record(buf, pos, check_crc)
+    if isinstance(checked, int):
+        return checked
+    total, queue_id, queue_offset, phys, topic, fields, props_pos = checked
+    end = pos + total
+    props = decode_properties(buf[props_pos:end]) if props_pos < end else {}
+    tags = props.get("TAGS")
+    code = tags_code(tags) if tags else 0
+    store_ts = fields[10]
+    if topic == "SCHEDULE_TOPIC_XXXX" and "DELAY" in props:
+        code = store_ts + delay_level_ms(int(props["DELAY"]))
+    return DispatchRequest(topic, queue_id, phys, total, code, store_ts, queue_offset,
+                           props.get("KEYS", ""), props.get("UNIQ_KEY"), fields[7], fields[13])
 
 
 def delay_level_ms(level: int) -> int:

@@ -296,7 +296,7 @@ class CommitLog:
                         offset = mf.file_tail_offset
                         self.scan_end = offset
                         break
-                    total, queue_id, queue_offset, phys, topic = r
+                    total, queue_id, queue_offset, phys, topic = r[:5]
                     if phys != base + pos:
                         self.scan_error = (f"{mf.path.name}: record at {base + pos} says it is "
                                            f"at {phys}")
