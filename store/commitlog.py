@@ -57,11 +57,13 @@ class AppendResult:
         return self.wrote_offset + self.wrote_bytes
 
 
-class _Encoded:
-    """The parts of a record that do not depend on where it lands."""
+class _Encoded(DispatchRequest):
+    """The parts of a record that do not depend on where it lands. Once appended it is also
+    the record's dispatch request (offsets and store time filled in), so the dispatch
+    service need not parse the record back."""
 
-    __slots__ = ("msg", "header", "body", "tail", "crc", "total", "sys_flag", "born_host",
-                 "counted", "key", "tags_code", "keys", "uniq_key", "delay_ms")
+    __slots__ = ("msg", "header", "body", "tail", "crc", "total", "born_host", "counted", "key",
+                 "delay_ms")
 
     def __init__(self, msg: Message, store_host_flag: int, max_message_size: int) -> None:
         topic = msg.topic.encode()
@@ -85,6 +87,9 @@ class _Encoded:
         if born_host is None:
             born_host = _HOSTS[msg.born_host] = encode_host(*msg.born_host)
         sys_flag = msg.sys_flag | store_host_flag | (0x10 if len(born_host) == 20 else 0)
+        self.topic = msg.topic
+        self.queue_id = msg.queue_id
+        self.prepared_transaction_offset = msg.prepared_transaction_offset
         self.msg = msg
         self.sys_flag = sys_flag
         self.header = header = _HEADER_BY_FLAGS[sys_flag & 0x30]
@@ -92,7 +97,7 @@ class _Encoded:
         self.tail = tail = b"".join((bytes((len(topic),)), topic, len(props).to_bytes(2, "big"),
                                      props))
         self.crc = crc32c(body) & 0x7FFFFFFF
-        self.total = header.size + len(body) + len(tail)
+        self.total = self.msg_size = header.size + len(body) + len(tail)
         self.born_host = born_host
         self.counted = (sys_flag & TRANSACTION_TYPE_MASK) not in _NO_QUEUE_OFFSET
         self.key = (msg.topic, msg.queue_id)
@@ -174,10 +179,12 @@ class CommitLog:
                     ) + e.body + e.tail)
                     if e.counted:
                         table[e.key] = qoff + 1
-                    hints.append(DispatchRequest(
-                        msg.topic, msg.queue_id, phys, total,
-                        now + e.delay_ms if e.delay_ms else e.tags_code, now, qoff, e.keys,
-                        e.uniq_key, e.sys_flag, msg.prepared_transaction_offset))
+                    e.commit_log_offset = phys
+                    e.queue_offset = qoff
+                    e.store_timestamp = now
+                    if e.delay_ms:
+                        e.tags_code = now + e.delay_ms
+                    hints.append(e)
                     phys_offsets.append(phys)
                     queue_offsets.append(qoff)
                 mf.store_timestamp = now
