@@ -1,0 +1,9 @@
+"""Broker: serves send, pull, offsets, queries and admin over gRPC; owns one store (SPEC §4).
+
+- ``config``: broker.conf -> BrokerConfig + StoreConfig
+- ``topic_config`` / ``consumer_offsets``: the tables persisted under ``config/``
+  (atomic writes with a ``.bak``: ``persistence``)
+- ``send`` / ``pull``: request processing, long polling; ``status``: response codes
+- ``messaging`` / ``admin``: the gRPC services; ``registration``: calls to name servers
+- ``controller``: BrokerController wiring it all; ``startup``: ``python -m broker`` / ``mqbroker``
+"""

@@ -1,0 +1,200 @@
+"""gRPC face of the broker's AdminService: topics, runtime info (SPEC §4), consume stats,
+HA state and the tables a slave copies."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from broker.consumer_offsets import offset_key
+from broker.status import RequestError, ok, rpc, status
+from broker.topic_config import DataVersion, TopicConfig, config_problem
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
+from store.message import is_system_topic
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+A = admin_pb2
+Context = grpc.aio.ServicerContext
+
+
+def topic_config_to_proto(c: TopicConfig) -> common_pb2.TopicConfig:
+    return common_pb2.TopicConfig(topic_name=c.topic_name, read_queue_nums=c.read_queue_nums,
+                                  write_queue_nums=c.write_queue_nums, perm=c.perm,
+                                  topic_sys_flag=c.topic_sys_flag, order=c.order)
+
+
+def topic_config_from_proto(pb: common_pb2.TopicConfig) -> TopicConfig:
+    return TopicConfig(pb.topic_name, pb.read_queue_nums, pb.write_queue_nums, pb.perm,
+                       pb.topic_sys_flag, pb.order)
+
+
+def data_version_to_proto(v: DataVersion) -> common_pb2.DataVersion:
+    return common_pb2.DataVersion(timestamp=v.timestamp, counter=v.counter)
+
+
+def earliest_message_store_timestamp(broker: BrokerController) -> int:
+    store = broker.store
+    if store.min_phy_offset >= store.max_phy_offset:
+        return 0
+    ext = store.look_message_by_offset(store.min_phy_offset)
+    return ext.store_timestamp if ext is not None else 0
+
+
+def runtime_table(broker: BrokerController) -> dict[str, str]:
+    """Every runtime value by its RocketMQ name, as text (GetRuntimeInfo.table)."""
+    stats = broker.stats
+    table = dict(broker.store.runtime_info())
+    table.update({
+        "brokerName": broker.config.broker_name,
+        "brokerId": str(broker.config.broker_id),
+        "brokerAddr": broker.broker_addr,
+        "brokerRole": broker.config.broker_role.value,
+        "clusterName": broker.config.broker_cluster_name,
+        "haServerAddr": broker.ha_server_addr,
+        "bootTimestamp": str(broker.boot_timestamp),
+        "putTps": f"{stats.put_tps():.2f}",
+        "getTotalTps": f"{stats.get_total_tps():.2f}",
+        "msgPutTotal": str(stats.put_total),
+        "msgGetTotal": str(stats.get_total),
+        "earliestMessageTimeStamp": str(earliest_message_store_timestamp(broker)),
+        "topicCount": str(len(broker.topics.table)),
+        "topicDataVersion": f"{broker.topics.data_version.timestamp}:"
+                            f"{broker.topics.data_version.counter}",
+        "pullHoldCount": str(len(broker.pull_hold)),
+    })
+    return table
+
+
+class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    # -- topics ----------------------------------------------------------------------------
+    @rpc(A.CreateOrUpdateTopicResponse)
+    async def CreateOrUpdateTopic(self, request: A.CreateOrUpdateTopicRequest,
+                                  context: Context) -> Any:
+        config = topic_config_from_proto(request.topic_config)
+        problem = config_problem(config)
+        if problem is not None:
+            raise RequestError(common_pb2.INVALID_PARAMETER, problem)
+        if is_system_topic(config.topic_name):
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"the topic[{config.topic_name}] is conflict with system topic")
+        if config.topic_name == self.broker.config.broker_cluster_name:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"the topic[{config.topic_name}] is conflict with system "
+                               "reserved words (the cluster name)")
+        self.broker.topics.update(config)
+        await self.broker.topics_changed()
+        return A.CreateOrUpdateTopicResponse(status=ok())
+
+    @rpc(A.DeleteTopicResponse)
+    async def DeleteTopic(self, request: A.DeleteTopicRequest, context: Context) -> Any:
+        if not self.broker.topics.delete(request.topic):
+            return A.DeleteTopicResponse(status=status(
+                common_pb2.TOPIC_NOT_EXIST, f"topic[{request.topic}] not exist"))
+        self.broker.offsets.clean_topic(request.topic)
+        await self.broker.topics_changed()
+        return A.DeleteTopicResponse(status=ok())
+
+    @rpc(A.GetTopicListResponse)
+    async def GetTopicList(self, request: A.GetTopicListRequest, context: Context) -> Any:
+        topics = self.broker.topics
+        return A.GetTopicListResponse(
+            status=ok(),
+            topic_configs=[topic_config_to_proto(c) for _, c in sorted(topics.table.items())],
+            data_version=data_version_to_proto(topics.data_version))
+
+    # -- runtime ---------------------------------------------------------------------------
+    @rpc(A.GetRuntimeInfoResponse)
+    async def GetRuntimeInfo(self, request: A.GetRuntimeInfoRequest, context: Context) -> Any:
+        broker = self.broker
+        store = broker.store
+        return A.GetRuntimeInfoResponse(
+            status=ok(),
+            table=runtime_table(broker),
+            broker_name=broker.config.broker_name,
+            broker_id=broker.config.broker_id,
+            broker_role=broker.config.broker_role.value,
+            snapshot_timestamp=broker.clock_ms(),
+            commit_log_min_offset=store.min_phy_offset,
+            commit_log_max_offset=store.max_phy_offset,
+            dispatch_behind_bytes=store.dispatch_behind_bytes,
+            put_tps=broker.stats.put_tps(),
+            get_total_tps=broker.stats.get_total_tps(),
+            slave_ack_offsets={},  # filled by ha/ once replication exists
+            earliest_message_store_timestamp=earliest_message_store_timestamp(broker),
+        )
+
+    @rpc(A.GetConsumeStatsResponse)
+    async def GetConsumeStats(self, request: A.GetConsumeStatsRequest,
+                              context: Context) -> Any:
+        broker = self.broker
+        now = broker.clock_ms()
+        offsets = broker.offsets
+        known = offsets.groups() | set(broker.clients.consumer_groups)
+        if request.consumer_group:
+            if request.consumer_group not in known:
+                return A.GetConsumeStatsResponse(status=status(
+                    common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
+                    f"the consumer group[{request.consumer_group}] not exist"),
+                    snapshot_timestamp=now)
+            groups = [request.consumer_group]
+        else:
+            groups = sorted(known)
+        stats = []
+        for group in groups:
+            topics = [request.topic] if request.topic else offsets.topics_of_group(group)
+            table = [w for t in topics for w in self._offset_wrappers(group, t)]
+            stats.append(A.ConsumeStats(consumer_group=group, offset_table=table,
+                                        consume_tps=broker.stats.consume_tps(group)))
+        return A.GetConsumeStatsResponse(status=ok(), snapshot_timestamp=now,
+                                         consume_stats=stats)
+
+    def _offset_wrappers(self, group: str, topic: str) -> list[A.OffsetWrapper]:
+        broker = self.broker
+        store = broker.store
+        committed = broker.offsets.offset_table.get(offset_key(topic, group), {})
+        config = broker.topics.get(topic)
+        queue_ids = set(committed) | set(range(config.read_queue_nums if config else 0))
+        out = []
+        for queue_id in sorted(queue_ids):
+            broker_offset = store.get_max_offset_in_queue(topic, queue_id)
+            consumer_offset = max(0, committed.get(queue_id, 0))
+            last = (store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1)
+                    if consumer_offset > 0 else 0)
+            first = (store.get_message_store_timestamp(topic, queue_id, consumer_offset)
+                     if consumer_offset < broker_offset else 0)
+            out.append(A.OffsetWrapper(
+                topic=topic, broker_name=broker.config.broker_name, queue_id=queue_id,
+                broker_offset=broker_offset, consumer_offset=consumer_offset,
+                last_timestamp=max(0, last), first_unconsumed_timestamp=max(0, first)))
+        return out
+
+    @rpc(A.GetHAStatusResponse)
+    async def GetHAStatus(self, request: A.GetHAStatusRequest, context: Context) -> Any:
+        broker = self.broker
+        return A.GetHAStatusResponse(
+            status=ok(), master=not broker.config.is_slave,
+            master_commit_log_max_offset=broker.store.max_phy_offset, in_sync_slave_nums=0)
+
+    # -- tables a slave copies -------------------------------------------------------------
+    @rpc(A.GetAllConsumerOffsetResponse)
+    async def GetAllConsumerOffset(self, request: A.GetAllConsumerOffsetRequest,
+                                   context: Context) -> Any:
+        offsets = self.broker.offsets
+        entries = [A.ConsumerOffsetEntry(topic=t, consumer_group=g, queue_id=q, offset=o)
+                   for t, g, q, o in offsets.entries()]
+        return A.GetAllConsumerOffsetResponse(
+            status=ok(), offset_table=entries,
+            data_version=data_version_to_proto(offsets.data_version))
+
+    @rpc(A.GetAllDelayOffsetResponse)
+    async def GetAllDelayOffset(self, request: A.GetAllDelayOffsetRequest,
+                                context: Context) -> Any:
+        return A.GetAllDelayOffsetResponse(status=ok(), offset_table={})  # no schedule service

@@ -1,0 +1,221 @@
+"""Broker configuration: RocketMQ's broker.conf (Java properties) with its key names.
+
+One file configures both the broker (BrokerConfig, here) and its store (StoreConfig, read
+by store.config from the same keys). Keys neither knows are reported so that a typo does
+not pass silently.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+from broker.constants import (
+    DEFAULT_CLUSTER_NAME,
+    DEFAULT_LISTEN_PORT,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    FLUSH_CONSUMER_OFFSET_INTERVAL_MS,
+    MASTER_ID,
+    PERM_READ_WRITE,
+    REGISTER_BROKER_TIMEOUT_MS,
+    REGISTER_NAME_SERVER_PERIOD_MS,
+)
+from store.config import StoreConfig, snake_case
+from store.constants import BrokerRole
+
+log = logging.getLogger(__name__)
+
+
+class ConfigError(ValueError):
+    """broker.conf cannot be used as it is; the message says which key and why."""
+
+
+@dataclasses.dataclass
+class BrokerConfig:
+    broker_cluster_name: str = DEFAULT_CLUSTER_NAME
+    broker_name: str = dataclasses.field(default_factory=socket.gethostname)
+    broker_id: int = MASTER_ID
+    # Name server addresses, `;`-separated in broker.conf (env NAMESRV_ADDR when absent).
+    namesrv_addr: str = ""
+    # 0 = any free port (tests); the bound port is what registers and goes into msgIds.
+    listen_port: int = DEFAULT_LISTEN_PORT
+    bind_address: str = "0.0.0.0"  # NettyServerConfig.bindAddress: the interface to serve on
+    ha_listen_port: int = 0  # 0 = listenPort + 1; HA is served by ha/ (reported only)
+    broker_ip1: str = ""  # the address clients reach; empty = this host's address
+    broker_permission: int = PERM_READ_WRITE
+    auto_create_topic_enable: bool = True
+    default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    slave_read_enable: bool = False
+    register_name_server_period: int = REGISTER_NAME_SERVER_PERIOD_MS
+    register_broker_timeout_mills: int = REGISTER_BROKER_TIMEOUT_MS
+    flush_consumer_offset_interval: int = FLUSH_CONSUMER_OFFSET_INTERVAL_MS
+    # Only for the store; kept here so the broker can report them.
+    broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+
+    @property
+    def namesrv_addr_list(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    @property
+    def is_slave(self) -> bool:
+        return self.broker_role is BrokerRole.SLAVE
+
+
+@dataclasses.dataclass
+class LoadedConfig:
+    broker: BrokerConfig
+    store: StoreConfig
+    unknown_keys: list[str]
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Java properties: `key=value`, `key: value` or `key value`; `#`/`!` comments;
+    a trailing backslash continues the line. Later keys win."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        key, value = _split_property(line)
+        props[key] = value
+    if pending:
+        key, value = _split_property(pending)
+        props[key] = value
+    return props
+
+
+def _split_property(line: str) -> tuple[str, str]:
+    """The key ends at the first `=`, `:` or blank; blanks and one `=`/`:` follow it."""
+    cut = next((i for i, ch in enumerate(line) if ch in "=: \t"), len(line))
+    rest = line[cut:].lstrip(" \t")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:]
+    return line[:cut], rest.strip()
+
+
+_BROKER_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+_STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)}
+
+
+def _convert(key: str, type_name: Any, raw: str) -> Any:
+    t = str(type_name)
+    if t == "bool":
+        if raw.lower() not in ("true", "false"):
+            raise ConfigError(f"{key}: expected true or false, got {raw!r}")
+        return raw.lower() == "true"
+    if t == "int":
+        try:
+            return int(raw)
+        except ValueError:
+            raise ConfigError(f"{key}: expected an integer, got {raw!r}") from None
+    if t == "BrokerRole":
+        try:
+            return BrokerRole(raw)
+        except ValueError:
+            raise ConfigError(f"{key}: expected one of "
+                              f"{', '.join(r.value for r in BrokerRole)}, got {raw!r}") from None
+    return raw
+
+
+def parse_config(props: dict[str, str], env: dict[str, str] | None = None) -> LoadedConfig:
+    """BrokerConfig + StoreConfig from broker.conf keys; ConfigError when a value is bad."""
+    env = dict(os.environ) if env is None else env
+    values: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, raw in props.items():
+        name = snake_case(key)
+        field = _BROKER_FIELDS.get(name)
+        if field is not None:
+            values[name] = _convert(key, field.type, raw)
+        elif name not in _STORE_FIELDS:
+            unknown.append(key)
+    if "namesrv_addr" not in values and env.get("NAMESRV_ADDR"):
+        values["namesrv_addr"] = env["NAMESRV_ADDR"]
+    broker = BrokerConfig(**values)
+    _check(broker)
+    try:
+        store = StoreConfig.from_properties(props)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    broker.broker_role = store.broker_role
+    if store.broker_role is BrokerRole.SLAVE:
+        if broker.broker_id <= MASTER_ID:
+            raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
+    elif broker.broker_id != MASTER_ID:
+        log.warning("brokerId %d ignored: a %s is brokerId 0", broker.broker_id,
+                    store.broker_role.value)
+        broker.broker_id = MASTER_ID
+    return LoadedConfig(broker, store, unknown)
+
+
+def _check(c: BrokerConfig) -> None:
+    if not c.broker_name:
+        raise ConfigError("brokerName: must not be empty")
+    if not c.broker_cluster_name:
+        raise ConfigError("brokerClusterName: must not be empty")
+    if not 0 <= c.listen_port <= 65535:
+        raise ConfigError(f"listenPort: {c.listen_port} is not a port")
+    if not 0 <= c.ha_listen_port <= 65535:
+        raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
+    if c.default_topic_queue_nums <= 0:
+        raise ConfigError("defaultTopicQueueNums: must be > 0")
+    for name in ("register_name_server_period", "register_broker_timeout_mills",
+                 "flush_consumer_offset_interval"):
+        if getattr(c, name) <= 0:
+            raise ConfigError(f"{name}: must be > 0")
+    for addr in c.namesrv_addr_list:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"namesrvAddr: expected HOST:PORT;HOST:PORT, got {addr!r}")
+
+
+def load_config_file(path: str | os.PathLike[str],
+                     overrides: dict[str, str] | None = None) -> LoadedConfig:
+    """Reads broker.conf; `overrides` (e.g. `-n` on the command line) win over the file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {path}: {e.strerror}") from None
+    props = read_properties(text)
+    props.update(overrides or {})
+    return parse_config(props)
+
+
+def local_ip() -> str:
+    """This host's address as others see it (RocketMQ's getLocalAddress), else loopback."""
+    try:
+        addr = socket.gethostbyname(socket.gethostname())
+        if not addr.startswith("127."):
+            return addr
+    except OSError:
+        pass
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+def resolve_ip(host: str) -> str:
+    """An IP literal for `host` (the store writes STOREHOST as 4 or 16 raw bytes)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    try:
+        return socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)[0][4][0]
+    except (OSError, IndexError) as e:
+        raise ConfigError(f"brokerIP1: cannot resolve {host!r}: {e}") from None

@@ -1,0 +1,90 @@
+"""Broker constants, as RocketMQ names them (SPEC §4)."""
+
+from __future__ import annotations
+
+from store.constants import MessageProperty
+
+DEFAULT_CLUSTER_NAME = "DefaultCluster"
+DEFAULT_LISTEN_PORT = 10911
+MASTER_ID = 0  # MixAll.MASTER_ID
+
+# Permission bits of the broker and of topics (PermName).
+PERM_PRIORITY = 0x8
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+PERM_INHERIT = 0x1
+PERM_READ_WRITE = PERM_READ | PERM_WRITE
+
+# TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: producers of an unknown topic route by it
+# when the broker has autoCreateTopicEnable; nobody may send to it.
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+NOT_ALLOWED_SEND_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})
+DEFAULT_TOPIC_QUEUE_NUMS = 8
+# SCHEDULE_TOPIC_XXXX has one queue per delay level.
+SCHEDULE_TOPIC_QUEUE_NUMS = 18
+
+# Periods (ms) of the broker's own services; all configurable in broker.conf.
+REGISTER_NAME_SERVER_PERIOD_MS = 30_000
+REGISTER_BROKER_TIMEOUT_MS = 6_000
+FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
+STATS_SAMPLE_INTERVAL_S = 1.0
+TPS_WINDOW_S = 60  # putTps / getTotalTps: messages per second over the last minute
+CHANNEL_EXPIRED_TIMEOUT_MS = 120_000  # a client silent this long leaves its group
+
+# Pull (SPEC §4, §2.8).
+DEFAULT_PULL_BATCH_SIZE = 32
+MAX_SUSPEND_MILLIS = 60_000  # a pull never waits longer than this, whatever it asks
+# A long poll answers this long before the caller's gRPC deadline, so the answer arrives.
+DEADLINE_MARGIN_S = 0.2
+WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
+
+# Queries.
+DEFAULT_QUERY_MAX_NUM = 32
+MAX_QUERY_NUM = 64
+
+# Seconds a stopping broker lets in-flight RPCs finish.
+SHUTDOWN_GRACE_S = 2.0
+# Printed on stdout once the broker serves; tests and scripts wait for it.
+BOOT_SUCCESS_PREFIX = "The broker["
+
+# Message properties the broker or the store owns (MessageConst.STRING_HASH_SET): a client
+# must not send them as user properties; on the way out they travel in SystemProperties.
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
+PROPERTY_TRANSACTION_ID = "__transactionId__"
+PROPERTY_SHARDING_KEY = "SHARDING_KEY"
+PROPERTY_MIN_OFFSET = "MIN_OFFSET"
+PROPERTY_MAX_OFFSET = "MAX_OFFSET"
+
+RESERVED_PROPERTIES = frozenset({
+    MessageProperty.TAGS,
+    MessageProperty.KEYS,
+    MessageProperty.UNIQ_KEY,
+    MessageProperty.DELAY,
+    MessageProperty.REAL_TOPIC,
+    MessageProperty.REAL_QID,
+    MessageProperty.TRAN_MSG,
+    MessageProperty.PGROUP,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_MAX_RECONSUME_TIMES,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_MAX_OFFSET,
+    "BUYER_ID",
+    "TRANSFER_FLAG",
+    "CORRECTION_FLAG",
+    "MQ2_FLAG",
+    "RECONSUME_TIME",
+    "MSG_REGION",
+    "TRACE_ON",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "TRANSACTION_CHECK_TIMES",
+    "CONSUME_START_TIME",
+    "INSTANCE_ID",
+    "CLUSTER",
+})

@@ -1,0 +1,303 @@
+"""BrokerController: wires the store, the gRPC services, the name server registration and
+the periodic persistence of one broker (RocketMQ's BrokerController).
+
+Everything but the store's own service threads runs on one asyncio loop: handlers, long
+polling, registration, persistence. Blocking work (store load and shutdown, config file
+writes) goes to worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from types import TracebackType
+
+import grpc
+
+from broker.admin import AdminServicer, topic_config_to_proto
+from broker.clients import ClientManager
+from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
+from broker.constants import (
+    PERM_READ_WRITE,
+    SHUTDOWN_GRACE_S,
+    STATS_SAMPLE_INTERVAL_S,
+)
+from broker.consumer_offsets import ConsumerOffsetManager
+from broker.convert import UniqKeyFactory, format_host
+from broker.messaging import MessagingServicer
+from broker.pull import PullRequestHoldService
+from broker.registration import BrokerOuterAPI
+from broker.stats import BrokerStats
+from broker.status import RequestError
+from broker.topic_config import TopicConfig, TopicConfigManager
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
+from store.config import StoreConfig
+from store.message_store import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+Sleep = Callable[[float], Awaitable[None]]
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class StoreDirLocked(OSError):
+    """Another broker process uses this storePathRootDir."""
+
+
+class BrokerController:
+    """One broker. `clock_ms` stamps data versions and statistics; `sleep` paces the
+    registration, offset persistence and statistics tasks (tests pass fakes)."""
+
+    def __init__(self, loaded: LoadedConfig, *, clock_ms: Clock = wall_clock_ms,
+                 sleep: Sleep = asyncio.sleep) -> None:
+        self.config: BrokerConfig = loaded.broker
+        self.store_config: StoreConfig = loaded.store
+        self.clock_ms = clock_ms
+        self._sleep = sleep
+        root = Path(self.store_config.store_path_root_dir)
+        self.root = root
+        self.topics = TopicConfigManager(root / "config" / "topics.json", self.config, clock_ms)
+        self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json", clock_ms)
+        self.stats = BrokerStats(clock_ms)
+        self.clients = ClientManager(clock_ms)
+        self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
+                                        self.config.register_broker_timeout_mills / 1000)
+        self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
+        self.pull_hold: PullRequestHoldService = None  # type: ignore[assignment]
+        self.store_host: tuple[str, int] = ("127.0.0.1", 0)
+        self.broker_addr = ""
+        self.ha_server_addr = ""
+        self.master_addr = ""  # a slave's master, as the name servers answer
+        self.boot_timestamp = 0
+        self.uniq_key = UniqKeyFactory("127.0.0.1")
+        self._server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_now = asyncio.Event()
+        self._lock_fd: int | None = None
+        self._started = False
+        self._stopped = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> str:
+        """Binds, loads the store and config files, serves, registers; returns brokerAddr."""
+        self._lock_store_dir()
+        server = self._build_server()
+        self._server = server
+        host = self.config.broker_ip1 or local_ip()
+        try:
+            port = server.add_insecure_port(
+                format_host((self.config.bind_address, self.config.listen_port)))
+        except RuntimeError as e:
+            raise OSError(f"cannot listen on port {self.config.listen_port}: {e}") from e
+        if port == 0:
+            raise OSError(f"cannot listen on port {self.config.listen_port}")
+        self.store_host = (resolve_ip(host), port)
+        self.broker_addr = format_host((host, port))
+        ha_port = self.config.ha_listen_port or port + 1
+        self.ha_server_addr = format_host((host, ha_port))
+        self.uniq_key = UniqKeyFactory(self.store_host[0])
+        self.store_config.store_host = self.store_host
+
+        await asyncio.to_thread(self._load_config_files)
+        store = DefaultMessageStore(self.store_config, clock_ms=self.clock_ms)
+        await asyncio.to_thread(store.load)
+        self.store = store  # loaded: shutdown() closes it from here on
+        if store.recovered_from_crash:
+            log.warning("the store was not shut down cleanly: recovered from a crash")
+        store.start()
+        loop = asyncio.get_running_loop()
+        self.pull_hold = PullRequestHoldService(loop, store.get_max_offset_in_queue)
+        store.arriving_listeners.append(self.pull_hold.on_message_arriving)
+
+        await server.start()
+        self._started = True
+        self.boot_timestamp = self.clock_ms()
+        log.info("broker %s (%s, id %d, %s) serving on %s, store %s", self.config.broker_name,
+                 self.config.broker_cluster_name, self.config.broker_id,
+                 self.config.broker_role.value, self.broker_addr, self.root)
+        await self.register_broker_all()
+        self._tasks = [
+            asyncio.create_task(self._register_loop(), name="registerBrokerAll"),
+            asyncio.create_task(self._periodic(
+                "persistConsumerOffset", self.config.flush_consumer_offset_interval / 1000,
+                self.offsets.persist_if_dirty), name="persistConsumerOffset"),
+            asyncio.create_task(self._periodic(
+                "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
+        ]
+        return self.broker_addr
+
+    def _load_config_files(self) -> None:
+        """topics.json and consumerOffset.json (each from its .bak when it is corrupt)."""
+        self.topics.load_and_init()
+        self.offsets.load()
+
+    def _build_server(self) -> grpc.aio.Server:
+        max_receive = 2 * self.store_config.max_message_size + (1 << 20)
+        server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", max_receive),
+            ("grpc.max_send_message_length", -1),
+        ])
+        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self), server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self), server)
+        return server
+
+    def _lock_store_dir(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StoreDirLocked(f"{self.root} is in use by another broker (lock held on "
+                                 f"{self.root / 'lock'})") from None
+        self._lock_fd = fd
+
+    async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
+        """Unregisters, answers waiting pulls, stops serving, persists offsets and topics,
+        shuts the store down (flush, close files, remove `abort`)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._started:
+            await self.unregister_broker_all()
+        if self.pull_hold is not None:
+            self.pull_hold.shutdown()
+        if self._server is not None:
+            await self._server.stop(grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._started:
+            await asyncio.to_thread(self._persist_all)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.shutdown)
+        await self.outer_api.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        log.info("broker %s on %s stopped", self.config.broker_name, self.broker_addr)
+
+    def _persist_all(self) -> None:
+        self.offsets.persist()
+        self.topics.persist()
+
+    async def __aenter__(self) -> BrokerController:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.shutdown()
+
+    # -- periodic tasks --------------------------------------------------------------------
+    async def _periodic(self, name: str, interval_s: float,
+                        step: Callable[[], Awaitable[object]]) -> None:
+        while True:
+            await self._sleep(interval_s)
+            try:
+                await step()
+            except Exception:
+                log.exception("%s failed; next run in %ss", name, interval_s)
+
+    async def _sample_stats(self) -> None:
+        self.stats.sample()
+
+    async def _register_loop(self) -> None:
+        """Registers every registerNameServerPeriod, and at once after a topic change."""
+        period = self.config.register_name_server_period / 1000
+        while True:
+            sleeper = asyncio.ensure_future(self._sleep(period))
+            woken = asyncio.ensure_future(self._register_now.wait())
+            try:
+                await asyncio.wait({sleeper, woken}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sleeper.cancel()
+                woken.cancel()
+            self._register_now.clear()
+            try:
+                await self.register_broker_all()
+            except Exception:
+                log.exception("registerBrokerAll failed")
+
+    # -- name servers ----------------------------------------------------------------------
+    def register_request(self) -> namesrv_pb2.RegisterBrokerRequest:
+        c = self.config
+        configs: list[TopicConfig] = list(self.topics.table.values())
+        protos = [topic_config_to_proto(t) for t in configs]
+        if c.broker_permission != PERM_READ_WRITE:  # a read-only broker offers read-only queues
+            for p in protos:
+                p.perm = c.broker_permission
+        version = self.topics.data_version
+        return namesrv_pb2.RegisterBrokerRequest(
+            cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
+            broker_addr=self.broker_addr, broker_id=c.broker_id,
+            ha_server_addr=self.ha_server_addr,
+            data_version=common_pb2.DataVersion(timestamp=version.timestamp,
+                                                counter=version.counter),
+            topic_configs=protos)
+
+    async def register_broker_all(self) -> int:
+        """Registers with every name server; returns how many answered."""
+        if not self.outer_api.namesrv_addrs:
+            return 0
+        answers = await self.outer_api.register_broker_all(self.register_request())
+        for answer in answers:
+            if answer.master_addr and answer.master_addr != self.master_addr:
+                self.master_addr = answer.master_addr
+                log.info("master of %s is %s (HA %s)", self.config.broker_name,
+                         answer.master_addr, answer.ha_server_addr)
+        return len(answers)
+
+    async def unregister_broker_all(self) -> int:
+        if not self.outer_api.namesrv_addrs:
+            return 0
+        c = self.config
+        return await self.outer_api.unregister_broker_all(namesrv_pb2.UnregisterBrokerRequest(
+            cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
+            broker_addr=self.broker_addr, broker_id=c.broker_id))
+
+    async def topics_changed(self) -> None:
+        """After a topic config change: persist the table, register again soon."""
+        await self.topics.persist_async()
+        self._register_now.set()
+
+    # -- shared request checks -------------------------------------------------------------
+    def check_queue(self, topic: str, queue_id: int) -> TopicConfig:
+        config = self.topics.get(topic)
+        if config is None:
+            raise RequestError(common_pb2.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        if not 0 <= queue_id < config.queue_nums:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"queueId[{queue_id}] is illegal, topic {topic} has queues "
+                               f"0..{config.queue_nums - 1} on this broker")
+        return config
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Stores a consumer offset after checking it lies within the queue."""
+        if not group:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "consumer_group is required")
+        self.check_queue(topic, queue_id)
+        max_offset = self.store.get_max_offset_in_queue(topic, queue_id)
+        if not 0 <= offset <= max_offset:
+            min_offset = self.store.get_min_offset_in_queue(topic, queue_id)
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"offset {offset} out of range for {topic}-{queue_id}: the "
+                               f"queue holds [{min_offset}, {max_offset}]")
+        self.offsets.commit_offset(group, topic, queue_id, offset)
+
+
+__all__ = ["BrokerController", "ConfigError", "StoreDirLocked", "wall_clock_ms"]

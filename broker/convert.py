@@ -1,0 +1,175 @@
+"""mqproto Message <-> store Message / MessageExt (properties, hosts, message ids)."""
+
+from __future__ import annotations
+
+import calendar
+import ipaddress
+import itertools
+import os
+import random
+import struct
+import time
+
+from broker.constants import (
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TRANSACTION_ID,
+    RESERVED_PROPERTIES,
+)
+from broker.status import RequestError
+from mqproto import common_pb2, messaging_pb2
+from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
+from store.constants import TRANSACTION_TYPE_MASK, MessageProperty, SysFlag
+from store.message import Message
+
+_FORBIDDEN_CHARS = (PROPERTY_SEPARATOR, PROPERTIES_SEPARATOR)
+_TRANSACTION_TYPES = {
+    0: messaging_pb2.TRANSACTION_NOT_TYPE,
+    int(SysFlag.TRANSACTION_PREPARED): messaging_pb2.TRANSACTION_PREPARED_TYPE,
+    int(SysFlag.TRANSACTION_COMMIT): messaging_pb2.TRANSACTION_COMMIT_TYPE,
+    int(SysFlag.TRANSACTION_ROLLBACK): messaging_pb2.TRANSACTION_ROLLBACK_TYPE,
+}
+# Properties that have their own SystemProperties field on the way out.
+_MAPPED_PROPERTIES = frozenset({
+    MessageProperty.TAGS, MessageProperty.KEYS, MessageProperty.UNIQ_KEY,
+    MessageProperty.DELAY, MessageProperty.REAL_TOPIC, MessageProperty.REAL_QID,
+    MessageProperty.PGROUP, PROPERTY_TRANSACTION_ID, PROPERTY_SHARDING_KEY,
+})
+
+
+def _illegal(remark: str) -> RequestError:
+    return RequestError(common_pb2.MESSAGE_ILLEGAL, remark)
+
+
+def format_host(host: tuple[str, int]) -> str:
+    ip, port = host
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def parse_host(text: str) -> tuple[str, int] | None:
+    """`ip:port` or `[v6]:port` -> (ip, port); None when it is not an IP address and port."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 0xFFFF:
+        return None
+    host = host.removeprefix("[").removesuffix("]")
+    try:
+        return str(ipaddress.ip_address(host)), int(port)
+    except ValueError:
+        return None
+
+
+def peer_host(peer: str) -> tuple[str, int]:
+    """gRPC's `context.peer()` (`ipv4:1.2.3.4:5`, `ipv6:[::1]:5`, ...) as (ip, port)."""
+    _, _, address = peer.partition(":")
+    return parse_host(address) or ("127.0.0.1", 0)
+
+
+class UniqKeyFactory:
+    """UNIQ_KEYs for messages sent without one, in the manner of MessageClientIDSetter:
+    ip (4) + pid (2) + random (4) + ms since the start of the month (4) + counter (2)."""
+
+    def __init__(self, ip: str) -> None:
+        try:
+            packed = ipaddress.ip_address(ip).packed[-4:]
+        except ValueError:
+            packed = bytes(4)
+        self._prefix = packed + struct.pack(">HI", os.getpid() & 0xFFFF,
+                                            random.getrandbits(32))
+        self._counter = itertools.count()
+        now = time.gmtime()
+        self._month_start_ms = calendar.timegm(
+            (now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
+
+    def __call__(self, now_ms: int) -> str:
+        diff = (now_ms - self._month_start_ms) & 0xFFFFFFFF
+        tail = struct.pack(">IH", diff, next(self._counter) & 0xFFFF)
+        return (self._prefix + tail).hex().upper()
+
+
+def _check_text(what: str, value: str) -> None:
+    if any(ch in value for ch in _FORBIDDEN_CHARS):
+        raise _illegal(f"{what} {value!r} contains a \\x01 or \\x02 separator")
+
+
+def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
+                       born_host: tuple[str, int], now_ms: int, uniq_key: str) -> Message:
+    """A store message from a send; RequestError(MESSAGE_ILLEGAL) when it cannot be one.
+
+    `born_host` (the peer) is used when the client gave none; `uniq_key` when the client
+    set no message_id.
+    """
+    sp = pb.system_properties
+    properties: dict[str, str] = {}
+    for name, value in pb.user_properties.items():
+        if not name:
+            raise _illegal("a user property has an empty name")
+        if name in RESERVED_PROPERTIES:
+            raise _illegal(f"user property {name} is a reserved system property")
+        _check_text("user property", name)
+        _check_text(f"user property {name} value", value)
+        properties[name] = value
+    if pb.tag:
+        _check_text("tag", pb.tag)
+        properties[MessageProperty.TAGS] = pb.tag
+    if pb.keys:
+        for key in pb.keys:
+            if not key or key != "".join(key.split()):
+                raise _illegal(f"key {key!r} is empty or contains blanks")
+            _check_text("key", key)
+        properties[MessageProperty.KEYS] = MessageProperty.KEY_SEPARATOR.join(pb.keys)
+    message_id = sp.message_id or uniq_key
+    _check_text("message id", message_id)
+    properties[MessageProperty.UNIQ_KEY] = message_id
+    if sp.message_group:
+        _check_text("message group", sp.message_group)
+        properties[PROPERTY_SHARDING_KEY] = sp.message_group
+    host = (parse_host(sp.born_host) if sp.born_host else None) or born_host
+    return Message(
+        topic=topic,
+        body=pb.body,
+        properties=properties,
+        queue_id=queue_id,
+        flag=pb.flag,
+        born_timestamp=sp.born_timestamp or now_ms,
+        born_host=host,
+        reconsume_times=max(0, sp.reconsume_times),
+    )
+
+
+def message_to_proto(ext: MessageExt, offset_msg_id: str) -> messaging_pb2.Message:
+    props = ext.properties
+    delay = props.get(MessageProperty.DELAY, "")
+    real_qid = props.get(MessageProperty.REAL_QID, "")
+    sp = messaging_pb2.SystemProperties(
+        message_id=props.get(MessageProperty.UNIQ_KEY, ""),
+        offset_msg_id=offset_msg_id,
+        born_timestamp=ext.born_timestamp,
+        born_host=format_host(ext.born_host),
+        store_timestamp=ext.store_timestamp,
+        store_host=format_host(ext.store_host),
+        queue_id=ext.queue_id,
+        queue_offset=ext.queue_offset,
+        commit_log_offset=ext.commit_log_offset,
+        store_size=ext.store_size,
+        body_crc=ext.body_crc,
+        sys_flag=ext.sys_flag,
+        reconsume_times=ext.reconsume_times,
+        delay_time_level=int(delay) if delay.isdigit() else 0,
+        message_group=props.get(PROPERTY_SHARDING_KEY, ""),
+        transaction_type=_TRANSACTION_TYPES[ext.sys_flag & TRANSACTION_TYPE_MASK],
+        producer_group=props.get(MessageProperty.PGROUP, ""),
+        transaction_id=props.get(PROPERTY_TRANSACTION_ID, ""),
+        prepared_transaction_offset=ext.prepared_transaction_offset,
+        real_topic=props.get(MessageProperty.REAL_TOPIC, ""),
+        real_queue_id=int(real_qid) if real_qid.isdigit() else 0,
+        reserved_properties={k: v for k, v in props.items()
+                             if k in RESERVED_PROPERTIES and k not in _MAPPED_PROPERTIES},
+    )
+    return messaging_pb2.Message(
+        topic=ext.topic,
+        flag=ext.flag,
+        body=ext.body,
+        tag=props.get(MessageProperty.TAGS, ""),
+        keys=ext.keys,
+        user_properties={k: v for k, v in props.items() if k not in RESERVED_PROPERTIES},
+        system_properties=sp,
+    )

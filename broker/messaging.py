@@ -1,0 +1,181 @@
+"""gRPC face of the broker's MessagingService: send and pull (in send.py / pull.py),
+queries, offsets and client heartbeats.
+
+Every reply carries a Status; a refused request never becomes a gRPC error and never
+stops the broker (see status.rpc).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from broker.constants import DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM
+from broker.convert import message_to_proto, peer_host
+from broker.pull import PullProcessor
+from broker.send import SendProcessor
+from broker.status import RequestError, ok, rpc, status
+from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
+from store.codec import MessageExt, encode_offset_msg_id
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+M = messaging_pb2
+Context = grpc.aio.ServicerContext
+
+
+def _to_proto(ext: MessageExt) -> messaging_pb2.Message:
+    return message_to_proto(ext, encode_offset_msg_id(ext.store_host, ext.commit_log_offset))
+
+
+def _not_supported(what: str) -> RequestError:
+    return RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                        f"{what} is not served by this broker yet")
+
+
+class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
+    """Method names are the RPC names of messaging.proto."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+        self.send = SendProcessor(broker)
+        self.pull = PullProcessor(broker)
+
+    # -- send / pull -----------------------------------------------------------------------
+    @rpc(M.SendMessageResponse)
+    async def SendMessage(self, request: M.SendMessageRequest, context: Context) -> Any:
+        return await self.send.send_message(request, peer_host(context.peer()))
+
+    @rpc(M.SendBatchResponse)
+    async def SendBatch(self, request: M.SendBatchRequest, context: Context) -> Any:
+        return await self.send.send_batch(request, peer_host(context.peer()))
+
+    @rpc(M.PullMessageResponse)
+    async def PullMessage(self, request: M.PullMessageRequest, context: Context) -> Any:
+        return await self.pull.pull(request, context.time_remaining())
+
+    # -- queries ---------------------------------------------------------------------------
+    @rpc(M.QueryMessageByIdResponse)
+    async def QueryMessageById(self, request: M.QueryMessageByIdRequest,
+                               context: Context) -> Any:
+        try:
+            ext = self.broker.store.look_message_by_msg_id(request.offset_msg_id)
+        except ValueError as e:
+            raise RequestError(common_pb2.INVALID_PARAMETER, str(e)) from None
+        if ext is None:
+            return M.QueryMessageByIdResponse(status=status(
+                common_pb2.QUERY_NOT_FOUND, f"no message with offsetMsgId {request.offset_msg_id}"))
+        return M.QueryMessageByIdResponse(status=ok(), message=_to_proto(ext))
+
+    @rpc(M.QueryMessageByKeyResponse)
+    async def QueryMessageByKey(self, request: M.QueryMessageByKeyRequest,
+                                context: Context) -> Any:
+        if not request.topic or not request.key:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "topic and key are required")
+        store = self.broker.store
+        max_num = min(request.max_num or DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM)
+        end = request.end_timestamp or 2**62
+        found = store.query_message(request.topic, request.key, max_num,
+                                    request.begin_timestamp, end)
+        if request.unique_key:
+            found = [m for m in found if m.uniq_key == request.key]
+        index = store.index
+        response = M.QueryMessageByKeyResponse(
+            status=ok(), messages=[_to_proto(m) for m in found],
+            index_last_update_timestamp=index.last_timestamp_ms(),
+            index_last_update_phy_offset=index.max_phy_offset())
+        if not found:
+            response.status.CopyFrom(status(
+                common_pb2.QUERY_NOT_FOUND,
+                f"no message of topic {request.topic} with key {request.key}"))
+        return response
+
+    @rpc(M.SearchOffsetByTimestampResponse)
+    async def SearchOffsetByTimestamp(self, request: M.SearchOffsetByTimestampRequest,
+                                      context: Context) -> Any:
+        self.broker.check_queue(request.topic, request.queue_id)
+        offset = self.broker.store.get_offset_in_queue_by_time(
+            request.topic, request.queue_id, request.timestamp)
+        return M.SearchOffsetByTimestampResponse(status=ok(), offset=offset)
+
+    @rpc(M.GetMinOffsetResponse)
+    async def GetMinOffset(self, request: M.GetMinOffsetRequest, context: Context) -> Any:
+        self.broker.check_queue(request.topic, request.queue_id)
+        offset = self.broker.store.get_min_offset_in_queue(request.topic, request.queue_id)
+        return M.GetMinOffsetResponse(status=ok(), offset=offset)
+
+    @rpc(M.GetMaxOffsetResponse)
+    async def GetMaxOffset(self, request: M.GetMaxOffsetRequest, context: Context) -> Any:
+        self.broker.check_queue(request.topic, request.queue_id)
+        offset = self.broker.store.get_max_offset_in_queue(request.topic, request.queue_id)
+        return M.GetMaxOffsetResponse(status=ok(), offset=offset)
+
+    # -- consumer offsets ------------------------------------------------------------------
+    @rpc(M.UpdateConsumerOffsetResponse)
+    async def UpdateConsumerOffset(self, request: M.UpdateConsumerOffsetRequest,
+                                   context: Context) -> Any:
+        self.broker.commit_offset(request.consumer_group, request.topic, request.queue_id,
+                                  request.commit_offset)
+        return M.UpdateConsumerOffsetResponse(status=ok())
+
+    @rpc(M.QueryConsumerOffsetResponse)
+    async def QueryConsumerOffset(self, request: M.QueryConsumerOffsetRequest,
+                                  context: Context) -> Any:
+        if not request.consumer_group:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "consumer_group is required")
+        self.broker.check_queue(request.topic, request.queue_id)
+        offset = self.broker.offsets.query_offset(request.consumer_group, request.topic,
+                                                  request.queue_id)
+        if offset < 0:
+            return M.QueryConsumerOffsetResponse(status=status(
+                common_pb2.QUERY_NOT_FOUND,
+                f"group {request.consumer_group} committed no offset for "
+                f"{request.topic}-{request.queue_id}"))
+        return M.QueryConsumerOffsetResponse(status=ok(), offset=offset)
+
+    # -- clients ---------------------------------------------------------------------------
+    @rpc(M.HeartbeatResponse)
+    async def Heartbeat(self, request: M.HeartbeatRequest, context: Context) -> Any:
+        if not request.client_id:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "client_id is required")
+        self.broker.clients.heartbeat(
+            request.client_id, request.producer_group, request.consumer_group,
+            {s.topic: s.sub_string for s in request.subscriptions})
+        return M.HeartbeatResponse(status=ok())
+
+    @rpc(M.GetConsumerListByGroupResponse)
+    async def GetConsumerListByGroup(self, request: M.GetConsumerListByGroupRequest,
+                                     context: Context) -> Any:
+        ids = self.broker.clients.consumer_ids(request.consumer_group)
+        if not ids:
+            return M.GetConsumerListByGroupResponse(status=status(
+                common_pb2.CONSUMER_NOT_ONLINE,
+                f"no consumer of group {request.consumer_group} is online"))
+        return M.GetConsumerListByGroupResponse(status=ok(), consumer_id_list=ids)
+
+    # -- not built yet ---------------------------------------------------------------------
+    @rpc(M.EndTransactionResponse)
+    async def EndTransaction(self, request: M.EndTransactionRequest, context: Context) -> Any:
+        raise _not_supported("EndTransaction (transactional messages)")
+
+    @rpc(M.ConsumerSendMsgBackResponse)
+    async def ConsumerSendMsgBack(self, request: M.ConsumerSendMsgBackRequest,
+                                  context: Context) -> Any:
+        raise _not_supported("ConsumerSendMsgBack (retry topics)")
+
+    @rpc(M.LockBatchMQResponse)
+    async def LockBatchMQ(self, request: M.LockBatchMQRequest, context: Context) -> Any:
+        raise _not_supported("LockBatchMQ (orderly consumption)")
+
+    @rpc(M.UnlockBatchMQResponse)
+    async def UnlockBatchMQ(self, request: M.UnlockBatchMQRequest, context: Context) -> Any:
+        raise _not_supported("UnlockBatchMQ (orderly consumption)")
+
+    async def SubscribeTransactionCheck(self, request: M.SubscribeTransactionCheckRequest,
+                                        context: Context) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            "transaction check-back is not served by this broker yet")

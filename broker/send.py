@@ -1,0 +1,145 @@
+"""Send processing (RocketMQ's SendMessageProcessor): checks, auto-create, one store put.
+
+A single message and a batch take the same path; a batch is one store append, so its
+messages land one after another in one queue or not at all.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from broker.constants import PERM_WRITE
+from broker.convert import message_from_proto
+from broker.status import STORED_STATUSES, RequestError, put_status
+from broker.topic_config import TopicConfig, send_topic_problem
+from mqproto import common_pb2, messaging_pb2
+from store.codec import encode_offset_msg_id
+from store.message import Message
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+
+
+class SendProcessor:
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    async def send_message(self, request: messaging_pb2.SendMessageRequest,
+                           born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
+        topic = request.message.topic
+        status, results = await self._send(topic, request.queue_id, [request.message],
+                                           request.default_topic_queue_nums, born_host)
+        return messaging_pb2.SendMessageResponse(
+            status=status, result=results[0] if results else None)
+
+    async def send_batch(self, request: messaging_pb2.SendBatchRequest,
+                         born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+        if not request.messages:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "a batch needs at least one message")
+        topic = request.topic or request.messages[0].topic
+        for i, m in enumerate(request.messages):
+            if m.topic and m.topic != topic:
+                raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                                   f"message {i} of the batch is for topic {m.topic!r}, "
+                                   f"the batch for {topic!r}: a batch has one topic")
+        total = sum(len(m.body) for m in request.messages)
+        limit = self.broker.store_config.max_message_size
+        if total > limit:
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                               f"batch bodies total {total} bytes, over maxMessageSize {limit}")
+        status, results = await self._send(topic, request.queue_id, request.messages,
+                                           request.default_topic_queue_nums, born_host)
+        return messaging_pb2.SendBatchResponse(status=status, results=results)
+
+    async def _send(self, topic: str, queue_id: int, pbs: Sequence[messaging_pb2.Message],
+                    requested_queue_nums: int, born_host: tuple[str, int]
+                    ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
+        broker = self.broker
+        self._check_broker()
+        config = await self._topic_config(topic, requested_queue_nums)
+        queue_id = self._queue_id(config, queue_id)
+        for pb in pbs:
+            self._check_supported(pb)
+        now = broker.clock_ms()
+        msgs = [message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
+                                   now_ms=now, uniq_key=broker.uniq_key(now)) for pb in pbs]
+        result = await broker.store.put_messages_async(msgs)
+        append = result.append
+        if result.status not in STORED_STATUSES or append is None:
+            detail = append.error if append is not None else ""
+            log.debug("send to %s-%d refused: %s %s", topic, queue_id, result.status.value,
+                      detail)
+            return put_status(result.status, detail), []
+        broker.stats.record_put(topic, len(msgs))
+        return put_status(result.status), self._results(msgs, append.commit_log_offsets,
+                                                        append.queue_offsets)
+
+    def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
+                 ) -> list[messaging_pb2.SendResultEntry]:
+        store_host = self.broker.store_host
+        return [
+            messaging_pb2.SendResultEntry(
+                message_id=m.properties["UNIQ_KEY"],
+                offset_msg_id=encode_offset_msg_id(store_host, p),
+                queue_id=m.queue_id,
+                queue_offset=q,
+                commit_log_offset=p,
+            )
+            for m, p, q in zip(msgs, phys, queue_offsets, strict=True)
+        ]
+
+    def _check_broker(self) -> None:
+        broker = self.broker
+        if not broker.config.broker_permission & PERM_WRITE:
+            raise RequestError(common_pb2.NO_PERMISSION,
+                               f"the broker[{broker.config.broker_name}] sending message is "
+                               "forbidden")
+        if broker.config.is_slave:
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
+                               "SERVICE_NOT_AVAILABLE: this broker is a slave and refuses "
+                               "writes; send to the master of its group")
+
+    async def _topic_config(self, topic: str, requested_queue_nums: int) -> TopicConfig:
+        problem = send_topic_problem(topic)
+        if problem is not None:
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL, problem)
+        topics = self.broker.topics
+        config = topics.get(topic)
+        if config is None:
+            config = topics.create_in_send(topic, requested_queue_nums)
+            if config is None:
+                raise RequestError(common_pb2.TOPIC_NOT_EXIST,
+                                   f"topic[{topic}] not exist, apply first please! "
+                                   "(autoCreateTopicEnable is false)")
+            await self.broker.topics_changed()
+        if not config.writeable:
+            raise RequestError(common_pb2.NO_PERMISSION,
+                               f"the topic[{topic}] sending message is forbidden")
+        return config
+
+    @staticmethod
+    def _queue_id(config: TopicConfig, queue_id: int) -> int:
+        if queue_id < 0:  # the producer lets the broker choose
+            return random.randrange(max(1, config.write_queue_nums))
+        if queue_id >= config.queue_nums:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"queueId[{queue_id}] is illegal, topic {config.topic_name} has "
+                               f"{config.write_queue_nums} write queues "
+                               f"({config.read_queue_nums} read queues) on this broker")
+        return queue_id
+
+    @staticmethod
+    def _check_supported(pb: messaging_pb2.Message) -> None:
+        sp = pb.system_properties
+        if sp.delay_time_level:
+            raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                               "delayed messages are not served by this broker yet "
+                               "(no schedule service)")
+        if sp.transaction_type != messaging_pb2.TRANSACTION_NOT_TYPE:
+            raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                               "transactional messages are not served by this broker yet")

@@ -1,0 +1,89 @@
+"""Process entry point of the broker (RocketMQ's BrokerStartup).
+
+    python -m broker -c broker.conf [-n NAMESRV_ADDR] [--log-level LEVEL]
+    mqbroker         -c broker.conf [-n NAMESRV_ADDR] [--log-level LEVEL]
+
+Logs go to stderr. Once serving and registered it prints one line on stdout,
+``The broker[NAME, HOST:PORT] boot success. serializeType=PROTOBUF and name server is ADDRS``
+with the port actually bound (useful with listenPort=0). SIGTERM or SIGINT stops it cleanly
+(unregister, flush, persist offsets, close files) with exit code 0; a configuration or
+start-up problem exits with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+
+from broker.config import ConfigError, LoadedConfig, load_config_file
+from broker.constants import BOOT_SUCCESS_PREFIX
+from broker.controller import BrokerController
+from broker.persistence import ConfigFileCorrupt
+
+log = logging.getLogger("broker")
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s - %(message)s"
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="mqbroker", description="Broker of the message cluster.")
+    parser.add_argument("-c", "--config-file", required=True,
+                        help="broker.conf (RocketMQ properties: brokerName=broker-a, ...)")
+    parser.add_argument("-n", "--namesrv-addr", default=None,
+                        help="name server addresses HOST:PORT;HOST:PORT (overrides namesrvAddr)")
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
+                        help="logging level (default INFO)")
+    return parser.parse_args(argv)
+
+
+def boot_message(controller: BrokerController) -> str:
+    namesrv = ";".join(controller.config.namesrv_addr_list) or "(none)"
+    return (f"{BOOT_SUCCESS_PREFIX}{controller.config.broker_name}, {controller.broker_addr}] "
+            f"boot success. serializeType=PROTOBUF and name server is {namesrv}")
+
+
+async def serve(loaded: LoadedConfig) -> None:
+    """Runs one broker until SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def on_signal(signum: signal.Signals) -> None:
+        log.info("received %s, shutting down", signum.name)
+        stop.set()
+
+    handled = (signal.SIGTERM, signal.SIGINT)
+    for signum in handled:
+        loop.add_signal_handler(signum, on_signal, signum)
+    controller = BrokerController(loaded)
+    try:
+        await controller.start()
+        print(boot_message(controller), flush=True)
+        await stop.wait()
+    finally:
+        await controller.shutdown()
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
+    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None
+    try:
+        loaded = load_config_file(args.config_file, overrides)
+    except ConfigError as e:
+        log.error("bad configuration in %s: %s", args.config_file, e)
+        return 1
+    for key in loaded.unknown_keys:
+        log.warning("unknown key %s in %s ignored", key, args.config_file)
+    try:
+        asyncio.run(serve(loaded))
+    except (OSError, ConfigError, ConfigFileCorrupt) as e:
+        log.error("broker failed: %s", e)
+        return 1
+    return 0

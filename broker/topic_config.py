@@ -1,0 +1,227 @@
+"""Topic configs of one broker (RocketMQ's TopicConfigManager) and topic validation.
+
+The table persists in `config/topics.json` in RocketMQ's layout
+(`{"topicConfigTable": {...}, "dataVersion": {...}}`); its data version changes with every
+change of the table, so the name servers rebuild their routes only when needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from broker.config import BrokerConfig
+from broker.constants import (
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    SCHEDULE_TOPIC_QUEUE_NUMS,
+)
+from broker.persistence import ConfigManager
+from store.constants import SCHEDULE_TOPIC
+from store.message import is_system_topic, topic_problem
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]  # milliseconds
+
+
+@dataclasses.dataclass(frozen=True)
+class DataVersion:
+    timestamp: int = 0
+    counter: int = 0
+
+    def next(self, now_ms: int) -> DataVersion:
+        return DataVersion(now_ms, self.counter + 1)
+
+    def to_json(self) -> dict[str, int]:
+        return {"timestamp": self.timestamp, "counter": self.counter}
+
+    @classmethod
+    def from_json(cls, data: Any) -> DataVersion:
+        if data is None:
+            return cls()
+        return cls(int(data["timestamp"]), int(data["counter"]))
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicConfig:
+    topic_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int = PERM_READ_WRITE
+    topic_sys_flag: int = 0
+    order: bool = False
+
+    @property
+    def readable(self) -> bool:
+        return self.perm & PERM_READ == PERM_READ
+
+    @property
+    def writeable(self) -> bool:
+        return self.perm & PERM_WRITE == PERM_WRITE
+
+    @property
+    def queue_nums(self) -> int:
+        """Queue ids valid on this broker: 0 .. max(read, write) - 1."""
+        return max(self.read_queue_nums, self.write_queue_nums)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topicName": self.topic_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": self.topic_sys_flag,
+            "order": self.order,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TopicConfig:
+        config = cls(
+            topic_name=str(data["topicName"]),
+            read_queue_nums=int(data["readQueueNums"]),
+            write_queue_nums=int(data["writeQueueNums"]),
+            perm=int(data.get("perm", PERM_READ_WRITE)),
+            topic_sys_flag=int(data.get("topicSysFlag", 0)),
+            order=bool(data.get("order", False)),
+        )
+        problem = config_problem(config)
+        if problem is not None:
+            raise ValueError(problem)
+        return config
+
+
+def config_problem(config: TopicConfig) -> str | None:
+    """Why a topic config cannot be used (name, queue counts, perm), or None."""
+    problem = topic_problem(config.topic_name)
+    if problem is not None:
+        return problem
+    if config.read_queue_nums < 0 or config.write_queue_nums < 0 or config.queue_nums == 0:
+        return (f"topic {config.topic_name}: queue counts must be >= 0 and not both 0 "
+                f"(read {config.read_queue_nums}, write {config.write_queue_nums})")
+    if not 0 <= config.perm <= 0xF:
+        return f"topic {config.topic_name}: perm {config.perm} is not a permission"
+    return None
+
+
+def send_topic_problem(topic: str) -> str | None:
+    """Why a client may not send to `topic` (SPEC §2.2), or None."""
+    problem = topic_problem(topic)
+    if problem is not None:
+        return problem
+    if is_system_topic(topic):
+        return f"topic {topic} is a reserved system topic; clients cannot send to it"
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        return f"topic {topic} is not allowed to send to"
+    return None
+
+
+Table = tuple[dict[str, TopicConfig], DataVersion]
+
+
+class TopicConfigManager(ConfigManager[Table]):
+    """The topic table; used from the event loop only."""
+
+    def __init__(self, path: Path, config: BrokerConfig, clock_ms: Clock) -> None:
+        super().__init__(path)
+        self.config = config
+        self.clock_ms = clock_ms
+        self.table: dict[str, TopicConfig] = {}
+        self.data_version = DataVersion()
+
+    # -- persistence -----------------------------------------------------------------------
+    def encode(self) -> Any:
+        return {
+            "topicConfigTable": {n: c.to_json() for n, c in sorted(self.table.items())},
+            "dataVersion": self.data_version.to_json(),
+        }
+
+    def parse(self, data: Any) -> Table:
+        table = {}
+        for name, item in data["topicConfigTable"].items():
+            config = TopicConfig.from_json(item)
+            if config.topic_name != name:
+                raise ValueError(f"topic config {name} names topic {config.topic_name}")
+            table[name] = config
+        return table, DataVersion.from_json(data.get("dataVersion"))
+
+    def apply(self, parsed: Table) -> None:
+        self.table, self.data_version = parsed
+
+    def load_and_init(self) -> None:
+        """Loads the file (or its backup) and adds the broker's own topics when missing."""
+        self.load()
+        changed = False
+        for config in self._system_topics():
+            if config.topic_name not in self.table:
+                self.table[config.topic_name] = config
+                changed = True
+        if changed or self.data_version == DataVersion():
+            self.data_version = self.data_version.next(self.clock_ms())
+            self.persist()
+
+    def _system_topics(self) -> list[TopicConfig]:
+        """TopicConfigManager's start-up topics: TBW102 (auto-create), the schedule topic,
+        and the cluster and broker name topics used for routing by cluster or broker."""
+        c = self.config
+        out = [TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUMS, SCHEDULE_TOPIC_QUEUE_NUMS)]
+        if c.auto_create_topic_enable:
+            out.append(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, c.default_topic_queue_nums,
+                                   c.default_topic_queue_nums, PERM_READ_WRITE | PERM_INHERIT))
+        if c.cluster_topic_enable:
+            perm = PERM_READ_WRITE if c.broker_permission & PERM_WRITE else PERM_READ
+            out.append(TopicConfig(c.broker_cluster_name, 16, 16, perm))
+        if c.broker_topic_enable:
+            perm = PERM_READ_WRITE if c.broker_permission & PERM_WRITE else PERM_READ
+            out.append(TopicConfig(c.broker_name, 1, 1, perm))
+        return [t for t in out if topic_problem(t.topic_name) is None]
+
+    # -- table -----------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def _changed(self) -> None:
+        self.data_version = self.data_version.next(self.clock_ms())
+
+    def create_in_send(self, topic: str, requested_queue_nums: int) -> TopicConfig | None:
+        """Auto-creates `topic` for a send when autoCreateTopicEnable; None when not allowed.
+
+        Queue count: min(requested, defaultTopicQueueNums); the requested count is the
+        client's default when it gives none. The caller persists and re-registers.
+        """
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        if not self.config.auto_create_topic_enable:
+            return None
+        default = self.config.default_topic_queue_nums
+        queue_nums = min(requested_queue_nums, default) if requested_queue_nums > 0 else default
+        config = TopicConfig(topic, queue_nums, queue_nums, PERM_READ_WRITE)
+        self.table[topic] = config
+        self._changed()
+        log.info("auto-created topic %s with %d queues", topic, queue_nums)
+        return config
+
+    def update(self, config: TopicConfig) -> None:
+        """Creates or replaces a topic config (admin); the caller validated it."""
+        old = self.table.get(config.topic_name)
+        if old == config:
+            return
+        self.table[config.topic_name] = config
+        self._changed()
+        log.info("%s topic config %s", "updated" if old else "created", config)
+
+    def delete(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        self._changed()
+        log.info("deleted topic config %s", topic)
+        return True

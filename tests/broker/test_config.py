@@ -1,0 +1,111 @@
+"""broker.conf parsing: RocketMQ key names, Java properties syntax, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from broker.config import ConfigError, load_config_file, parse_config, read_properties
+from store.constants import BrokerRole, FlushDiskType
+
+SAMPLE = """\
+# RocketMQ's 2m-2s-async broker-a.properties, with a few extra keys
+brokerClusterName=DefaultCluster
+brokerName = broker-a
+brokerId=0
+namesrvAddr=10.0.0.1:9876;10.0.0.2:9876
+listenPort: 10911
+haListenPort 10912
+deleteWhen=04
+fileReservedTime=48
+brokerRole=ASYNC_MASTER
+flushDiskType=SYNC_FLUSH
+storePathRootDir=/data/rocketmq/store
+mappedFileSizeCommitLog=4194304
+autoCreateTopicEnable=false
+defaultTopicQueueNums=4
+slaveReadEnable=true
+brokerIP1=10.0.0.5
+! a bang comment
+flushConsumerOffsetInterval=\\
+  1000
+"""
+
+
+def test_reads_rocketmq_keys_for_broker_and_store() -> None:
+    loaded = parse_config(read_properties(SAMPLE), env={})
+    b, s = loaded.broker, loaded.store
+    assert (b.broker_cluster_name, b.broker_name, b.broker_id) == ("DefaultCluster", "broker-a", 0)
+    assert b.namesrv_addr_list == ["10.0.0.1:9876", "10.0.0.2:9876"]
+    assert (b.listen_port, b.ha_listen_port, b.broker_ip1) == (10911, 10912, "10.0.0.5")
+    assert b.auto_create_topic_enable is False
+    assert b.default_topic_queue_nums == 4
+    assert b.slave_read_enable is True
+    assert b.flush_consumer_offset_interval == 1000
+    assert b.broker_role is BrokerRole.ASYNC_MASTER
+    assert s.flush_disk_type is FlushDiskType.SYNC_FLUSH
+    assert s.store_path_root_dir == "/data/rocketmq/store"
+    assert s.mapped_file_size_commit_log == 4194304
+    assert (s.file_reserved_time, s.delete_when) == (48, "04")
+    assert loaded.unknown_keys == []
+
+
+def test_defaults_follow_rocketmq() -> None:
+    loaded = parse_config({}, env={})
+    b = loaded.broker
+    assert (b.broker_cluster_name, b.broker_id, b.listen_port) == ("DefaultCluster", 0, 10911)
+    assert b.auto_create_topic_enable is True
+    assert b.default_topic_queue_nums == 8
+    assert b.register_name_server_period == 30_000
+    assert b.flush_consumer_offset_interval == 5_000
+    assert b.namesrv_addr_list == []
+    assert loaded.store.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+
+
+def test_namesrv_addr_from_environment_when_absent() -> None:
+    assert parse_config({}, env={"NAMESRV_ADDR": "h:1;h:2"}).broker.namesrv_addr_list == [
+        "h:1", "h:2"]
+    loaded = parse_config({"namesrvAddr": "x:3"}, env={"NAMESRV_ADDR": "h:1"})
+    assert loaded.broker.namesrv_addr_list == ["x:3"]
+
+
+def test_unknown_keys_are_reported() -> None:
+    loaded = parse_config({"brokerNmae": "typo", "brokerName": "b"}, env={})
+    assert loaded.unknown_keys == ["brokerNmae"]
+
+
+@pytest.mark.parametrize(("props", "message"), [
+    ({"listenPort": "ten"}, "listenPort: expected an integer"),
+    ({"autoCreateTopicEnable": "yes"}, "autoCreateTopicEnable: expected true or false"),
+    ({"brokerRole": "LEADER"}, "brokerRole: expected one of"),
+    ({"flushDiskType": "SOMETIMES"}, "flush_disk_type: .SOMETIMES"),
+    ({"listenPort": "70000"}, "listenPort: 70000 is not a port"),
+    ({"namesrvAddr": "localhost"}, "namesrvAddr: expected HOST:PORT"),
+    ({"defaultTopicQueueNums": "0"}, "defaultTopicQueueNums"),
+    ({"brokerRole": "SLAVE", "brokerId": "0"}, "SLAVE's brokerId must be > 0"),
+    ({"brokerName": ""}, "brokerName"),
+])
+def test_bad_values_are_config_errors(props: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(props, env={})
+
+
+def test_master_is_always_broker_id_0() -> None:
+    assert parse_config({"brokerId": "3"}, env={}).broker.broker_id == 0
+    slave = parse_config({"brokerId": "2", "brokerRole": "SLAVE"}, env={}).broker
+    assert (slave.broker_id, slave.is_slave) == (2, True)
+
+
+def test_load_config_file_with_overrides(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(SAMPLE)
+    loaded = load_config_file(conf, {"namesrvAddr": "127.0.0.1:1"})
+    assert loaded.broker.namesrv_addr_list == ["127.0.0.1:1"]
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config_file(tmp_path / "missing.conf")
+
+
+def test_properties_syntax() -> None:
+    props = read_properties("a=1\n  b : 2 \nc 3\n#d=4\n\ne=x=y\nf=\n")
+    assert props == {"a": "1", "b": "2", "c": "3", "e": "x=y", "f": ""}
