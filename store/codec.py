@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import ipaddress
+import re
 import struct
 from typing import Any
 
@@ -17,6 +18,7 @@ from store.constants import (
     BLANK_MAGIC_CODE,
     DELAY_LEVELS_MS,
     MESSAGE_MAGIC_CODE,
+    TOPIC_PATTERN,
 )
 
 PROPERTY_SEPARATOR = "\x01"  # between name and value
@@ -287,6 +289,7 @@ class DispatchRequest:
 
 
 _TOPICS: dict[bytes, str] = {}
+_TOPIC_RE = re.compile(TOPIC_PATTERN)
 
 
 def check_record(
@@ -335,9 +338,22 @@ def check_record(
             topic = raw_topic.decode()
         except UnicodeDecodeError as e:
             raise CorruptRecord(f"topic is not UTF-8 at {pos}") from e
+        if not _TOPIC_RE.match(topic):
+            raise CorruptRecord(f"invalid topic {topic!r} at {pos}")
         if len(_TOPICS) < 100_000:
             _TOPICS[raw_topic] = topic
-    return total, fields[3], fields[5], fields[6], topic, fields, p + 3 + topic_len
+    props_pos = p + 3 + topic_len
+    if props_len:
+        # No checksum covers the properties: at least they must end a pair and be UTF-8.
+        if buf[end - 1] != 2:
+            raise CorruptRecord(f"properties do not end with \\x02 at {pos}")
+        try:
+            bytes(buf[props_pos:end]).decode()
+        except UnicodeDecodeError as e:
+            raise CorruptRecord(f"properties are not UTF-8 at {pos}") from e
+    if fields[3] < 0 or fields[5] < 0:
+        raise CorruptRecord(f"negative queue id or queue offset at {pos}")
+    return total, fields[3], fields[5], fields[6], topic, fields, props_pos
 
 
 def parse_dispatch(

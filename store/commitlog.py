@@ -37,7 +37,7 @@ from store.message import IllegalMessage, Message, check_sizes
 
 log = logging.getLogger(__name__)
 
-ScannedRecord = tuple[memoryview, int, int, int, int, int, str]
+ScannedRecord = tuple[memoryview, int, int, int, int, int, str, int]
 _NO_QUEUE_OFFSET = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBACK))
 
 
@@ -278,7 +278,8 @@ class CommitLog:
         """Yields every valid record from `start_offset` on; stops at the first bad byte.
 
         Each item is (file data, position in it, commitlog offset, total size, queue id,
-        queue offset, topic); `parse_dispatch(data, pos)` gives the full request when needed.
+        queue offset, topic, sys flag); `parse_dispatch(data, pos)` gives the full request
+        when needed.
         After the iteration `self.scan_end` is the offset where valid data ends.
         """
         self.scan_end = start_offset
@@ -303,12 +304,12 @@ class CommitLog:
                         offset = mf.file_tail_offset
                         self.scan_end = offset
                         break
-                    total, queue_id, queue_offset, phys, topic = r[:5]
+                    total, queue_id, queue_offset, phys, topic, fields, _ = r
                     if phys != base + pos:
                         self.scan_error = (f"{mf.path.name}: record at {base + pos} says it is "
                                            f"at {phys}")
                         return
-                    yield data, pos, phys, total, queue_id, queue_offset, topic
+                    yield data, pos, phys, total, queue_id, queue_offset, topic, fields[7]
                     pos += total
                     self.scan_end = base + pos
 
@@ -316,7 +317,7 @@ class CommitLog:
         """Store time of a file's first record, 0 when it has none."""
         try:
             r = parse_dispatch(mf.mm[: min(mf.file_size, 1 << 16)], 0, check_crc=False)
-        except CorruptRecord:
+        except ValueError:  # CorruptRecord, or undecodable properties
             return 0
         return r.store_timestamp if isinstance(r, DispatchRequest) else 0
 

@@ -1,32 +1,28 @@
 """Read-only verifier of a store directory (SPEC §2): commitlog, consume queues and index.
 
     python -m store.inspect STORE_DIR [--json] [--commitlog-file-size N] [--cq-file-size N]
-                            [--index-slots N --index-num N]
 
-Every file is opened read-only and nothing is recovered or repaired (unlike
-DefaultMessageStore.load(), which truncates). Exit status: 0 clean (warnings allowed),
-1 problems found, 2 usage error (no such directory, not a store, unknown index geometry).
-
-With an `abort` file (the store is running, or was killed) consume-queue / index entries still
-missing for the newest records are reported as the warning "dispatch behind"; entries that point
-at wrong or invalid records are always problems.
+Files are opened read-only; nothing is recovered (DefaultMessageStore.load() would truncate).
+Exit status: 0 clean (warnings allowed), 1 problems found, 2 usage error. With an `abort` file
+(the store runs, or was killed) entries missing for the newest records are the warning
+"dispatch behind"; entries pointing at wrong or invalid records are always problems.
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import dataclasses
 import json
 import mmap
 import re
 import struct
 import sys
+from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from store.codec import CorruptRecord, parse_dispatch
+from store.codec import INT, CorruptRecord, DispatchRequest, header_struct, parse_dispatch
 from store.constants import CQ_STORE_UNIT_SIZE, TRANSACTION_TYPE_MASK, SysFlag
 from store.consume_queue import BLANK_SIZE, ENTRY
 from store.index import (
@@ -37,6 +33,7 @@ from store.index import (
     index_file_size,
     key_hash,
 )
+from store.message import topic_problem
 
 _NOT_DISPATCHED = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBACK))
 _INDEX_HEADER = struct.Struct(">qqqqii")
@@ -89,17 +86,16 @@ class Report:
                                                           "problems": 0})
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "store": self.store, "abort": self.abort, "clean": self.problem_count == 0,
-            "commitlog": {"files": self.commitlog_files, "file_size": self.file_size,
-                          "min_offset": self.min_offset, "max_offset": self.max_offset,
-                          "records": self.records},
-            "queues": [{"topic": t, "queue_id": q, **v}
-                       for (t, q), v in sorted(self.queues.items())],
-            "index": {"files": self.index_files, "entries": self.index_entries},
-            "warnings": self.warnings, "problem_count": self.problem_count,
-            "problems": self.problems, "first_problem": self.problems[0] if self.problems else None,
-        }
+        cl = {"files": self.commitlog_files, "file_size": self.file_size,
+              "min_offset": self.min_offset, "max_offset": self.max_offset,
+              "records": self.records}
+        return {"store": self.store, "abort": self.abort, "clean": self.problem_count == 0,
+                "commitlog": cl, "queues": [{"topic": t, "queue_id": q, **v}
+                                            for (t, q), v in sorted(self.queues.items())],
+                "index": {"files": self.index_files, "entries": self.index_entries},
+                "warnings": self.warnings, "problem_count": self.problem_count,
+                "problems": self.problems,
+                "first_problem": self.problems[0] if self.problems else None}
 
 
 def _map(path: Path) -> Buffer:
@@ -133,19 +129,36 @@ def _offset_files(rep: Report, root: Path, directory: Path) -> list[tuple[int, P
 def _file_size(files: Iterable[Path], given: int | None) -> int:
     if given:
         return given
-    sizes = collections.Counter(p.stat().st_size for p in files)
+    sizes = Counter(p.stat().st_size for p in files)
     return min(sizes, key=lambda s: (-sizes[s], s)) if sizes else 0
 
 
-def _open_checked(rep: Report, root: Path, start: int, path: Path, size: int,
-                 expected: int | None) -> Buffer:
-    rel = str(path.relative_to(root))
+def _open_checked(rep: Report, rel: str, path: Path, start: int, size: int,
+                  expected: int | None) -> Buffer:
     buf = _map(path)
     if len(buf) != size:
         rep.problem(rel, 0, f"file size {len(buf)}, expected {size}")
     if expected is not None and start != expected:
         rep.problem(rel, 0, f"file starts at {start}, expected {expected} (gap or overlap)")
     return buf
+
+
+def _garbage(rep: Report, rel: str, buf: Buffer, start: int, end: int, what: str,
+             torn: list[tuple[str, int, str]] | None = None) -> bool:
+    """Reports the first non-zero byte of buf[start:end] (after the end of data); a pending
+    torn tail is no longer one when something follows it."""
+    nz = _first_nonzero(buf, start, end)
+    if nz >= 0:
+        while torn:
+            rep.problem(*torn.pop())
+        rep.problem(rel, nz, f"garbage after the end of {what}")
+    return nz >= 0
+
+
+def _chain_ok(ents: list[tuple[int, int, int, int]], i: int, s: int) -> bool:
+    """Entry i's chain link goes back to an entry of the same slot (or ends the chain)."""
+    h, prev = ents[i - 1][0], ents[i - 1][3]
+    return prev < i and (not prev or ents[prev - 1][0] % s == h % s)
 
 
 def scan_commitlog(rep: Report, root: Path, size_arg: int | None) -> dict[int, Record]:
@@ -159,16 +172,14 @@ def scan_commitlog(rep: Report, root: Path, size_arg: int | None) -> dict[int, R
     end: int | None = None
     expected: int | None = None
     last_qoff: dict[tuple[str, int], int] = {}
+    torn: list[tuple[str, int, str]] = []  # an invalid last record, with abort: torn tail?
     for start, path in files:
         rel = str(path.relative_to(root))
-        buf = _open_checked(rep, root, start, path, size, expected)
+        buf = _open_checked(rep, rel, path, start, size, expected)
         expected = start + size
         limit = min(len(buf), size)
         if end is not None:  # everything after the end of data must be zero
-            nz = _first_nonzero(buf, 0, limit)
-            if nz >= 0:
-                rep.problem(rel, nz, f"garbage after the end of data at commitlog offset "
-                                     f"{start + nz} (data ends at {end})")
+            _garbage(rep, rel, buf, 0, limit, f"data (commitlog offset {end})", torn)
             continue
         view = memoryview(buf)[:limit] if limit else b""
         pos = 0
@@ -176,41 +187,57 @@ def scan_commitlog(rep: Report, root: Path, size_arg: int | None) -> dict[int, R
             off = start + pos
             try:
                 r = parse_dispatch(view, pos, check_crc=True)
+                why = _record_problem(view, pos, off, r) if not isinstance(r, int) else ""
             except (CorruptRecord, ValueError, IndexError, struct.error) as e:
-                rep.problem(rel, pos, f"invalid record at commitlog offset {off}: {e}")
+                r, why = 0, str(e)
+            if why:  # with abort and nothing after it, a write the crash cut short
                 end = off
+                total = INT.unpack_from(view, pos)[0] if pos + 4 <= limit else 0
+                tail = pos + total if 8 <= total <= limit - pos else limit
+                torn.append((rel, pos, f"invalid record at commitlog offset {off}: {why}"))
+                if not rep.abort or _first_nonzero(buf, tail, limit) >= 0:
+                    rep.problem(*torn.pop())
                 break
             if r == 0:
                 end = off
-                nz = _first_nonzero(buf, pos, limit)
-                if nz >= 0:
-                    rep.problem(rel, nz, f"garbage after the end of data at commitlog offset "
-                                         f"{start + nz} (data ends at {off})")
+                _garbage(rep, rel, buf, pos, limit, f"data (commitlog offset {off})")
                 break
             if isinstance(r, int):  # end-of-file blank: continue in the next file
-                break
-            if r.commit_log_offset != off:
-                rep.problem(rel, pos, f"record at commitlog offset {off} says PHYSICALOFFSET "
-                                      f"{r.commit_log_offset}")
-                end = off
                 break
             keys = r.keys.split() + ([r.uniq_key] if r.uniq_key else [])
             dispatchable = r.sys_flag & TRANSACTION_TYPE_MASK not in _NOT_DISPATCHED
             records[off] = Record(r.msg_size, r.topic, r.queue_id, r.queue_offset, r.tags_code,
                                   dispatchable, frozenset(key_hash(r.topic, k) for k in keys))
             rep.queue(r.topic, r.queue_id)["records"] += 1
+            prev = last_qoff.get((r.topic, r.queue_id)) if dispatchable else None
+            if prev is not None and r.queue_offset != prev + 1:
+                rep.problem(rel, pos, f"record at commitlog offset {off} has QUEUEOFFSET "
+                                      f"{r.queue_offset} in {r.topic}/{r.queue_id}, "
+                                      f"expected {prev + 1}")
             if dispatchable:
-                key = (r.topic, r.queue_id)
-                prev = last_qoff.get(key)
-                if prev is not None and r.queue_offset != prev + 1:
-                    rep.problem(rel, pos, f"record at commitlog offset {off} has QUEUEOFFSET "
-                                          f"{r.queue_offset} in {r.topic}/{r.queue_id}, "
-                                          f"expected {prev + 1}")
-                last_qoff[key] = r.queue_offset
+                last_qoff[(r.topic, r.queue_id)] = r.queue_offset
             pos += r.msg_size
+    if torn:
+        rep.warnings.append(f"torn tail: {torn[0][2]} (the last record, nothing after it: "
+                            "a write cut short by the crash; loading the store cuts it)")
     rep.max_offset = end if end is not None else expected or 0
     rep.records = len(records)
     return records
+
+
+def _record_problem(view: memoryview | bytes, pos: int, off: int, r: DispatchRequest) -> str:
+    """Checks parse_dispatch leaves out: the position, the topic, the properties' last byte."""
+    if r.commit_log_offset != off:
+        return f"PHYSICALOFFSET says {r.commit_log_offset}"
+    problem = topic_problem(r.topic)
+    if problem:
+        return problem
+    hsize = header_struct(r.sys_flag).size
+    (body_len,) = INT.unpack_from(view, pos + hsize - 4)
+    props_start = pos + hsize + body_len + 1 + len(r.topic.encode()) + 2
+    if props_start < pos + r.msg_size and view[pos + r.msg_size - 1] != 2:
+        return "properties do not end with \\x02 (a torn record?)"
+    return ""
 
 
 def _cl_location(rep: Report, offset: int) -> tuple[str, int]:
@@ -221,30 +248,23 @@ def _cl_location(rep: Report, offset: int) -> tuple[str, int]:
 
 
 def _report_behind(rep: Report, what: str, behind: list[int], records: dict[int, Record]) -> None:
-    if not behind:
-        return
-    first = behind[0]
-    size = sum(records[o].size for o in behind)
-    text = (f"dispatch behind: {len(behind)} record(s) ({size} bytes) from commitlog offset "
-            f"{first} have no {what} entry yet")
-    if rep.abort:
+    text = (f"dispatch behind: {len(behind)} record(s) ({sum(records[o].size for o in behind)} "
+            f"bytes) from commitlog offset {behind[0] if behind else 0} have no {what} entry yet")
+    if behind and rep.abort:
         rep.warnings.append(text)
-    else:
-        rep.problem(*_cl_location(rep, first), text + " (no abort file: the store was shut "
-                                                     "down cleanly, so every record should)")
+    elif behind:
+        rep.problem(*_cl_location(rep, behind[0]), text + " (no abort file: the store was shut "
+                                                          "down cleanly, so every record should)")
 
 
 def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
                          size_arg: int | None) -> None:
-    cq_root = root / "consumequeue"
     queues: list[tuple[str, int, list[tuple[int, Path]]]] = []
-    if cq_root.is_dir():
-        for tdir in sorted(p for p in cq_root.iterdir() if p.is_dir()):
-            for qdir in sorted(p for p in tdir.iterdir() if p.is_dir()):
-                if not qdir.name.isdigit():
-                    rep.warnings.append(f"foreign directory {qdir.relative_to(root)} ignored")
-                    continue
-                queues.append((tdir.name, int(qdir.name), _offset_files(rep, root, qdir)))
+    for qdir in sorted(p for p in (root / "consumequeue").glob("*/*") if p.is_dir()):
+        if not qdir.name.isdigit():
+            rep.warnings.append(f"foreign directory {qdir.relative_to(root)} ignored")
+            continue
+        queues.append((qdir.parent.name, int(qdir.name), _offset_files(rep, root, qdir)))
     size = _file_size((p for *_, files in queues for _, p in files), size_arg)
     size -= size % CQ_STORE_UNIT_SIZE
     entries: dict[tuple[str, int], dict[int, int]] = {}
@@ -256,15 +276,12 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
         expected: int | None = None
         for start, path in files:
             rel = str(path.relative_to(root))
-            buf = _open_checked(rep, root, start, path, size, expected)
+            buf = _open_checked(rep, rel, path, start, size, expected)
             expected = start + size
             limit = min(len(buf), size)
             for pos in range(0, limit - limit % CQ_STORE_UNIT_SIZE, CQ_STORE_UNIT_SIZE):
                 if ended:
-                    nz = _first_nonzero(buf, pos, limit)
-                    if nz >= 0:
-                        stats["problems"] += 1
-                        rep.problem(rel, nz, "garbage after the end of the consume queue")
+                    stats["problems"] += _garbage(rep, rel, buf, pos, limit, "the consume queue")
                     break
                 off, sz, code = ENTRY.unpack_from(buf, pos)
                 if off == 0 and sz == 0:
@@ -324,30 +341,34 @@ def _entry_problem(rep: Report, rec: Record | None, topic: str, qid: int, n: int
 
 
 def _geometry_fits(buf: Buffer, s: int, n: int) -> bool:
+    """Whether the file reads sensibly with s slots: header phy offsets match the first and
+    last entries, phy offsets never decrease, every chain link goes back within its slot."""
     _, _, begin_phy, end_phy, _, count = _INDEX_HEADER.unpack_from(buf, 0)
     if n < 2 or not 1 <= count <= n or len(buf) != index_file_size(s, n):
         return False
-    if count == 1:
-        return True
     base = INDEX_HEADER_SIZE + s * HASH_SLOT_SIZE
-    first = _INDEX_ENTRY.unpack_from(buf, base + INDEX_SIZE)
-    h, last_phy, _, _ = _INDEX_ENTRY.unpack_from(buf, base + (count - 1) * INDEX_SIZE)
-    (slot,) = struct.unpack_from(">I", buf, INDEX_HEADER_SIZE + h % s * HASH_SLOT_SIZE)
-    return first[1] == begin_phy and last_phy == end_phy and count - 1 <= slot < n
+    if count > 1 and (_INDEX_ENTRY.unpack_from(buf, base + INDEX_SIZE)[1] != begin_phy or
+                      _INDEX_ENTRY.unpack_from(buf, base + (count - 1) * INDEX_SIZE)[1] != end_phy):
+        return False  # cheap test first: most candidates fail here
+    ents = list(_INDEX_ENTRY.iter_unpack(buf[base + INDEX_SIZE : base + count * INDEX_SIZE]))
+    phys = [e[1] for e in ents]
+    return (all(e[0] >= 0 for e in ents) and phys == sorted(phys)
+            and all(_chain_ok(ents, i, s) for i in range(1, len(ents) + 1)))
 
 
 def infer_index_geometry(bufs: list[Buffer]) -> tuple[int, int]:
-    """(hash_slot_num, index_num) from the file size and the contents of the fullest file."""
-    buf = max(bufs, key=lambda b: _INDEX_HEADER.unpack_from(b, 0)[5] if len(b) >= 40 else 0)
-    q, r = divmod(len(buf) - INDEX_HEADER_SIZE, HASH_SLOT_SIZE)
-    if r or q < 1:
-        raise UsageError(f"index file size {len(buf)} fits no geometry")
+    """(hash_slot_num, index_num) from the file size and the contents of the fullest files."""
+    size = Counter(len(b) for b in bufs).most_common(1)[0][0]
+    q, r = divmod(size - INDEX_HEADER_SIZE, HASH_SLOT_SIZE)
     candidates = [MAX_HASH_SLOT_NUM, q // 21]  # the defaults; index_num = 4 x slots
     candidates += range(q % 5 or 5, q, 5)[:_MAX_GEOMETRY_TRIES]
-    for s in candidates:
-        n, rest = divmod((q - s) * HASH_SLOT_SIZE, INDEX_SIZE)
-        if s > 0 and not rest and _geometry_fits(buf, s, n):
-            return s, n
+    fullest = sorted((b for b in bufs if len(b) == size),
+                     key=lambda b: -_INDEX_HEADER.unpack_from(b, 0)[5])
+    for buf in fullest[:3] if not r and q > 0 else []:
+        for s in candidates:
+            n, rest = divmod((q - s) * HASH_SLOT_SIZE, INDEX_SIZE)
+            if s > 0 and not rest and _geometry_fits(buf, s, n):
+                return s, n
     raise UsageError("cannot infer the index geometry: pass --index-slots and --index-num")
 
 
@@ -378,11 +399,10 @@ def check_index(rep: Report, root: Path, records: dict[int, Record],
         if ents and (ents[0][1] != begin_phy or ents[-1][1] != end_phy):
             rep.problem(rel, 16, f"header phy offsets {begin_phy}..{end_phy} disagree with its "
                                  f"entries {ents[0][1]}..{ents[-1][1]}")
-        if ents:
-            first_begin = begin_phy if first_begin is None else first_begin
+        first_begin = begin_phy if ents and first_begin is None else first_begin
         for i, (h, phy, _, prev) in enumerate(ents, 1):
             pos = base + i * INDEX_SIZE
-            if prev >= i or (prev and ents[prev - 1][0] % s != h % s):
+            if not _chain_ok(ents, i, s):
                 rep.problem(rel, pos, f"index entry {i}: bad chain link to entry {prev}")
             if phy < rep.min_offset:
                 continue  # its commitlog file has expired
@@ -414,7 +434,7 @@ def check_index(rep: Report, root: Path, records: dict[int, Record],
         missing = [h for h in rec.key_hashes if (off, h) not in present]
         if not missing or off < (first_begin if first_begin is not None else 0):
             continue
-        if off > max_phy:
+        if off >= max_phy:  # the newest indexed record may have only some of its keys
             behind.append(off)
         else:
             rep.problem(*_cl_location(rep, off), f"record at commitlog offset {off} "
@@ -426,10 +446,9 @@ def check_index(rep: Report, root: Path, records: dict[int, Record],
 def inspect_store(root: Path, commitlog_file_size: int | None = None,
                   cq_file_size: int | None = None,
                   index_geometry: tuple[int, int] | None = None) -> Report:
-    if not root.is_dir():
-        raise UsageError(f"no such directory: {root}")
-    if not (root / "commitlog").is_dir():
-        raise UsageError(f"not a store (no commitlog directory): {root}")
+    if not root.is_dir() or not (root / "commitlog").is_dir():
+        raise UsageError(f"no such directory: {root}" if not root.is_dir()
+                         else f"not a store (no commitlog directory): {root}")
     rep = Report(str(root), abort=(root / "abort").exists())
     records = scan_commitlog(rep, root, commitlog_file_size)
     check_consume_queues(rep, root, records, cq_file_size)
@@ -441,9 +460,9 @@ def format_report(rep: Report) -> str:
     lines = [f"store      {rep.store}"]
     if rep.abort:
         lines.append("abort      present: the store is running or was not shut down cleanly")
-    lines.append(f"commitlog  {rep.commitlog_files} file(s) of {rep.file_size} bytes, min offset "
-                 f"{rep.min_offset}, valid data ends at {rep.max_offset}, {rep.records} records")
-    lines.append(f"index      {rep.index_files} file(s), {rep.index_entries} entries")
+    lines += [f"commitlog  {rep.commitlog_files} file(s) of {rep.file_size} bytes, min offset "
+              f"{rep.min_offset}, valid data ends at {rep.max_offset}, {rep.records} records",
+              f"index      {rep.index_files} file(s), {rep.index_entries} entries"]
     if rep.queues:
         width = max(len("topic"), *(len(t) for t, _ in rep.queues))
         lines.append(f"{'topic':<{width}}  queue  records  cq entries  problems")

@@ -38,10 +38,11 @@ class MappedFile:
             raise ValueError(f"not a mapped file name (20-digit start offset): {self.path}")
         self.file_from_offset = int(name)
         self.file_size = file_size
-        existed = self.path.exists()
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             actual = os.fstat(self.fd).st_size
+            # An empty file is one whose creation a crash cut short: size it as new.
+            existed = actual > 0
             if existed and actual != file_size:
                 raise ValueError(f"{self.path}: size {actual}, expected {file_size}")
             if not existed:

@@ -7,6 +7,8 @@ import logging
 from typing import TYPE_CHECKING
 
 from store.codec import parse_dispatch
+from store.constants import TRANSACTION_TYPE_MASK, SysFlag
+from store.consume_queue import ConsumeQueue
 
 if TYPE_CHECKING:
     from store.message_store import DefaultMessageStore
@@ -37,19 +39,32 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
     count = 0
     queues = store.consume_queues
     index_end = store._index_end if store.config.message_index_enable else 1 << 62
-    for data, pos, phys, _, queue_id, queue_offset, topic in commitlog.scan(start):
-        count += 1
+    problem = ""
+    records = commitlog.scan(start)
+    for data, pos, phys, _, queue_id, queue_offset, topic, sys_flag in records:
         if not crashed:
+            count += 1
             continue
-        # Re-dispatch what the consume queues or the index lack (parsing only those).
         cq = queues.get((topic, queue_id))
-        if phys >= index_end or cq is None or queue_offset >= cq.max_offset_in_queue:
+        next_offset = cq.max_offset_in_queue if cq is not None else 0
+        if sys_flag & TRANSACTION_TYPE_MASK in _CQ_TYPES and not _follows_queue(
+                cq, queue_offset, next_offset, phys):
+            # No checksum covers QUEUEOFFSET: a record that does not continue its queue is
+            # damaged, and trusting it could fill a queue with holes up to a wild offset.
+            problem = (f"record at {phys} has queue offset {queue_offset} of {topic}-{queue_id}"
+                       f", whose consume queue continues at {next_offset}")
+            break
+        count += 1
+        # Re-dispatch what the consume queues or the index lack (parsing only those).
+        if phys >= index_end or queue_offset >= next_offset:
             request = parse_dispatch(data, pos, check_crc=False)
             assert not isinstance(request, int)
             store.dispatch(request, touched)
+    records.close()
     end = commitlog.scan_end
-    if commitlog.scan_error:
-        log.warning("commitlog recovery: truncating at %d: %s", end, commitlog.scan_error)
+    problem = problem or commitlog.scan_error
+    if problem:
+        log.warning("commitlog recovery: truncating at %d: %s", end, problem)
     log.info("recovered %s: scanned %d records from %d, valid data ends at %d",
              "after a crash" if crashed else "after a clean stop", count, start, end)
     commitlog.set_recovered_end(end)
@@ -67,6 +82,20 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
         store.reput_from_offset = min(end, max(dispatched, commitlog.min_offset))
     for mf in files:
         mf.store_timestamp = 0
+
+
+_CQ_TYPES = (0, int(SysFlag.TRANSACTION_COMMIT))
+
+
+def _follows_queue(cq: ConsumeQueue | None, queue_offset: int, next_offset: int,
+                   phys: int) -> bool:
+    """The record is its queue's next entry, or the entry already there points at it."""
+    if queue_offset == next_offset:
+        return True
+    if cq is None or queue_offset > next_offset:
+        return False
+    entry = cq.get_entry(queue_offset)
+    return entry is None or entry[0] == phys  # None: that part of the queue has expired
 
 
 def _crash_start_file(store: DefaultMessageStore) -> int:

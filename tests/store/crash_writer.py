@@ -1,0 +1,90 @@
+"""Child process of tests/store/test_crash.py: appends messages until it is killed.
+
+    python tests/store/crash_writer.py STORE_DIR
+
+Opens the store with SYNC_FLUSH and small files, then a few threads append messages over 2 topics
+x 8 queues with tags, KEYS and UNIQ_KEY. After each put that returned PUT_OK it prints (and
+flushes) one line:
+
+    ACK <key> <topic> <queueId> <queueOffset> <offsetMsgId>
+
+The key determines the body (see `body_for`), so the parent can check what it reads back.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from store.codec import encode_offset_msg_id  # noqa: E402
+from store.config import StoreConfig  # noqa: E402
+from store.constants import FlushDiskType  # noqa: E402
+from store.message import Message  # noqa: E402
+from store.message_store import DefaultMessageStore  # noqa: E402
+
+TOPICS = ("CrashA", "CrashB")
+QUEUES = 8
+THREADS = 4
+
+
+def crash_config(store_dir: str | os.PathLike) -> StoreConfig:
+    return StoreConfig(
+        store_path_root_dir=str(store_dir),
+        flush_disk_type=FlushDiskType.SYNC_FLUSH,
+        mapped_file_size_commit_log=256 * 1024,
+        mapped_file_size_consume_queue=300 * 20,
+        max_hash_slot_num=4001,  # short chains: every ack is looked up by key after each round
+        max_index_num=8000,  # 3 keys per message: the index rolls every ~2700 messages
+        sync_flush_timeout=10_000,
+    )
+
+
+def body_for(key: str, n: int) -> bytes:
+    return (key + ";").encode() * (1 + n % 37)
+
+
+def message_for(key: str, n: int) -> tuple[Message, str, int]:
+    topic = TOPICS[n % len(TOPICS)]
+    queue_id = (n * 5 + len(key)) % QUEUES
+    msg = Message(topic, body_for(key, n),
+                  {"TAGS": f"tag{n % 3}", "KEYS": f"{key} alt-{key}", "UNIQ_KEY": f"U{key}"},
+                  queue_id=queue_id)
+    return msg, topic, queue_id
+
+
+def main() -> None:
+    config = crash_config(sys.argv[1])
+    store = DefaultMessageStore(config)
+    store.load()
+    store.start()
+    prefix = os.urandom(4).hex()
+    out_lock = threading.Lock()
+
+    def worker(w: int) -> None:
+        n = 0
+        while True:
+            key = f"{prefix}-{w}-{n}"
+            msg, topic, queue_id = message_for(key, n)
+            r = store.put_message(msg)
+            if r.ok and r.append is not None:
+                phys = r.append.commit_log_offsets[0]
+                line = (f"ACK {key} {topic} {queue_id} {r.append.queue_offsets[0]} "
+                        f"{encode_offset_msg_id(config.store_host, phys)}\n")
+                with out_lock:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+            n += 1
+
+    threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+if __name__ == "__main__":
+    main()
