@@ -303,22 +303,30 @@ def check_record(
     header fields, position of the properties) of a valid record. Raises CorruptRecord.
     """
     limit = len(buf)
-    if pos + 8 > limit:
-        return 0
-    total, magic = SIZE_MAGIC.unpack_from(buf, pos)
-    if magic == BLANK_MAGIC_CODE:
-        if total != limit - pos:
-            raise CorruptRecord(f"end-of-file blank of {total} bytes at {pos}, {limit - pos} left")
-        return total
-    if total == 0 and magic == 0:
+    if pos + HEADER_V4.size <= limit:  # one unpack for the common IPv4 header
+        fields = HEADER_V4.unpack_from(buf, pos)
+        total, magic = fields[0], fields[1]
+    elif pos + 8 <= limit:
+        total, magic = SIZE_MAGIC.unpack_from(buf, pos)
+    else:
         return 0
     if magic != MESSAGE_MAGIC_CODE:
+        if magic == BLANK_MAGIC_CODE:
+            if total != limit - pos:
+                raise CorruptRecord(
+                    f"end-of-file blank of {total} bytes at {pos}, {limit - pos} left")
+            return total
+        if total == 0 and magic == 0:
+            return 0
         raise CorruptRecord(f"bad magic code {magic & 0xFFFFFFFF:#x} at {pos}")
-    if total < PREFIX.size or pos + total > limit:
+    if total < HEADER_V4.size + 3 or pos + total > limit:
         raise CorruptRecord(f"bad total size {total} at {pos}")
-    fields = _HEADER_BY_FLAGS[INT.unpack_from(buf, pos + 36)[0] & 0x30].unpack_from(buf, pos)
+    flags = fields[7] & 0x30
+    header = _HEADER_BY_FLAGS[flags]
+    if flags:
+        fields = header.unpack_from(buf, pos)
     body_len = fields[14]
-    p = pos + _HEADER_BY_FLAGS[fields[7] & 0x30].size
+    p = pos + header.size
     end = pos + total
     if body_len < 0 or p + body_len + 3 > end:
         raise CorruptRecord(f"bad body length {body_len} at {pos}")
@@ -348,7 +356,7 @@ def check_record(
         if buf[end - 1] != 2:
             raise CorruptRecord(f"properties do not end with \\x02 at {pos}")
         try:
-            bytes(buf[props_pos:end]).decode()
+            str(buf[props_pos:end], "utf-8")
         except UnicodeDecodeError as e:
             raise CorruptRecord(f"properties are not UTF-8 at {pos}") from e
     if fields[3] < 0 or fields[5] < 0:
