@@ -321,17 +321,10 @@ class CommitLog:
             return 0
         return r.store_timestamp if isinstance(r, DispatchRequest) else 0
 
-    def truncate(self, offset: int) -> None:
-        self.queue.truncate_dirty_files(offset)
-        last = self.queue.last_file()
-        if last is not None:
-            self.queue.flushed_where = min(self.queue.flushed_where, offset)
-
     def set_recovered_end(self, offset: int) -> None:
-        """After a scan: positions of the last file = the end of valid data."""
-        self.truncate(offset)
+        """After a scan: everything from `offset` on is cut; data before it is on disk."""
+        self.queue.truncate_dirty_files(offset)
         self.queue.flushed_where = offset
-        self.queue.committed_where = offset
 
     def close(self) -> None:
         self.allocator.shutdown()

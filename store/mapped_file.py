@@ -246,7 +246,6 @@ class MappedFileQueue:
         self.allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
-        self.committed_where = 0
 
     def load(self) -> None:
         """Maps every file of the directory (positions set to full; recovery fixes the last)."""
@@ -318,7 +317,7 @@ class MappedFileQueue:
         else:
             mf = MappedFile(path, self.mapped_file_size, write_buffer=self.write_buffer)
         if not self.files:
-            self.flushed_where = self.committed_where = offset
+            self.flushed_where = offset
         self.files.append(mf)
         return mf
 
@@ -375,7 +374,6 @@ class MappedFileQueue:
                 mf.destroy()
         self.files = keep
         self.flushed_where = min(self.flushed_where, offset)
-        self.committed_where = min(self.committed_where, offset)
 
     def delete_first_files(self, should_delete: Callable[[MappedFile], bool], max_count: int,
                            interval_s: float = 0.0) -> int:
@@ -393,7 +391,7 @@ class MappedFileQueue:
         for mf in self.files:
             mf.destroy()
         self.files = []
-        self.flushed_where = self.committed_where = 0
+        self.flushed_where = 0
 
     def close(self) -> None:
         for mf in self.files:

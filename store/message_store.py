@@ -347,15 +347,13 @@ class DefaultMessageStore:
                 cq = self._new_consume_queue(r.topic, r.queue_id)
             cq.put(r.commit_log_offset, r.msg_size, r.tags_code, r.queue_offset)
             touched[key] = cq
-        if self.config.message_index_enable and r.commit_log_offset >= self._index_end:
+        if self.config.message_index_enable:  # the index skips records it already has
             keys = r.keys.split() if r.keys else []
             if r.uniq_key:
                 keys.append(r.uniq_key)
             if keys:
                 self.index.build_index(r.topic, keys, r.commit_log_offset, r.store_timestamp)
         self._last_dispatched_ts = r.store_timestamp
-
-    _index_end = 0  # records below this were indexed before a restart
 
     def _notify_arriving(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         for (topic, queue_id), cq in touched.items():

@@ -34,11 +34,10 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
     else:
         start_index = max(0, len(files) - CLEAN_RECOVERY_FILES)
     start = files[start_index].file_from_offset
-    store._index_end = _index_end(store)
     touched: dict = {}
     count = 0
     queues = store.consume_queues
-    index_end = store._index_end if store.config.message_index_enable else 1 << 62
+    index_end = _index_end(store) if store.config.message_index_enable else 1 << 62
     problem = ""
     records = commitlog.scan(start)
     for data, pos, phys, _, queue_id, queue_offset, topic, sys_flag in records:
@@ -73,7 +72,6 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
         if cq.max_offset_in_queue:
             commitlog.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
     store.index.truncate(end)
-    store._index_end = _index_end(store)
     if crashed:
         store.reput_from_offset = end
     else:
