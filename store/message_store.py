@@ -418,8 +418,12 @@ class DefaultMessageStore:
         return self.commitlog.read(offset, max_bytes)
 
     def append_commitlog(self, offset: int, data: bytes) -> None:
-        """Slave side: bytes replicated from the master, at exactly our max offset."""
+        """Slave side: bytes replicated from the master, at exactly our max offset (or, for
+        an empty store, at a file boundary: where the master's retained data starts)."""
+        empty = not self.commitlog.queue.files
         self.commitlog.append_data(offset, data)
+        if empty:
+            self.reput_from_offset = offset
         self._reput_service.wake() if self._services else None
 
     # -- runtime info ----------------------------------------------------------------------

@@ -67,6 +67,8 @@ class OffsetWaiters:
         fut: asyncio.Future[bool] = loop.create_future()
         if not self._add(_Waiting(offset, self._clock() + timeout_s, loop, fut)):
             fut.set_result(True)
+        else:  # times out even if nothing ever advances again
+            loop.call_later(timeout_s, _time_out, fut)
         return fut
 
     def advance(self, reached: int) -> int:
@@ -114,6 +116,11 @@ def _complete(done: list[_Waiting]) -> None:
             loop.call_soon_threadsafe(_set_results, ws)
         except RuntimeError:  # loop closed: nobody is waiting any more
             pass
+
+
+def _time_out(fut: asyncio.Future[bool]) -> None:
+    if not fut.done():
+        fut.set_result(False)
 
 
 def _set_results(ws: list[_Waiting]) -> None:

@@ -4,6 +4,8 @@ import asyncio
 import os
 from collections.abc import Callable
 
+import pytest
+
 from store.constants import BrokerRole, FlushDiskType, GetMessageStatus, PutMessageStatus
 from store.message import Message
 from store.message_store import DefaultMessageStore
@@ -279,3 +281,37 @@ def test_arriving_listener_sees_dispatch(make_store: MakeStore) -> None:
     store.put_message(msg(0, queue_id=2))
     wait_dispatched(store)
     assert ("TopicA", 2, 1) in seen
+
+
+def test_empty_slave_store_starts_at_the_masters_first_file(make_store: MakeStore,
+                                                            tmp_path) -> None:
+    master = make_store(root=tmp_path / "m")
+    for i in range(600):
+        master.put_message(msg(i))
+    wait_dispatched(master)
+    master.commitlog.queue.delete_first_files(lambda mf: True, 2)
+    slave = make_store(root=tmp_path / "s", broker_role=BrokerRole.SLAVE)
+    offset = master.min_phy_offset
+    assert offset > 0
+    with pytest.raises(ValueError):
+        slave.append_commitlog(offset + 1, b"x")  # not a file boundary
+    while offset < master.max_phy_offset:
+        data = master.read_commitlog(offset, 32 * 1024)
+        slave.append_commitlog(offset, data)
+        offset += len(data)
+    wait_dispatched(slave)
+    assert slave.min_phy_offset == master.min_phy_offset
+    assert slave.max_phy_offset == master.max_phy_offset
+    got = slave.get_message("g", "TopicA", 0, 599, 1)
+    assert got.status is S.FOUND and got.decoded()[0].body.startswith(b"message-599|")
+
+
+def test_async_flush_wait_times_out_without_any_advance() -> None:
+    from store.waiters import OffsetWaiters
+
+    waiters = OffsetWaiters(lambda: 0.0)
+
+    async def wait() -> bool:
+        return await waiters.wait_async(100, 0.05)
+
+    assert asyncio.run(wait()) is False
