@@ -1,0 +1,20 @@
+"""HA constants, as RocketMQ names them (MessageStoreConfig, SPEC §5). Intervals in ms."""
+
+from __future__ import annotations
+
+HA_LISTEN_PORT_OFFSET = 1  # haListenPort defaults to listenPort + 1
+HA_TRANSFER_BATCH_SIZE = 32 * 1024  # haTransferBatchSize: most body bytes in one frame
+HA_SEND_HEARTBEAT_INTERVAL = 5_000  # haSendHeartbeatInterval
+HA_HOUSEKEEPING_INTERVAL = 20_000  # haHousekeepingInterval: a link silent this long is dropped
+HA_SLAVE_FALLBEHIND_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax
+HA_CONNECT_RETRY_INTERVAL = 5_000  # HAClient: the slave reconnects after this long
+SLAVE_TIMEOUT = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long for a slave ack
+
+# Master: write frames until this many bytes are queued on the socket, then drain once.
+HA_WRITE_HIGH_WATER = 1024 * 1024
+# Master: how often a transfer loop looks for new data when nobody wakes it.
+HA_TRANSFER_POLL_INTERVAL = 100
+# Slave: the most bytes one socket read asks for.
+HA_READ_MAX_SIZE = 1024 * 1024
+# Transfer rate in the status: bytes per second over this many seconds.
+HA_TRANSFER_RATE_WINDOW = 5

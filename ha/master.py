@@ -1,0 +1,363 @@
+"""Master side of HA (RocketMQ's HAService + HAConnection, SPEC §5).
+
+One asyncio server on haListenPort. Per slave link two tasks: one reads the slave's ack
+offsets, one streams commitlog frames from where the slave asked. The best ack of the
+live links goes to `on_ack`, so SYNC_MASTER sends waiting on an OffsetWaiters are released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import logging
+import struct
+import time
+from collections.abc import Callable
+
+from ha.codec import AckParser, HACodecError, encode_frame_header, encode_heartbeat
+from ha.constants import (
+    HA_HOUSEKEEPING_INTERVAL,
+    HA_SEND_HEARTBEAT_INTERVAL,
+    HA_SLAVE_FALLBEHIND_MAX,
+    HA_TRANSFER_BATCH_SIZE,
+    HA_TRANSFER_POLL_INTERVAL,
+    HA_TRANSFER_RATE_WINDOW,
+    HA_WRITE_HIGH_WATER,
+)
+from ha.interface import HAStore
+from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+
+log = logging.getLogger(__name__)
+
+_RECORD_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
+_PHYSICAL_OFFSET = struct.Struct(">q")
+_PHYSICAL_OFFSET_POS = 28  # TOTALSIZE 4, MAGIC 4, BODYCRC 4, QUEUEID 4, FLAG 4, QUEUEOFFSET 8
+_CLOSED_LINKS_KEPT = 16
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclasses.dataclass(slots=True)
+class SlaveStatus:
+    """One slave link as the master sees it (admin, analytics, SYNC_MASTER checks)."""
+
+    address: str
+    connected: bool = True
+    ack_offset: int = -1  # -1 until the slave's first report
+    last_ack_time_ms: int = 0
+    fall_behind_bytes: int = 0
+    in_sync: bool = False
+    transfer_rate: float = 0.0  # bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds
+    problem: str = ""
+
+
+def is_record_boundary(store: HAStore, offset: int) -> bool:
+    """True when a record (or an end-of-file blank) of `store` starts at `offset`, or the
+    commitlog ends there."""
+    if offset == store.max_phy_offset:
+        return True
+    head = store.read_commitlog(offset, _PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET.size)
+    if len(head) < _RECORD_HEAD.size:
+        return False
+    total, magic = _RECORD_HEAD.unpack_from(head)
+    if magic == BLANK_MAGIC_CODE:
+        return total >= _RECORD_HEAD.size
+    if magic != MESSAGE_MAGIC_CODE or len(head) < _PHYSICAL_OFFSET_POS + _PHYSICAL_OFFSET.size:
+        return False
+    return _PHYSICAL_OFFSET.unpack_from(head, _PHYSICAL_OFFSET_POS)[0] == offset
+
+
+class HAConnection:
+    """One slave link: acks in, frames out."""
+
+    def __init__(self, service: HAService, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter) -> None:
+        self.service = service
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        address = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.status = SlaveStatus(address, last_ack_time_ms=service.wall_clock_ms())
+        self.next_offset = -1  # next commitlog byte to send; -1 until the first report
+        self.wake = asyncio.Event()
+        self._reported = asyncio.Event()
+        self._sent: collections.deque[tuple[float, int]] = collections.deque()
+        self._sent_total = 0
+        self._link_tasks: list[asyncio.Task[None]] = []
+        self._connected_at = service.clock()
+
+    async def run(self) -> None:
+        self._link_tasks = tasks = [asyncio.create_task(self._read_acks()),
+                                    asyncio.create_task(self._transfer())]
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in tasks:
+                if t.done() and not t.cancelled() and t.exception() is not None:
+                    self.fail(f"link failed: {t.exception()!r}")
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            self.status.connected = False
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    def close(self) -> None:
+        """Ends the link: `run` returns once its tasks are done."""
+        for t in self._link_tasks:
+            t.cancel()
+
+    def fail(self, problem: str) -> None:
+        if not self.status.problem:
+            self.status.problem = problem
+        log.warning("HA slave %s: %s", self.status.address, problem)
+
+    # -- slave -> master -------------------------------------------------------------------
+    async def _read_acks(self) -> None:
+        parser = AckParser()
+        timeout = self.service.housekeeping_interval
+        while True:
+            try:
+                chunk = await asyncio.wait_for(self.reader.read(4096), timeout)
+            except TimeoutError:
+                self.fail(f"no report from the slave for {timeout:g} s: link dropped")
+                return
+            if not chunk:
+                log.info("HA slave %s closed the link", self.status.address)
+                return
+            try:
+                acks = parser.feed(chunk)
+            except HACodecError as e:
+                self.fail(f"{e}: link closed")
+                return
+            for ack in acks:
+                if not self.on_report(ack):
+                    return
+
+    def on_report(self, ack: int) -> bool:
+        """Checks one report of the slave; False when the link must be closed."""
+        store = self.service.store
+        max_offset = store.max_phy_offset
+        if ack > max_offset:
+            self.fail(f"ack offset {ack} is beyond the master's max offset {max_offset}: "
+                      "rejected, link closed")
+            return False
+        if self.next_offset < 0:
+            start = self._start_offset(ack)
+            if start is None:
+                return False
+            self.next_offset = start
+            self._reported.set()
+        elif ack > self.next_offset:
+            self.fail(f"ack offset {ack} is beyond the data sent to the slave "
+                      f"({self.next_offset}): rejected, link closed")
+            return False
+        self.status.ack_offset = ack
+        self.status.last_ack_time_ms = self.service.wall_clock_ms()
+        self.service.acked()
+        return True
+
+    def _start_offset(self, reported: int) -> int | None:
+        store = self.service.store
+        min_offset, max_offset = store.min_phy_offset, store.max_phy_offset
+        if reported == 0 and max_offset > 0:
+            log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
+                     self.status.address, min_offset)
+            return min_offset
+        if reported < min_offset:
+            self.fail(f"slave offset {reported} is below the master's min offset {min_offset}: "
+                      "the master no longer has the data the slave lacks; clear the slave "
+                      "store to copy everything again")
+            return None
+        if not is_record_boundary(store, reported):
+            self.fail(f"slave offset {reported} is not a record boundary of the master's "
+                      "commitlog: the slave's commitlog diverged from the master")
+            return None
+        return reported
+
+    # -- master -> slave -------------------------------------------------------------------
+    async def _transfer(self) -> None:
+        await self._reported.wait()
+        service = self.service
+        store, writer, clock = service.store, self.writer, service.clock
+        batch = service.transfer_batch_size
+        last_write = clock()
+        while True:
+            self.wake.clear()  # before looking, so a wake-up after the look is not lost
+            max_offset = store.max_phy_offset
+            if self.next_offset < max_offset:
+                pieces: list[bytes] = []
+                queued = 0
+                offset = self.next_offset
+                while offset < max_offset and queued < HA_WRITE_HIGH_WATER:
+                    body = store.read_commitlog(offset, min(batch, max_offset - offset))
+                    if not body:
+                        break
+                    pieces.append(encode_frame_header(offset, len(body)))
+                    pieces.append(body)
+                    offset += len(body)
+                    queued += len(body)
+                if not pieces:
+                    self.fail(f"cannot read the master's commitlog at {offset} (min "
+                              f"{store.min_phy_offset}, max {max_offset}): link closed")
+                    return
+                writer.write(b"".join(pieces))
+                self.next_offset = offset
+                self._count_sent(queued)
+                await writer.drain()
+                last_write = clock()
+                continue
+            now = clock()
+            if now - last_write >= service.heartbeat_interval:
+                writer.write(encode_heartbeat(self.next_offset))
+                await writer.drain()
+                last_write = now
+            wait = min(service.poll_interval, service.heartbeat_interval - (now - last_write))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), max(wait, 0.0))
+
+    def _count_sent(self, n: int) -> None:
+        self._sent_total += n
+        self._sent.append((self.service.clock(), self._sent_total))
+        self._prune_sent()
+
+    def _prune_sent(self) -> float:
+        window_start = self.service.clock() - HA_TRANSFER_RATE_WINDOW
+        while len(self._sent) > 1 and self._sent[1][0] <= window_start:
+            self._sent.popleft()
+        return window_start
+
+    def transfer_rate(self) -> float:
+        """Bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds (or since connect)."""
+        window_start = self._prune_sent()
+        if not self._sent:
+            return 0.0
+        first_t, first_total = self._sent[0]
+        if first_t <= window_start:
+            return (self._sent_total - first_total) / HA_TRANSFER_RATE_WINDOW
+        return self._sent_total / max(self.service.clock() - self._connected_at, 1e-3)
+
+
+class HAService:
+    """The master's HA server. Intervals are seconds; `clock` is monotonic seconds."""
+
+    def __init__(self, store: HAStore, *, host: str = "0.0.0.0", port: int = 0,
+                 on_ack: Callable[[int], None] | None = None,
+                 transfer_batch_size: int = HA_TRANSFER_BATCH_SIZE,
+                 heartbeat_interval: float = HA_SEND_HEARTBEAT_INTERVAL / 1000,
+                 housekeeping_interval: float = HA_HOUSEKEEPING_INTERVAL / 1000,
+                 poll_interval: float = HA_TRANSFER_POLL_INTERVAL / 1000,
+                 slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX,
+                 clock: Callable[[], float] = time.monotonic,
+                 wall_clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+        self.store = store
+        self.host = host
+        self.port = port
+        self.on_ack = on_ack
+        self.transfer_batch_size = transfer_batch_size
+        self.heartbeat_interval = heartbeat_interval
+        self.housekeeping_interval = housekeeping_interval
+        self.poll_interval = poll_interval
+        self.slave_fallbehind_max = slave_fallbehind_max
+        self.clock = clock
+        self.wall_clock_ms = wall_clock_ms
+        self.connections: list[HAConnection] = []
+        self.closed_links: collections.deque[SlaveStatus] = collections.deque(
+            maxlen=_CLOSED_LINKS_KEPT)
+        self.push_to_slave_max_offset = 0  # best ack of the live links (push2SlaveMaxOffset)
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def start(self) -> int:
+        """Listens; returns the bound port."""
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._on_connect, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("HA service listening on %s:%d", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        # Closing the links (not cancelling the server's connection tasks) lets each
+        # connection task finish normally.
+        for conn in list(self.connections):
+            conn.close()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks))
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _on_connect(self, reader: asyncio.StreamReader,
+                          writer: asyncio.StreamWriter) -> None:
+        conn = HAConnection(self, reader, writer)
+        log.info("HA slave %s connected", conn.status.address)
+        self.connections.append(conn)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)  # type: ignore[arg-type]
+        try:
+            await conn.run()
+        finally:
+            self._tasks.discard(task)  # type: ignore[arg-type]
+            self.connections.remove(conn)
+            self.closed_links.append(self._status_of(conn))
+            self.acked()
+
+    # -- acks and status -------------------------------------------------------------------
+    def acked(self) -> None:
+        """Recomputes the best ack of the live links and tells `on_ack` of it."""
+        best = max((c.status.ack_offset for c in self.connections), default=0)
+        best = max(best, 0)
+        self.push_to_slave_max_offset = best
+        if self.on_ack is not None and best > 0:
+            self.on_ack(best)
+
+    def notify_data_arrived(self) -> None:
+        """New commitlog data: wakes the transfer loops (callable from any thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._wake_all()
+        else:
+            with contextlib.suppress(RuntimeError):  # loop closed
+                loop.call_soon_threadsafe(self._wake_all)
+
+    def _wake_all(self) -> None:
+        for c in self.connections:
+            c.wake.set()
+
+    @property
+    def connection_count(self) -> int:
+        return len(self.connections)
+
+    def _status_of(self, conn: HAConnection) -> SlaveStatus:
+        s = dataclasses.replace(conn.status)
+        ack = max(s.ack_offset, 0)
+        s.fall_behind_bytes = max(0, self.store.max_phy_offset - ack)
+        s.in_sync = (s.connected and not s.problem and s.ack_offset >= 0
+                     and s.fall_behind_bytes <= self.slave_fallbehind_max)
+        s.transfer_rate = conn.transfer_rate() if s.connected else 0.0
+        return s
+
+    def slave_statuses(self) -> list[SlaveStatus]:
+        """Live links, then recently closed ones (their problem says why)."""
+        return [self._status_of(c) for c in self.connections] + list(self.closed_links)
+
+    def slave_ok(self) -> bool:
+        """SYNC_MASTER: some live slave is within haSlaveFallbehindMax of the master."""
+        return any(s.in_sync for s in map(self._status_of, self.connections))

@@ -1,0 +1,289 @@
+"""The HA channel over real loopback sockets, with in-memory stores."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from ha.codec import FrameParser, encode_ack, encode_frame, encode_heartbeat
+from ha.master import HAService
+from ha.slave import HAClient
+from store.waiters import OffsetWaiters
+from tests.ha.conftest import MemoryStore, wait_until
+
+pytestmark = pytest.mark.timeout(20)
+FILE = 64 * 1024
+FAST = dict(heartbeat_interval=0.05, housekeeping_interval=1.0, poll_interval=0.01)
+FAST_SLAVE = dict(report_interval=0.05, housekeeping_interval=1.0, reconnect_interval=0.05)
+
+
+@contextlib.asynccontextmanager
+async def master(store: MemoryStore, **kw: object) -> AsyncIterator[HAService]:
+    service = HAService(store, host="127.0.0.1", **{**FAST, **kw})  # type: ignore[arg-type]
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@contextlib.asynccontextmanager
+async def slave(store: MemoryStore, port: int, **kw: object) -> AsyncIterator[HAClient]:
+    client = HAClient(store, f"127.0.0.1:{port}", **{**FAST_SLAVE, **kw})  # type: ignore[arg-type]
+    client.start()
+    try:
+        yield client
+    finally:
+        await client.stop()
+
+
+async def raw_link(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    return await asyncio.open_connection("127.0.0.1", port)
+
+
+async def read_frames(reader: asyncio.StreamReader, until: int,
+                      timeout: float = 5.0) -> list[tuple[int, bytes]]:
+    parser = FrameParser()
+    frames: list[tuple[int, bytes]] = []
+    async with asyncio.timeout(timeout):
+        while not frames or frames[-1][0] + len(frames[-1][1]) < until:
+            chunk = await reader.read(65536)
+            assert chunk, "master closed the link"
+            frames.extend(parser.feed(chunk))
+    return frames
+
+
+async def test_slave_catches_up_and_follows_new_data() -> None:
+    m, s = MemoryStore(FILE), MemoryStore(FILE)
+    m.fill(300_000)
+    acks: list[int] = []
+    async with master(m, on_ack=acks.append) as service, slave(s, service.port) as client:
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        m.fill(50_000, seed=2)
+        service.notify_data_arrived()
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        assert s.content() == m.content()
+        await wait_until(lambda: acks and acks[-1] == m.max_phy_offset)
+        assert client.status.connected
+        (status,) = service.slave_statuses()
+        assert status.ack_offset == m.max_phy_offset and status.in_sync
+        assert status.fall_behind_bytes == 0 and status.transfer_rate > 0 and not status.problem
+    assert acks == sorted(acks)
+
+
+async def test_frames_are_batched_never_cross_a_file_and_heartbeats_when_idle() -> None:
+    m = MemoryStore(FILE)
+    m.fill(5 * FILE + 1234)
+    async with master(m, transfer_batch_size=10_000) as service:
+        reader, writer = await raw_link(service.port)
+        writer.write(encode_ack(0))
+        frames = await read_frames(reader, m.max_phy_offset)
+        data = b"".join(body for _, body in frames)
+        assert data == m.content()
+        for offset, body in frames:
+            assert 0 < len(body) <= 10_000
+            assert offset // FILE == (offset + len(body) - 1) // FILE
+        parser = FrameParser()
+        async with asyncio.timeout(2):
+            got = parser.feed(await reader.readexactly(24))
+        assert [(f.phy_offset, f.body) for f in got] == [(m.max_phy_offset, b"")] * 2
+        writer.close()
+
+
+async def test_empty_slave_gets_whole_retained_log_from_min_offset() -> None:
+    m, s = MemoryStore(FILE), MemoryStore(FILE)
+    m.fill(6 * FILE)
+    m.drop_first_file()
+    m.drop_first_file()  # retained: files 2.. (several files, not only the last)
+    assert m.min_phy_offset == 2 * FILE and len(m.files) >= 4
+    async with master(m) as service, slave(s, service.port):
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+    assert s.min_phy_offset == m.min_phy_offset
+    assert s.content() == m.content()
+    assert s.appends[0][0] == 2 * FILE
+
+
+async def test_slave_reconnects_after_master_restarts() -> None:
+    m, s = MemoryStore(FILE), MemoryStore(FILE)
+    m.fill(100_000)
+    async with master(m) as service:
+        port = service.port
+        async with slave(s, port) as client:
+            await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+            await service.stop()
+            await wait_until(lambda: not client.status.connected)
+            m.fill(100_000, seed=3)
+            async with master(m, port=port):
+                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+            assert client.status.connect_count >= 2
+    assert s.content() == m.content()
+
+
+async def test_offset_mismatch_closes_the_link() -> None:
+    s = MemoryStore(FILE)
+    s.fill(1000)
+    closed = asyncio.Event()
+
+    async def bad_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)
+        writer.write(encode_frame(s.max_phy_offset + 100, b"junk"))
+        await writer.drain()
+        while await reader.read(100):
+            pass
+        closed.set()
+
+    server = await asyncio.start_server(bad_master, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    before = s.content()
+    async with slave(s, port, reconnect_interval=10) as client:
+        async with asyncio.timeout(3):
+            await closed.wait()
+        assert "link closed" in client.status.last_error
+        assert "ends at" in client.status.last_error
+    assert s.content() == before
+    server.close()
+
+
+async def test_ack_beyond_master_max_is_rejected_and_never_acked() -> None:
+    m = MemoryStore(FILE)
+    m.fill(10_000)
+    acks: list[int] = []
+    async with master(m, on_ack=acks.append) as service:
+        reader, writer = await raw_link(service.port)
+        writer.write(encode_ack(m.max_phy_offset))  # a good first report
+        writer.write(encode_ack(m.max_phy_offset + 4096))  # bogus
+        async with asyncio.timeout(3):
+            while await reader.read(65536):
+                pass  # heartbeats until the master closes the link
+        await wait_until(lambda: service.connection_count == 0)
+        assert all(a <= m.max_phy_offset for a in acks)
+        (status,) = service.slave_statuses()
+        assert not status.connected and not status.in_sync
+        assert "beyond the master's max offset" in status.problem
+        writer.close()
+
+
+async def test_bogus_ack_never_releases_sync_waits() -> None:
+    m = MemoryStore(FILE)
+    m.fill(10_000)
+    waiters = OffsetWaiters(time.monotonic)
+    async with master(m, on_ack=waiters.advance) as service:
+        fut = waiters.wait_async(m.max_phy_offset + 100, 5)
+        reader, writer = await raw_link(service.port)
+        writer.write(encode_ack(m.max_phy_offset + 1000))
+        async with asyncio.timeout(3):
+            assert await reader.read(100) == b""
+        assert not fut.done()
+        assert "rejected, link closed" in service.slave_statuses()[0].problem
+        writer.close()
+        waiters.fail_all()
+
+
+async def test_sync_waits_released_by_slave_acks() -> None:
+    m, s = MemoryStore(FILE), MemoryStore(FILE)
+    m.fill(50_000)
+    waiters = OffsetWaiters(time.monotonic)
+    async with master(m, on_ack=waiters.advance) as service, slave(s, service.port):
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        m.fill(3000, seed=9)
+        fut = waiters.wait_async(m.max_phy_offset, 3)
+        service.notify_data_arrived()
+        async with asyncio.timeout(3):
+            assert await fut is True
+
+
+@pytest.mark.parametrize("offset_kind", ["below_min", "not_a_boundary"])
+async def test_slave_below_min_or_diverged_is_reported(offset_kind: str) -> None:
+    m = MemoryStore(FILE)
+    m.fill(4 * FILE)
+    m.drop_first_file()
+    report = FILE // 2 if offset_kind == "below_min" else m.min_phy_offset + 3
+    async with master(m) as service:
+        reader, writer = await raw_link(service.port)
+        writer.write(encode_ack(report))
+        async with asyncio.timeout(3):
+            assert await reader.read(100) == b""
+        await wait_until(lambda: service.connection_count == 0)
+        (status,) = service.slave_statuses()
+        expected = ("below the master's min offset" if offset_kind == "below_min"
+                    else "not a record boundary")
+        assert expected in status.problem and str(report) in status.problem
+        writer.close()
+
+
+async def test_master_drops_a_silent_slave() -> None:
+    m = MemoryStore(FILE)
+    async with master(m, housekeeping_interval=0.2) as service:
+        reader, writer = await raw_link(service.port)
+        t0 = time.monotonic()
+        async with asyncio.timeout(3):
+            assert await reader.read(100) == b""
+        assert 0.15 < time.monotonic() - t0 < 2
+        await wait_until(lambda: service.connection_count == 0)
+        assert "no report from the slave" in service.slave_statuses()[0].problem
+        writer.close()
+
+
+async def test_slave_drops_a_silent_master_reports_periodically_and_reconnects() -> None:
+    s = MemoryStore(FILE)
+    s.fill(500)
+    links: list[list[bytes]] = []
+
+    async def silent_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        got: list[bytes] = []
+        links.append(got)
+        while chunk := await reader.read(100):
+            got.append(chunk)
+
+    server = await asyncio.start_server(silent_master, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with slave(s, port, housekeeping_interval=0.3, report_interval=0.05) as client:
+        await wait_until(lambda: len(links) >= 2, timeout=5)
+        assert "nothing from the master" in client.status.last_error
+    reports = b"".join(links[0])
+    assert len(reports) >= 3 * 8 and reports[:8] == encode_ack(s.max_phy_offset)
+    server.close()
+
+
+async def test_slave_accepts_heartbeats_at_its_offset() -> None:
+    s = MemoryStore(FILE)
+    s.fill(700)
+    served = asyncio.Event()
+
+    async def heartbeat_master(reader: asyncio.StreamReader,
+                               writer: asyncio.StreamWriter) -> None:
+        await reader.readexactly(8)
+        for _ in range(5):
+            writer.write(encode_heartbeat(s.max_phy_offset))
+        await writer.drain()
+        served.set()
+        while await reader.read(100):
+            pass
+
+    server = await asyncio.start_server(heartbeat_master, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with slave(s, port) as client:
+        await served.wait()
+        await wait_until(lambda: client.status.master_offset == s.max_phy_offset)
+        await asyncio.sleep(0.05)
+        assert client.status.connected and client.status.last_error == ""
+    server.close()
+
+
+async def test_replication_throughput() -> None:
+    m, s = MemoryStore(1024 * 1024), MemoryStore(1024 * 1024)
+    m.fill(64 * 1024 * 1024, body_size=4000)
+    async with master(m) as service:
+        t0 = time.perf_counter()
+        async with slave(s, service.port):
+            await wait_until(lambda: s.max_phy_offset == m.max_phy_offset, timeout=15,
+                             step=0.001)
+        elapsed = time.perf_counter() - t0
+    mb_s = m.max_phy_offset / elapsed / 1e6
+    print(f"\nHA replication from empty over loopback: {m.max_phy_offset / 1e6:.1f} MB in "
+          f"{elapsed:.3f} s = {mb_s:.0f} MB/s")
+    assert s.content() == m.content()
