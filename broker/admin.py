@@ -45,6 +45,14 @@ def earliest_message_store_timestamp(broker: BrokerController) -> int:
     return ext.store_timestamp if ext is not None else 0
 
 
+def slave_ack_offsets(broker: BrokerController) -> dict[str, int]:
+    """Per live slave link (by its address): the slave's last ack offset."""
+    service = broker.ha_service
+    if service is None:
+        return {}
+    return {c.status.address: c.status.ack_offset for c in service.connections}
+
+
 def runtime_table(broker: BrokerController) -> dict[str, str]:
     """Every runtime value by its RocketMQ name, as text (GetRuntimeInfo.table)."""
     stats = broker.stats
@@ -127,7 +135,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             dispatch_behind_bytes=store.dispatch_behind_bytes,
             put_tps=broker.stats.put_tps(),
             get_total_tps=broker.stats.get_total_tps(),
-            slave_ack_offsets={},  # filled by ha/ once replication exists
+            slave_ack_offsets=slave_ack_offsets(broker),
             earliest_message_store_timestamp=earliest_message_store_timestamp(broker),
         )
 
@@ -179,9 +187,31 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @rpc(A.GetHAStatusResponse)
     async def GetHAStatus(self, request: A.GetHAStatusRequest, context: Context) -> Any:
         broker = self.broker
-        return A.GetHAStatusResponse(
+        response = A.GetHAStatusResponse(
             status=ok(), master=not broker.config.is_slave,
-            master_commit_log_max_offset=broker.store.max_phy_offset, in_sync_slave_nums=0)
+            master_commit_log_max_offset=broker.store.max_phy_offset)
+        service = broker.ha_service
+        if service is not None:
+            statuses = service.slave_statuses()
+            response.in_sync_slave_nums = sum(1 for s in statuses if s.in_sync)
+            response.ha_connection_info.extend(
+                A.HAConnectionRuntimeInfo(
+                    addr=s.address, slave_ack_offset=s.ack_offset,
+                    diff=s.fall_behind_bytes, in_sync=s.in_sync,
+                    transferred_byte_in_second=int(s.transfer_rate),
+                    state=s.problem or ("connected" if s.connected else "closed"))
+                for s in statuses)
+        client = broker.ha_client
+        if client is not None:
+            st = client.status
+            now_ms = broker.clock_ms()
+            last_read_ms = (now_ms - int((client.clock() - st.last_read_time) * 1000)
+                            if st.last_read_time else 0)
+            response.ha_client_info.CopyFrom(A.HAClientRuntimeInfo(
+                master_addr=st.master_address, connected=st.connected,
+                max_offset=broker.store.max_phy_offset, last_read_timestamp=last_read_ms,
+                state=st.last_error if not st.connected else "connected"))
+        return response
 
     # -- tables a slave copies -------------------------------------------------------------
     @rpc(A.GetAllConsumerOffsetResponse)

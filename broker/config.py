@@ -25,6 +25,7 @@ from broker.constants import (
     REGISTER_BROKER_TIMEOUT_MS,
     REGISTER_NAME_SERVER_PERIOD_MS,
 )
+from ha.constants import HA_SLAVE_FALLBEHIND_MAX
 from store.config import StoreConfig, snake_case
 from store.constants import BrokerRole
 
@@ -45,7 +46,12 @@ class BrokerConfig:
     # 0 = any free port (tests); the bound port is what registers and goes into msgIds.
     listen_port: int = DEFAULT_LISTEN_PORT
     bind_address: str = "0.0.0.0"  # NettyServerConfig.bindAddress: the interface to serve on
-    ha_listen_port: int = 0  # 0 = listenPort + 1; HA is served by ha/ (reported only)
+    # -1 (unset) = listenPort + 1, or a free port when listenPort is 0; 0 = a free port.
+    ha_listen_port: int = -1
+    # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
+    ha_master_address: str = ""
+    # SYNC_MASTER: a slave further behind than this (bytes) is not available.
+    ha_slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX
     broker_ip1: str = ""  # the address clients reach; empty = this host's address
     broker_permission: int = PERM_READ_WRITE
     auto_create_topic_enable: bool = True
@@ -167,8 +173,14 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError("brokerClusterName: must not be empty")
     if not 0 <= c.listen_port <= 65535:
         raise ConfigError(f"listenPort: {c.listen_port} is not a port")
-    if not 0 <= c.ha_listen_port <= 65535:
+    if not -1 <= c.ha_listen_port <= 65535:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
+    if c.ha_master_address:
+        host, sep, port = c.ha_master_address.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"haMasterAddress: expected HOST:PORT, got {c.ha_master_address!r}")
+    if c.ha_slave_fallbehind_max < 0:
+        raise ConfigError("haSlaveFallbehindMax: must be >= 0")
     if c.default_topic_queue_nums <= 0:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
     for name in ("register_name_server_period", "register_broker_timeout_mills",

@@ -36,9 +36,14 @@ from broker.registration import BrokerOuterAPI
 from broker.stats import BrokerStats
 from broker.status import RequestError
 from broker.topic_config import TopicConfig, TopicConfigManager
+from ha.constants import SLAVE_TIMEOUT
+from ha.master import HAService
+from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
 from store.config import StoreConfig
+from store.constants import BrokerRole, PutMessageStatus
 from store.message_store import DefaultMessageStore
+from store.waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,11 @@ class BrokerController:
         self.broker_addr = ""
         self.ha_server_addr = ""
         self.master_addr = ""  # a slave's master, as the name servers answer
+        # HA (SPEC §5): a master serves slaves, a slave pulls from its master. SYNC_MASTER
+        # sends wait on ha_waiters, advanced by the best slave ack.
+        self.ha_service: HAService | None = None
+        self.ha_client: HAClient | None = None
+        self.ha_waiters = OffsetWaiters(time.monotonic)
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
@@ -103,7 +113,9 @@ class BrokerController:
             raise OSError(f"cannot listen on port {self.config.listen_port}")
         self.store_host = (resolve_ip(host), port)
         self.broker_addr = format_host((host, port))
-        ha_port = self.config.ha_listen_port or port + 1
+        ha_port = self.config.ha_listen_port
+        if ha_port < 0:  # unset: listenPort + 1, or any free port when listenPort is
+            ha_port = port + 1 if self.config.listen_port else 0
         self.ha_server_addr = format_host((host, ha_port))
         self.uniq_key = UniqKeyFactory(self.store_host[0])
         self.store_config.store_host = self.store_host
@@ -118,6 +130,7 @@ class BrokerController:
         loop = asyncio.get_running_loop()
         self.pull_hold = PullRequestHoldService(loop, store.get_max_offset_in_queue)
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
+        await self._start_ha(host, ha_port)
 
         await server.start()
         self._started = True
@@ -135,6 +148,46 @@ class BrokerController:
                 "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
         ]
         return self.broker_addr
+
+    async def _start_ha(self, host: str, ha_port: int) -> None:
+        if self.config.is_slave:
+            self.ha_client = HAClient(self.store, self.config.ha_master_address)
+            self.ha_client.start()
+            return
+        service = HAService(self.store, host=self.config.bind_address, port=ha_port,
+                            on_ack=self.ha_waiters.advance,
+                            slave_fallbehind_max=self.config.ha_slave_fallbehind_max)
+        try:
+            bound = await service.start()
+        except OSError as e:
+            raise OSError(f"cannot listen on haListenPort {ha_port}: {e}") from e
+        self.ha_service = service
+        self.ha_server_addr = format_host((host, bound))
+
+    async def _stop_ha(self) -> None:
+        if self.ha_client is not None:
+            await self.ha_client.stop()
+            self.ha_client = None
+        if self.ha_service is not None:
+            await self.ha_service.stop()
+            self.ha_service = None
+        self.ha_waiters.fail_all()
+
+    async def after_put(self, end_offset: int) -> PutMessageStatus | None:
+        """After a stored put: wakes the slave links; a SYNC_MASTER waits until a slave
+        acked `end_offset`. Returns the status to answer instead, None when replicated
+        (or no wait is due)."""
+        service = self.ha_service
+        if service is None:
+            return None
+        service.notify_data_arrived()
+        if self.config.broker_role is not BrokerRole.SYNC_MASTER:
+            return None
+        if not service.slave_ok():
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if not await self.ha_waiters.wait_async(end_offset, SLAVE_TIMEOUT / 1000):
+            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return None
 
     def _load_config_files(self) -> None:
         """topics.json and consumerOffset.json (each from its .bak when it is corrupt)."""
@@ -181,6 +234,7 @@ class BrokerController:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        await self._stop_ha()
         if self._started:
             await asyncio.to_thread(self._persist_all)
         if self.store is not None:
@@ -260,6 +314,9 @@ class BrokerController:
                 self.master_addr = answer.master_addr
                 log.info("master of %s is %s (HA %s)", self.config.broker_name,
                          answer.master_addr, answer.ha_server_addr)
+            if (self.ha_client is not None and answer.ha_server_addr
+                    and not self.config.ha_master_address):
+                self.ha_client.update_master_address(answer.ha_server_addr)
         return len(answers)
 
     async def unregister_broker_all(self) -> int:

@@ -76,7 +76,9 @@ class SendProcessor:
                       detail)
             return put_status(result.status, detail), []
         broker.stats.record_put(topic, len(msgs))
-        return put_status(result.status), self._results(msgs, append.commit_log_offsets,
+        ha_status = await broker.after_put(append.end_offset)
+        put = ha_status if ha_status is not None else result.status
+        return put_status(put), self._results(msgs, append.commit_log_offsets,
                                                         append.queue_offsets)
 
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]

@@ -62,11 +62,13 @@ def namesrvs() -> Iterator[list[NamesrvThread]]:
 def test_registers_with_every_name_server_and_unregisters(
         namesrvs: list[NamesrvThread], start_broker: Start) -> None:
     addrs = ";".join(n.address for n in namesrvs)
-    b = start_broker(namesrvAddr=addrs, haListenPort=20000)
+    b = start_broker(namesrvAddr=addrs, haListenPort=0)  # 0: any free port, as registered
     for n in namesrvs:  # registered before start() returned
         live = n.brokers()
         assert list(live) == [b.address]
-        assert live[b.address].ha_server_addr == "127.0.0.1:20000"
+        ha_host, _, ha_port = live[b.address].ha_server_addr.rpartition(":")
+        assert ha_host == "127.0.0.1" and int(ha_port) > 0
+        socket.create_connection((ha_host, int(ha_port)), timeout=2).close()  # it listens
         route = n.route("broker-a")
         assert route is not None
         assert route.broker_datas[0].broker_addrs == {0: b.address}

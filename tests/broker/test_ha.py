@@ -1,0 +1,196 @@
+"""HA in the broker (SPEC §5): a real SYNC_MASTER process and a real SLAVE process with a
+real name server, all on free loopback ports."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+from tests.broker.conftest import BrokerThread, Processes, broker_props, wait_until, write_conf
+
+M = messaging_pb2
+A = admin_pb2
+C = common_pb2
+RPC_TIMEOUT_S = 10.0
+TOPIC = "HATopic"
+QUEUES = 4
+MESSAGES = 2000
+COMMITLOG_FILE_SIZE = 256 * 1024  # several files: frames never cross one
+
+
+class Node:
+    """Stubs of one broker process."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(address)
+        self.messaging = messaging_pb2_grpc.MessagingServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    def runtime(self) -> A.GetRuntimeInfoResponse:
+        return self.admin.GetRuntimeInfo(A.GetRuntimeInfoRequest(), timeout=RPC_TIMEOUT_S)
+
+    def ha_status(self) -> A.GetHAStatusResponse:
+        return self.admin.GetHAStatus(A.GetHAStatusRequest(), timeout=RPC_TIMEOUT_S)
+
+    def create_topic(self, topic: str, queues: int) -> None:
+        r = self.admin.CreateOrUpdateTopic(A.CreateOrUpdateTopicRequest(
+            topic_config=C.TopicConfig(topic_name=topic, read_queue_nums=queues,
+                                       write_queue_nums=queues, perm=6)),
+            timeout=RPC_TIMEOUT_S)
+        assert r.status.code == C.SUCCESS, r.status
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.messaging.GetMaxOffset(M.GetMaxOffsetRequest(
+            topic=topic, queue_id=queue_id), timeout=RPC_TIMEOUT_S).offset
+
+    def pull_all(self, topic: str, queue_id: int) -> list[M.Message]:
+        out: list[M.Message] = []
+        offset = 0
+        while True:
+            r = self.messaging.PullMessage(M.PullMessageRequest(
+                consumer_group="CG", topic=topic, queue_id=queue_id, queue_offset=offset,
+                max_msg_nums=32, subscription="*"), timeout=RPC_TIMEOUT_S)
+            if r.status.code == C.NO_NEW_MSG:
+                return out
+            assert r.status.code in (C.SUCCESS, C.NO_MATCHED_MSG), r.status
+            out.extend(r.messages)
+            assert r.next_begin_offset > offset
+            offset = r.next_begin_offset
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    opened: list[Node] = []
+    yield opened
+    for n in opened:
+        n.close()
+
+
+def has_messages(node: Node, queue_id: int, count: int) -> bool:
+    return node.max_offset(TOPIC, queue_id) == count
+
+
+def body(i: int) -> bytes:
+    return b"ha-%06d-" % i + b"y" * (i % 300)
+
+
+def test_sync_master_replicates_to_slave(processes: Processes, tmp_path: Path,
+                                         nodes: list[Node]) -> None:
+    namesrv = processes.namesrv()
+    common = {"namesrvAddr": namesrv.address,
+              "mappedFileSizeCommitLog": COMMITLOG_FILE_SIZE}
+    master_proc = processes.broker(write_conf(tmp_path / "master.conf", broker_props(
+        tmp_path / "master", brokerRole="SYNC_MASTER", **common)))
+    master = Node(master_proc.address)
+    nodes.append(master)
+    master.create_topic(TOPIC, QUEUES)
+
+    # No slave yet: stored on the master, the producer is told SLAVE_NOT_AVAILABLE.
+    r = master.messaging.SendMessage(M.SendMessageRequest(
+        message=M.Message(topic=TOPIC, body=b"lonely"), queue_id=0), timeout=RPC_TIMEOUT_S)
+    assert r.status.code == C.SLAVE_NOT_AVAILABLE, r.status
+    assert r.result.queue_offset == 0 and r.result.offset_msg_id
+    wait_until(lambda: master.max_offset(TOPIC, 0) == 1, message="dispatch on the master")
+    assert [m.body for m in master.pull_all(TOPIC, 0)] == [b"lonely"]
+
+    # The slave finds its master's HA address through the name server.
+    slave_proc = processes.broker(write_conf(tmp_path / "slave.conf", broker_props(
+        tmp_path / "slave", brokerRole="SLAVE", brokerId=1, slaveReadEnable=True, **common)))
+    slave = Node(slave_proc.address)
+    nodes.append(slave)
+    slave.create_topic(TOPIC, QUEUES)  # topic configs are not copied from the master yet
+    wait_until(lambda: master.ha_status().in_sync_slave_nums == 1, timeout=15,
+               message="the slave in sync")
+
+    def send(i: int) -> tuple[int, int]:
+        r = master.messaging.SendMessage(M.SendMessageRequest(
+            message=M.Message(topic=TOPIC, body=body(i)), queue_id=i % QUEUES),
+            timeout=RPC_TIMEOUT_S)
+        return r.status.code, r.result.queue_offset
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        codes = [code for code, _ in pool.map(send, range(MESSAGES))]
+    assert codes == [C.SUCCESS] * MESSAGES
+
+    master_max = master.runtime().commit_log_max_offset
+    assert master_max > 2 * COMMITLOG_FILE_SIZE
+    # Every send was acked by the slave, so it holds the whole commitlog already.
+    assert slave.runtime().commit_log_max_offset == master_max
+
+    for queue_id in range(QUEUES):
+        expected = [m.body for m in master.pull_all(TOPIC, queue_id)]
+        assert len(expected) == MESSAGES // QUEUES + (queue_id == 0)
+        wait_until(functools.partial(has_messages, slave, queue_id, len(expected)),
+                   message=f"dispatch of queue {queue_id} on the slave")
+        got = slave.pull_all(TOPIC, queue_id)
+        assert [m.body for m in got] == expected
+    assert sorted(m.body for q in range(QUEUES) for m in slave.pull_all(TOPIC, q)) == sorted(
+        [b"lonely"] + [body(i) for i in range(MESSAGES)])
+
+    ha = master.ha_status()
+    assert ha.master and ha.in_sync_slave_nums == 1
+    assert ha.master_commit_log_max_offset == master_max
+    live = [c for c in ha.ha_connection_info if c.state == "connected"]
+    assert len(live) == 1
+    assert (live[0].in_sync, live[0].slave_ack_offset, live[0].diff) == (True, master_max, 0)
+    assert live[0].transferred_byte_in_second > 0
+    assert list(master.runtime().slave_ack_offsets.values()) == [master_max]
+
+    slave_ha = slave.ha_status()
+    assert not slave_ha.master
+    assert slave_ha.ha_client_info.connected
+    assert slave_ha.ha_client_info.master_addr == master.runtime().table["haServerAddr"]
+    assert slave_ha.ha_client_info.max_offset == master_max
+
+    # A slave refuses writes.
+    r = slave.messaging.SendMessage(M.SendMessageRequest(
+        message=M.Message(topic=TOPIC, body=b"x"), queue_id=0), timeout=RPC_TIMEOUT_S)
+    assert r.status.code == C.SERVICE_NOT_AVAILABLE
+
+
+def test_async_master_does_not_wait_and_reports_no_slaves(
+        start_broker: Callable[..., BrokerThread]) -> None:
+    b = start_broker(brokerRole="ASYNC_MASTER")
+    r = b.messaging.SendMessage(M.SendMessageRequest(
+        message=M.Message(topic="Async", body=b"a"), queue_id=0), timeout=RPC_TIMEOUT_S)
+    assert r.status.code == C.SUCCESS, r.status
+    ha = b.admin.GetHAStatus(A.GetHAStatusRequest(), timeout=RPC_TIMEOUT_S)
+    assert ha.master and ha.in_sync_slave_nums == 0 and not ha.ha_connection_info
+    port = int(b.controller.ha_server_addr.rpartition(":")[2])
+    assert port > 0 and b.controller.ha_service is not None
+    assert b.controller.ha_service.port == port
+
+
+def test_sync_master_answers_flush_slave_timeout_when_the_slave_stops_acking(
+        start_broker: Callable[..., BrokerThread]) -> None:
+    b = start_broker(brokerRole="SYNC_MASTER")
+    r = b.messaging.SendMessage(M.SendMessageRequest(
+        message=M.Message(topic="Sync", body=b"first"), queue_id=0), timeout=RPC_TIMEOUT_S)
+    assert r.status.code == C.SLAVE_NOT_AVAILABLE, r.status
+    host, _, port = b.controller.ha_server_addr.rpartition(":")
+    max_offset = b.controller.store.max_phy_offset
+    # A slave that acks what the master has now, then never again.
+    with socket.create_connection((host, int(port)), timeout=5) as fake_slave:
+        fake_slave.sendall(struct.pack(">q", max_offset))
+        wait_until(lambda: b.admin.GetHAStatus(A.GetHAStatusRequest()).in_sync_slave_nums == 1,
+                   message="the fake slave in sync")
+        begin = time.monotonic()
+        r = b.messaging.SendMessage(M.SendMessageRequest(
+            message=M.Message(topic="Sync", body=b"second"), queue_id=0), timeout=RPC_TIMEOUT_S)
+        waited = time.monotonic() - begin
+    assert r.status.code == C.FLUSH_SLAVE_TIMEOUT, r.status
+    assert r.result.queue_offset == 1  # stored all the same
+    assert 2.5 < waited < 5, waited
