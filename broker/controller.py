@@ -36,7 +36,7 @@ from broker.registration import BrokerOuterAPI
 from broker.stats import BrokerStats
 from broker.status import RequestError
 from broker.topic_config import TopicConfig, TopicConfigManager
-from ha.constants import SLAVE_TIMEOUT
+from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
@@ -115,7 +115,7 @@ class BrokerController:
         self.broker_addr = format_host((host, port))
         ha_port = self.config.ha_listen_port
         if ha_port < 0:  # unset: listenPort + 1, or any free port when listenPort is
-            ha_port = port + 1 if self.config.listen_port else 0
+            ha_port = port + HA_LISTEN_PORT_OFFSET if self.config.listen_port else 0
         self.ha_server_addr = format_host((host, ha_port))
         self.uniq_key = UniqKeyFactory(self.store_host[0])
         self.store_config.store_host = self.store_host

@@ -12,8 +12,6 @@ BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
 # The scan of not-active brokers: first run after 5 s, then every 10 s.
 SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S = 5.0
 SCAN_NOT_ACTIVE_BROKER_INTERVAL_S = 10.0
-# How often brokers register with every name server (the broker's side).
-REGISTER_BROKER_INTERVAL_MS = 30_000
 
 # Permission bits of topics and queues (PermName).
 PERM_PRIORITY = 0x8

@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from nameserver.constants import BROKER_CHANNEL_EXPIRED_TIME_MS, MASTER_ID, PERM_READ, PERM_WRITE
+from nameserver.constants import BROKER_CHANNEL_EXPIRED_TIME_MS, MASTER_ID, PERM_WRITE
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +28,6 @@ Clock = Callable[[], int]
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
-
-
-def is_readable(perm: int) -> bool:
-    return perm & PERM_READ == PERM_READ
 
 
 def is_writeable(perm: int) -> bool:

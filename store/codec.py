@@ -47,7 +47,6 @@ SIZE_MAGIC = struct.Struct(">ii")
 INT = struct.Struct(">i")
 LONG = struct.Struct(">q")
 SHORT = struct.Struct(">h")
-BORNHOST_POS = PREFIX.size  # 48
 
 
 class CorruptRecord(ValueError):
@@ -100,14 +99,6 @@ def encode_host(host: str, port: int) -> bytes:
 def decode_host(data: bytes | memoryview) -> tuple[str, int]:
     data = bytes(data)
     return str(ipaddress.ip_address(data[:-4])), int.from_bytes(data[-4:], "big")
-
-
-def is_ipv6(host: str) -> bool:
-    return ":" in host
-
-
-def host_sys_flags(born_host: str, store_host: str) -> int:
-    return (0x10 if ":" in born_host else 0) | (0x20 if ":" in store_host else 0)
 
 
 def header_struct(sys_flag: int) -> struct.Struct:

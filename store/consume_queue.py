@@ -164,9 +164,6 @@ class ConsumeQueue:
         except ValueError:
             return b""
 
-    def last_entry_timestamp_index(self) -> int:
-        return self.max_offset_in_queue - 1
-
     # -- flushing and expiry ---------------------------------------------------------------
     def flush(self) -> None:
         for mf in self.queue.files[-2:]:

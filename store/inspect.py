@@ -27,6 +27,7 @@ from store.constants import CQ_STORE_UNIT_SIZE, TRANSACTION_TYPE_MASK, SysFlag
 from store.consume_queue import BLANK_SIZE, ENTRY
 from store.index import (
     HASH_SLOT_SIZE,
+    INDEX_DIR_NAME,
     INDEX_HEADER_SIZE,
     INDEX_SIZE,
     MAX_HASH_SLOT_NUM,
@@ -374,7 +375,7 @@ def infer_index_geometry(bufs: list[Buffer]) -> tuple[int, int]:
 
 def check_index(rep: Report, root: Path, records: dict[int, Record],
                 geometry: tuple[int, int] | None) -> None:
-    idx_dir = root / "index"
+    idx_dir = root / INDEX_DIR_NAME
     paths = sorted(p for p in idx_dir.iterdir() if _INDEX_NAME.match(p.name)) \
         if idx_dir.is_dir() else []
     rep.index_files = len(paths)

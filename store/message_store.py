@@ -26,7 +26,7 @@ from store.constants import (
     SysFlag,
 )
 from store.consume_queue import ConsumeQueue
-from store.index import IndexService
+from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message, topic_problem
 from store.services import ServiceThread, monotonic
 from store.waiters import OffsetWaiters
@@ -60,7 +60,7 @@ class DefaultMessageStore:
         self.root = Path(config.store_path_root_dir)
         self.commitlog = CommitLog(config, clock_ms)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.index = IndexService(self.root / "index", config.max_hash_slot_num,
+        self.index = IndexService(self.root / INDEX_DIR_NAME, config.max_hash_slot_num,
                                   config.max_index_num)
         self.checkpoint: StoreCheckpoint | None = None
         self.flush_waiters = OffsetWaiters(monotonic)

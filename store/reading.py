@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import struct
 from typing import TYPE_CHECKING
 
 from store.codec import (
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
     from store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
-_STORE_TS_V4 = struct.Struct(">q")
 
 
 class TagFilter:
