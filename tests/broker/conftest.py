@@ -27,12 +27,14 @@ import pytest
 from broker.config import parse_config
 from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
-from mqproto import admin_pb2_grpc, messaging_pb2_grpc
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
+from tests.processes import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT_S = 20.0
 STOP_TIMEOUT_S = 15.0
+RPC_TIMEOUT_S = 10.0
 T = TypeVar("T")
 
 # Small files so that rolling over happens in tests.
@@ -199,15 +201,7 @@ class Processes:
 
     def stop_all(self) -> None:
         for process in self.started:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+            stop_process(process, STOP_TIMEOUT_S)
 
 
 @pytest.fixture
@@ -232,3 +226,20 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
 
 
 __all__ = ["BrokerThread", "Process", "Processes", "broker_props", "wait_until", "write_conf"]
+
+
+def pull_everything(messaging: messaging_pb2_grpc.MessagingServiceStub, topic: str,
+                    queue_id: int, sub: str = "*", group: str = "CG") -> list[Any]:
+    """Everything in a queue from offset 0 (no waiting: the caller knows it is there)."""
+    out: list[Any] = []
+    offset = 0
+    while True:
+        r = messaging.PullMessage(messaging_pb2.PullMessageRequest(
+            consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offset,
+            max_msg_nums=32, subscription=sub), timeout=RPC_TIMEOUT_S)
+        if r.status.code == common_pb2.NO_NEW_MSG:
+            return out
+        assert r.status.code in (common_pb2.SUCCESS, common_pb2.NO_MATCHED_MSG), r.status
+        out.extend(r.messages)
+        assert r.next_begin_offset > offset
+        offset = r.next_begin_offset

@@ -15,7 +15,14 @@ import grpc
 import pytest
 
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
-from tests.broker.conftest import BrokerThread, Processes, broker_props, wait_until, write_conf
+from tests.broker.conftest import (
+    BrokerThread,
+    Processes,
+    broker_props,
+    pull_everything,
+    wait_until,
+    write_conf,
+)
 
 M = messaging_pb2
 A = admin_pb2
@@ -54,18 +61,7 @@ class Node:
             topic=topic, queue_id=queue_id), timeout=RPC_TIMEOUT_S).offset
 
     def pull_all(self, topic: str, queue_id: int) -> list[M.Message]:
-        out: list[M.Message] = []
-        offset = 0
-        while True:
-            r = self.messaging.PullMessage(M.PullMessageRequest(
-                consumer_group="CG", topic=topic, queue_id=queue_id, queue_offset=offset,
-                max_msg_nums=32, subscription="*"), timeout=RPC_TIMEOUT_S)
-            if r.status.code == C.NO_NEW_MSG:
-                return out
-            assert r.status.code in (C.SUCCESS, C.NO_MATCHED_MSG), r.status
-            out.extend(r.messages)
-            assert r.next_begin_offset > offset
-            offset = r.next_begin_offset
+        return pull_everything(self.messaging, topic, queue_id)
 
     def close(self) -> None:
         self.channel.close()

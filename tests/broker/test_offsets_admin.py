@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Callable
 
 import grpc
@@ -14,6 +13,7 @@ from broker.persistence import ConfigFileCorrupt
 from mqproto import admin_pb2, common_pb2, messaging_pb2
 from tests.broker.conftest import BrokerThread, wait_until
 from tests.broker.test_send_pull import code, pull, pull_all, send
+from tests.processes import send_garbage
 
 M = messaging_pb2
 A = admin_pb2
@@ -163,17 +163,9 @@ def test_features_of_later_issues_say_so(start_broker: Start) -> None:
 
 def test_garbage_on_the_port_is_survived(start_broker: Start) -> None:
     b = start_broker()
-    host, port = b.address.rsplit(":", 1)
     for payload in (b"\x00\xffgarbage" * 100, b"GET / HTTP/1.1\r\n\r\n",
                     b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\xff" * 64):
-        with socket.create_connection((host, int(port)), timeout=5) as s:
-            s.sendall(payload)
-            s.settimeout(2)
-            try:
-                while s.recv(4096):
-                    pass
-            except (TimeoutError, ConnectionResetError):
-                pass
+        send_garbage(b.address, payload)
     # A well-framed call whose body is not the request message.
     raw = b.channel.unary_unary("/mqcluster.v1.MessagingService/SendMessage",
                                 request_serializer=None, response_deserializer=None)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -30,9 +29,11 @@ from tests.broker.conftest import (
     Processes,
     broker_props,
     child_env,
+    pull_everything,
     wait_until,
     write_conf,
 )
+from tests.processes import send_garbage
 
 M = messaging_pb2
 C = common_pb2
@@ -105,31 +106,7 @@ def body(i: int) -> bytes:
 
 def pull_queue(c: Cluster, topic: str, queue_id: int, sub: str = "*", group: str = "CG"
                ) -> list[messaging_pb2.Message]:
-    """Everything in a queue from offset 0 (no waiting: the caller knows it is there)."""
-    out: list[messaging_pb2.Message] = []
-    offset = 0
-    while True:
-        r = c.messaging.PullMessage(M.PullMessageRequest(
-            consumer_group=group, topic=topic, queue_id=queue_id, queue_offset=offset,
-            max_msg_nums=32, subscription=sub), timeout=RPC_TIMEOUT_S)
-        if r.status.code == C.NO_NEW_MSG:
-            return out
-        assert r.status.code in (C.SUCCESS, C.NO_MATCHED_MSG), r.status
-        out.extend(r.messages)
-        assert r.next_begin_offset > offset
-        offset = r.next_begin_offset
-
-
-def garbage_on_the_port(address: str) -> None:
-    host, port = address.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=5) as s:
-        s.sendall(bytes(range(256)) * 64)
-        s.settimeout(2)
-        try:
-            while s.recv(4096):
-                pass
-        except (TimeoutError, ConnectionResetError):
-            pass
+    return pull_everything(c.messaging, topic, queue_id, sub, group)
 
 
 def wait_dispatched(c: Cluster, topic: str, queue_id: int, count: int) -> None:
@@ -154,7 +131,7 @@ def test_send_and_pull_10000_messages(cluster: Cluster) -> None:
         assert [x.queue_offset for x in r.results] == list(range(first, first + 100))
         sent[queue_id].extend((j, body(j), TAGS[j % 3]) for j in range(i, i + 100))
         i += 100
-    garbage_on_the_port(c.broker.address)
+    send_garbage(c.broker.address, bytes(range(256)) * 64)
     while i < 10_000:  # and single sends
         queue_id = i % 4
         r = c.messaging.SendMessage(M.SendMessageRequest(

@@ -17,6 +17,7 @@ import pytest
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from nameserver.constants import BOOT_SUCCESS_MESSAGE, MASTER_ID, PERM_READ, PERM_WRITE
+from tests.processes import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BOOT_TIMEOUT_S = 15.0
@@ -86,15 +87,7 @@ def start_namesrv(tmp_path: Path) -> Iterator[Callable[[], NamesrvProcess]]:
         yield start
     finally:
         for process in started:
-            if process.poll() is None:
-                process.terminate()
-                try:
-                    process.wait(timeout=STOP_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
-            if process.stdout is not None:
-                process.stdout.close()
+            stop_process(process, STOP_TIMEOUT_S)
 
 
 def register_request(
