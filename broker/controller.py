@@ -162,6 +162,8 @@ class BrokerController:
         except OSError as e:
             raise OSError(f"cannot listen on haListenPort {ha_port}: {e}") from e
         self.ha_service = service
+        # With a write buffer, a put becomes readable only when committed: wake HA then too.
+        self.store.commit_listeners.append(lambda _: service.notify_data_arrived())
         self.ha_server_addr = format_host((host, bound))
 
     async def _stop_ha(self) -> None:

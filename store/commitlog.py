@@ -123,6 +123,9 @@ class CommitLog:
         )
         self.put_lock = threading.Lock()
         self._commit_lock = threading.Lock()
+        # Called (offset committed up to) after a write-buffer commit made bytes readable;
+        # readers that were woken at put time (HA transfer) need this second wake-up.
+        self.commit_listeners: list[Callable[[int], None]] = []
         self.begin_time_in_lock = 0  # ms; 0 when nobody holds the put lock
         # (topic, queueId) -> next queue offset
         self.topic_queue_table: dict[tuple[str, int], int] = {}
@@ -209,9 +212,15 @@ class CommitLog:
             with self._commit_lock:
                 with self.put_lock:
                     chunks = [(mf, mf.take_uncommitted()) for mf in self.queue.files[-2:]]
+                moved = False
                 for mf, chunk in chunks:
                     if chunk is not None:
                         mf.write_committed(*chunk)
+                        moved = True
+            if moved:
+                committed = self.queue.max_offset
+                for listener in self.commit_listeners:
+                    listener(committed)
         return self.queue.max_offset
 
     def flush(self) -> int:

@@ -66,6 +66,9 @@ class DefaultMessageStore:
         self.flush_waiters = OffsetWaiters(monotonic)
         self.reput_from_offset = 0
         self.arriving_listeners: list[ArrivingListener] = []
+        # f(committed_offset) after buffered appends became readable (write-buffer mode only;
+        # otherwise an append is readable at once).
+        self.commit_listeners = self.commitlog.commit_listeners
         self.writeable = True
         self.not_writeable_reason = ""
         self.running = False

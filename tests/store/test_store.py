@@ -181,6 +181,21 @@ def test_sync_flush_waits_for_disk_and_groups_writers(make_store: MakeStore) -> 
     assert store.commitlog.flushed_offset == store.commitlog.max_wrote_offset
 
 
+def test_commit_listeners_hear_when_buffered_appends_become_readable(
+        make_store: MakeStore) -> None:
+    store = make_store(start=False, flush_disk_type=FlushDiskType.SYNC_FLUSH)
+    store.running = True  # accepts puts; no flush / reput thread commits behind the test
+    heard: list[int] = []
+    store.commit_listeners.append(heard.append)
+    r = store.append([msg(0)])
+    assert r.ok and store.commitlog.max_offset == 0  # buffered: not readable yet
+    assert heard == []
+    store.commitlog.commit()
+    assert heard == [r.append.end_offset] == [store.commitlog.max_offset]
+    store.commitlog.commit()  # nothing new: nobody is woken
+    assert heard == [r.append.end_offset]
+
+
 def test_sync_flush_timeout(make_store: MakeStore) -> None:
     store = make_store(flush_disk_type=FlushDiskType.SYNC_FLUSH, sync_flush_timeout=200)
     store._flush_service.stop()  # the disk never answers
