@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
+import sys
+from pathlib import Path
+
+from mqclient.cli.local_cluster import STATE_FILE, records_from_json, stop_processes
 
 
 def stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:
@@ -30,3 +35,52 @@ def send_garbage(address: str, payload: bytes) -> None:
                 pass
         except (TimeoutError, ConnectionResetError):
             pass
+
+
+MQCLUSTER_TIMEOUT_S = 120.0
+
+
+class LocalCluster:
+    """A cluster of real processes started with `mqcluster up --dir DIR ARGS`; `down()` (or
+    leaving the `with` block) stops it, and if that fails stops the PIDs its state file lists
+    (each checked to still be the process mqcluster started)."""
+
+    def __init__(self, directory: Path, *up_args: str) -> None:
+        self.directory = directory
+        self.up_result = self.mqcluster("up", *up_args)
+        try:
+            self.processes = json.loads(self.mqcluster("status", "--json").stdout)
+        except BaseException:
+            self.down()
+            raise
+        self.namesrv_addr = ";".join(p["address"] for p in self.processes
+                                     if p["kind"] == "namesrv")
+
+    def mqcluster(self, command: str, *args: str, check: bool = True
+                  ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqcluster", command, "--dir",
+             str(self.directory), *args],
+            capture_output=True, text=True, timeout=MQCLUSTER_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        if check and result.returncode != 0:
+            raise AssertionError(f"mqcluster {command} exited {result.returncode}:\n"
+                                 f"{result.stdout}{result.stderr}")
+        return result
+
+    def addresses(self, kind: str = "broker") -> list[str]:
+        return [p["address"] for p in self.processes if p["kind"] == kind]
+
+    def down(self, *args: str) -> subprocess.CompletedProcess[str] | None:
+        try:
+            return self.mqcluster("down", *args)
+        finally:
+            state = self.directory / STATE_FILE
+            if state.exists():  # down failed: stop what it recorded ourselves
+                data = json.loads(state.read_text())
+                stop_processes(records_from_json(data["processes"]), timeout=10.0)
+
+    def __enter__(self) -> LocalCluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()

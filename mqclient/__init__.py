@@ -1,0 +1,37 @@
+"""The Python client of the cluster: producer and push consumer (SPEC §6).
+
+See README "Client (mqclient)" for the API in short.
+"""
+
+from mqclient.allocate import AllocateAveragely, AllocateAveragelyByCircle
+from mqclient.consume_service import ConsumeStatus
+from mqclient.consumer import PushConsumer
+from mqclient.message import (
+    Message,
+    MessageExt,
+    MessageQueue,
+    MQClientError,
+    SendFuture,
+    SendResult,
+    SendStatus,
+)
+from mqclient.producer import Producer, select_by_hash
+from mqclient.rebalance import ConsumeFromWhere, MessageModel
+
+__all__ = [
+    "AllocateAveragely",
+    "AllocateAveragelyByCircle",
+    "ConsumeFromWhere",
+    "ConsumeStatus",
+    "Message",
+    "MessageExt",
+    "MessageModel",
+    "MessageQueue",
+    "MQClientError",
+    "Producer",
+    "PushConsumer",
+    "SendFuture",
+    "SendResult",
+    "SendStatus",
+    "select_by_hash",
+]

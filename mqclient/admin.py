@@ -1,0 +1,482 @@
+"""Admin API of the cluster (RocketMQ's DefaultMQAdminExt), over gRPC to the name servers and
+brokers: cluster info, topics, consumer progress, runtime info, message queries, raw sends
+and pulls, HA status.
+
+Blocking calls (grpc's sync stubs), for tools and tests: never call it from an event loop.
+Every failure is an AdminError whose message is one line naming what failed and why.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import random
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import grpc
+
+from mqclient.admin_types import (
+    AdminError,
+    BrokerGroup,
+    BrokerRuntime,
+    ClusterInfo,
+    ConsumerProgress,
+    GroupSummary,
+    HAStatus,
+    MasterLink,
+    QueueData,
+    QueueProgress,
+    QueueStatus,
+    SendResult,
+    SlaveLink,
+    StoredMessage,
+    TopicRoute,
+)
+from mqclient.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
+from mqproto import (
+    admin_pb2,
+    admin_pb2_grpc,
+    common_pb2,
+    messaging_pb2,
+    messaging_pb2_grpc,
+    namesrv_pb2,
+    namesrv_pb2_grpc,
+)
+
+NAMESRV_ADDR_ENV = "NAMESRV_ADDR"  # used when no address is given, as RocketMQ's tools do
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # MixAll.TOOLS_CONSUMER_GROUP: raw pulls of tools
+TOOLS_PRODUCER_GROUP = "TOOLS_PRODUCER"
+DEFAULT_RPC_TIMEOUT_S = 5.0
+PULL_BATCH = 32
+QUERY_MAX_NUM = 64  # the broker answers at most this many messages per key query
+# Results that mean "stored" although the requested durability is missing (SPEC §2.7).
+STORED_CODES = frozenset({common_pb2.SUCCESS, common_pb2.FLUSH_DISK_TIMEOUT,
+                          common_pb2.FLUSH_SLAVE_TIMEOUT, common_pb2.SLAVE_NOT_AVAILABLE})
+T = TypeVar("T")
+__all__ = ["AdminError", "MQAdmin", "decode_offset_msg_id", "parse_addresses"]
+
+
+def code_name(code: int) -> str:
+    try:
+        return common_pb2.ResponseCode.Name(code)
+    except ValueError:
+        return f"code {code}"
+
+
+def parse_addresses(text: str | Sequence[str], *, allow_empty: bool = False) -> list[str]:
+    """`host:port;host:port` or a list -> addresses; AdminError when one is not HOST:PORT."""
+    items = text.split(";") if isinstance(text, str) else list(text)
+    addresses = [a.strip() for a in items if a.strip()]
+    for a in addresses:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit() or int(port) > 0xFFFF:
+            raise AdminError(f"address {a!r} is not HOST:PORT")
+    if not addresses and not allow_empty:
+        raise AdminError("no address given")
+    return addresses
+
+
+def decode_offset_msg_id(offset_msg_id: str) -> tuple[str, int]:
+    """offsetMsgId (SPEC §2.2: store host IP, port, commitlog offset in hex) ->
+    (broker address, commitlog offset)."""
+    try:
+        raw = bytes.fromhex(offset_msg_id)
+    except ValueError:
+        raw = b""
+    if len(raw) not in (16, 28):
+        raise AdminError(f"{offset_msg_id!r} is not an offsetMsgId (32 or 56 hex digits)")
+    ip = ipaddress.ip_address(raw[:-12])
+    port, offset = struct.unpack(">iq", raw[-12:])
+    host = f"[{ip}]" if ip.version == 6 else str(ip)
+    return f"{host}:{port}", offset
+
+
+def _message(pb: messaging_pb2.Message, broker_name: str) -> StoredMessage:
+    sp = pb.system_properties
+    return StoredMessage(
+        topic=pb.topic, broker_name=broker_name, queue_id=sp.queue_id,
+        queue_offset=sp.queue_offset, msg_id=sp.message_id, offset_msg_id=sp.offset_msg_id,
+        tags=pb.tag, keys=list(pb.keys), body=pb.body, properties=dict(pb.user_properties),
+        born_timestamp=sp.born_timestamp, store_timestamp=sp.store_timestamp,
+        born_host=sp.born_host, store_host=sp.store_host,
+        commit_log_offset=sp.commit_log_offset, store_size=sp.store_size,
+        reconsume_times=sp.reconsume_times, sys_flag=sp.sys_flag)
+
+
+def _group(pb: common_pb2.BrokerData) -> BrokerGroup:
+    return BrokerGroup(pb.cluster, pb.broker_name, dict(sorted(pb.broker_addrs.items())))
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+class MQAdmin:
+    """`MQAdmin("127.0.0.1:9876;127.0.0.1:9877")`; use as a context manager or close()."""
+
+    def __init__(self, namesrv_addr: str | Sequence[str],
+                 timeout: float = DEFAULT_RPC_TIMEOUT_S) -> None:
+        # Empty is allowed: commands aimed at one broker address need no name server.
+        self.namesrv_addrs = parse_addresses(namesrv_addr, allow_empty=True)
+        self.timeout = timeout
+        self._channels: dict[str, grpc.Channel] = {}
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+    def __enter__(self) -> MQAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport -------------------------------------------------------------------------
+    def _channel(self, addr: str) -> grpc.Channel:
+        channel = self._channels.get(addr)
+        if channel is None:
+            channel = self._channels[addr] = grpc.insecure_channel(addr)
+        return channel
+
+    def _call(self, what: str, addr: str, fn: Callable[..., T], request: Any) -> T:
+        try:
+            return fn(request, timeout=self.timeout)
+        except grpc.RpcError as e:
+            code = e.code().name if isinstance(e, grpc.Call) else "ERROR"
+            detail = _one_line(e.details() or "") if isinstance(e, grpc.Call) else str(e)
+            raise AdminError(f"{what} {addr}: {code}: {detail}") from None
+
+    def _namesrv(self, method: str, request: Any) -> Any:
+        """Asks each name server in turn until one answers."""
+        if not self.namesrv_addrs:
+            raise AdminError(f"no name server address: give -n HOST:PORT or set "
+                             f"{NAMESRV_ADDR_ENV}")
+        failures = []
+        for addr in self.namesrv_addrs:
+            stub = namesrv_pb2_grpc.NamesrvServiceStub(self._channel(addr))
+            try:
+                return self._call("name server", addr, getattr(stub, method), request)
+            except AdminError as e:
+                failures.append(str(e))
+        raise AdminError("no name server answered: " + "; ".join(failures))
+
+    def _admin_rpc(self, addr: str, method: str, request: Any) -> Any:
+        stub = admin_pb2_grpc.AdminServiceStub(self._channel(addr))
+        return self._call("broker", addr, getattr(stub, method), request)
+
+    def _messaging_rpc(self, addr: str, method: str, request: Any) -> Any:
+        stub = messaging_pb2_grpc.MessagingServiceStub(self._channel(addr))
+        return self._call("broker", addr, getattr(stub, method), request)
+
+    @staticmethod
+    def _check(status: common_pb2.Status, what: str, *ok: int) -> None:
+        if status.code not in (ok or (common_pb2.SUCCESS,)):
+            remark = f": {_one_line(status.remark)}" if status.remark else ""
+            raise AdminError(f"{what} failed: {code_name(status.code)}{remark}")
+
+    # -- name server -----------------------------------------------------------------------
+    def cluster_info(self) -> ClusterInfo:
+        r = self._namesrv("GetClusterInfo", namesrv_pb2.GetClusterInfoRequest())
+        self._check(r.status, "cluster info")
+        info = r.cluster_info
+        groups = {name: _group(bd) for name, bd in sorted(info.broker_addr_table.items())}
+        clusters = {name: sorted(s.broker_names)
+                    for name, s in sorted(info.cluster_addr_table.items())}
+        return ClusterInfo(groups, clusters)
+
+    def topic_list(self) -> list[str]:
+        r = self._namesrv("GetAllTopicList", namesrv_pb2.GetAllTopicListRequest())
+        self._check(r.status, "topic list")
+        return sorted(r.topic_list)
+
+    def topic_route(self, topic: str) -> TopicRoute:
+        r = self._namesrv("GetRouteInfoByTopic", namesrv_pb2.GetRouteInfoByTopicRequest(
+            topic=topic))
+        if r.status.code == common_pb2.TOPIC_NOT_EXIST:
+            raise AdminError(f"topic {topic} not exist (no route on the name server)")
+        self._check(r.status, f"route of topic {topic}")
+        route = r.topic_route_data
+        return TopicRoute(
+            topic,
+            [QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm,
+                       q.topic_sys_flag) for q in route.queue_datas],
+            [_group(b) for b in route.broker_datas])
+
+    # -- topics ----------------------------------------------------------------------------
+    def _readable_queues(self, route: TopicRoute) -> list[tuple[BrokerGroup, int]]:
+        out = []
+        for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            if q.perm & PERM_READ:
+                group = route.group(q.broker_name)
+                out.extend((group, i) for i in range(q.read_queue_nums))
+        return out
+
+    def topic_status(self, topic: str) -> list[QueueStatus]:
+        """Min / max offset and last store time of every readable queue of a topic."""
+        out = []
+        for group, queue_id in self._readable_queues(self.topic_route(topic)):
+            addr = group.read_addr
+            lo = self._messaging_rpc(addr, "GetMinOffset", messaging_pb2.GetMinOffsetRequest(
+                topic=topic, queue_id=queue_id))
+            self._check(lo.status, f"min offset of {topic}-{queue_id} on {addr}")
+            hi = self._messaging_rpc(addr, "GetMaxOffset", messaging_pb2.GetMaxOffsetRequest(
+                topic=topic, queue_id=queue_id))
+            self._check(hi.status, f"max offset of {topic}-{queue_id} on {addr}")
+            last = 0
+            if hi.offset > lo.offset:
+                newest = self._pull(addr, topic, queue_id, hi.offset - 1, 1).messages
+                last = newest[0].system_properties.store_timestamp if newest else 0
+            out.append(QueueStatus(group.broker_name, queue_id, lo.offset, hi.offset, last))
+        return out
+
+    def _master_addrs(self, cluster: str | None, broker_addr: str | None) -> list[str]:
+        if broker_addr is not None:
+            return parse_addresses(broker_addr)
+        info = self.cluster_info()
+        groups = info.groups_of(cluster) if cluster is not None else info.all_groups()
+        masters = [g.master_addr for g in groups if g.master_addr is not None]
+        if not masters:
+            raise AdminError(f"no live master in cluster {cluster}")
+        return masters
+
+    def create_topic(self, topic: str, *, cluster: str | None = None,
+                     broker_addr: str | None = None, read_queue_nums: int = 8,
+                     write_queue_nums: int = 8, perm: int = PERM_READ | PERM_WRITE,
+                     order: bool = False) -> list[str]:
+        """Creates or updates the topic on one broker or on every master of a cluster (all
+        clusters when neither is given); returns the brokers' addresses."""
+        config = common_pb2.TopicConfig(topic_name=topic, read_queue_nums=read_queue_nums,
+                                        write_queue_nums=write_queue_nums, perm=perm,
+                                        order=order)
+        addrs = self._master_addrs(cluster, broker_addr)
+        for addr in addrs:
+            r = self._admin_rpc(addr, "CreateOrUpdateTopic",
+                             admin_pb2.CreateOrUpdateTopicRequest(topic_config=config))
+            self._check(r.status, f"create topic {topic} on {addr}")
+        return addrs
+
+    def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
+        """Deletes the topic from every master of the cluster (of its route when no cluster
+        is given); returns the brokers it was deleted from."""
+        if cluster is None:
+            addrs = [g.master_addr for g in self.topic_route(topic).broker_groups
+                     if g.master_addr is not None]
+        else:
+            addrs = self._master_addrs(cluster, None)
+        deleted = []
+        for addr in addrs:
+            r = self._admin_rpc(addr, "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic))
+            self._check(r.status, f"delete topic {topic} on {addr}", common_pb2.SUCCESS,
+                        common_pb2.TOPIC_NOT_EXIST)
+            if r.status.code == common_pb2.SUCCESS:
+                deleted.append(addr)
+        if not deleted:
+            raise AdminError(f"topic {topic} not exist on any master of cluster {cluster}")
+        return deleted
+
+    # -- consumers -------------------------------------------------------------------------
+    def _consume_stats(self, addr: str, group: str, topic: str
+                       ) -> admin_pb2.GetConsumeStatsResponse:
+        r = self._admin_rpc(addr, "GetConsumeStats", admin_pb2.GetConsumeStatsRequest(
+            consumer_group=group, topic=topic))
+        self._check(r.status, f"consume stats of {group or 'all groups'} on {addr}",
+                    common_pb2.SUCCESS, common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST)
+        return r
+
+    def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
+        """Per queue: broker offset, committed offset, diff and last consumed store time."""
+        groups = (self.topic_route(topic).broker_groups if topic
+                  else self.cluster_info().all_groups())
+        queues: list[QueueProgress] = []
+        tps = 0.0
+        known = False
+        for g in groups:
+            r = self._consume_stats(g.read_addr, group, topic or "")
+            if r.status.code != common_pb2.SUCCESS:
+                continue
+            known = True
+            for stats in r.consume_stats:
+                tps += stats.consume_tps
+                queues.extend(QueueProgress(
+                    w.topic, w.broker_name, w.queue_id, w.broker_offset, w.consumer_offset,
+                    max(0, w.broker_offset - w.consumer_offset), w.last_timestamp)
+                    for w in stats.offset_table)
+        if not known:
+            raise AdminError(f"consumer group {group} not exist (no broker has its offsets "
+                             "or an online consumer of it)")
+        queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
+        return ConsumerProgress(group, queues, tps)
+
+    def consumer_groups(self) -> list[GroupSummary]:
+        """Every group known to a broker: online consumers, consume TPS and total diff."""
+        tps: dict[str, float] = {}
+        diff: dict[str, int] = {}
+        groups = self.cluster_info().all_groups()
+        for g in groups:
+            for stats in self._consume_stats(g.read_addr, "", "").consume_stats:
+                name = stats.consumer_group
+                tps[name] = tps.get(name, 0.0) + stats.consume_tps
+                diff[name] = diff.get(name, 0) + sum(
+                    max(0, w.broker_offset - w.consumer_offset) for w in stats.offset_table)
+        out = []
+        for name in sorted(tps):
+            consumers: set[str] = set()
+            for g in groups:
+                r = self._messaging_rpc(g.read_addr, "GetConsumerListByGroup",
+                                 messaging_pb2.GetConsumerListByGroupRequest(
+                                     consumer_group=name))
+                consumers.update(r.consumer_id_list)
+            out.append(GroupSummary(name, len(consumers), tps[name], diff[name]))
+        return out
+
+    # -- brokers ---------------------------------------------------------------------------
+    def broker_runtime(self, addr: str) -> BrokerRuntime:
+        r = self._admin_rpc(addr, "GetRuntimeInfo", admin_pb2.GetRuntimeInfoRequest())
+        self._check(r.status, f"runtime info of {addr}")
+        return BrokerRuntime(
+            addr, r.broker_name, r.broker_id, r.broker_role, r.commit_log_min_offset,
+            r.commit_log_max_offset, r.dispatch_behind_bytes, r.put_tps, r.get_total_tps,
+            dict(r.slave_ack_offsets), dict(sorted(r.table.items())))
+
+    def ha_status(self, addr: str) -> HAStatus:
+        r = self._admin_rpc(addr, "GetHAStatus", admin_pb2.GetHAStatusRequest())
+        self._check(r.status, f"HA status of {addr}")
+        runtime = self.broker_runtime(addr)
+        slaves = [SlaveLink(c.addr, c.slave_ack_offset, c.diff, c.fall_behind_seconds,
+                            c.in_sync, c.transferred_byte_in_second, c.state)
+                  for c in r.ha_connection_info]
+        link = None
+        if r.HasField("ha_client_info"):
+            c = r.ha_client_info
+            link = MasterLink(c.master_addr, c.connected, c.max_offset,
+                              c.transferred_byte_in_second, c.last_read_timestamp, c.state)
+        return HAStatus(addr, runtime.broker_name, r.master, r.master_commit_log_max_offset,
+                        r.in_sync_slave_nums, slaves, link)
+
+    def ha_status_of_cluster(self, cluster: str) -> list[HAStatus]:
+        """Every broker of the cluster, masters and slaves, by group then id."""
+        groups = self.cluster_info().groups_of(cluster)
+        return [self.ha_status(addr) for g in groups for _, addr in sorted(g.addrs.items())]
+
+    # -- messages --------------------------------------------------------------------------
+    def query_msg_by_id(self, offset_msg_id: str) -> StoredMessage:
+        """Straight to the commitlog of the broker the id names (its slave if it is gone)."""
+        addr, _ = decode_offset_msg_id(offset_msg_id)
+        group = None
+        try:
+            group = self.cluster_info().group_of_addr(addr)
+        except AdminError:
+            pass  # no name server: the id still names the broker
+        candidates = [addr]
+        if group is not None:
+            candidates += [a for _, a in sorted(group.addrs.items()) if a != addr]
+        failures = []
+        for candidate in candidates:
+            try:
+                r = self._messaging_rpc(candidate, "QueryMessageById",
+                                 messaging_pb2.QueryMessageByIdRequest(
+                                     offset_msg_id=offset_msg_id))
+            except AdminError as e:
+                failures.append(str(e))
+                continue
+            if r.status.code == common_pb2.QUERY_NOT_FOUND:
+                raise AdminError(f"no message with offsetMsgId {offset_msg_id} on {candidate}")
+            self._check(r.status, f"query by id on {candidate}")
+            return _message(r.message, group.broker_name if group else "")
+        raise AdminError("; ".join(failures))
+
+    def query_msg_by_key(self, topic: str, key: str, *, max_num: int = QUERY_MAX_NUM,
+                         begin_ms: int = 0, end_ms: int = 0) -> list[StoredMessage]:
+        """Messages of the topic with this KEYS entry, from every broker group of its route."""
+        found = []
+        for g in self.topic_route(topic).broker_groups:
+            r = self._messaging_rpc(g.read_addr, "QueryMessageByKey",
+                             messaging_pb2.QueryMessageByKeyRequest(
+                                 topic=topic, key=key, max_num=max_num,
+                                 begin_timestamp=begin_ms, end_timestamp=end_ms))
+            self._check(r.status, f"query by key on {g.read_addr}", common_pb2.SUCCESS,
+                        common_pb2.QUERY_NOT_FOUND)
+            found.extend(_message(m, g.broker_name) for m in r.messages)
+        found.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_id, m.queue_offset))
+        return found
+
+    def send_message(self, topic: str, body: bytes, *, keys: Sequence[str] = (), tag: str = "",
+                     broker_name: str | None = None, queue_id: int | None = None,
+                     properties: dict[str, str] | None = None) -> SendResult:
+        """One raw send to a master of the topic's route (of TBW102's for a new topic, which
+        the broker then auto-creates); the broker picks the queue when none is given."""
+        try:
+            route = self.topic_route(topic)
+        except AdminError:
+            try:
+                route = self.topic_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            except AdminError:
+                raise AdminError(f"topic {topic} not exist and no broker auto-creates "
+                                 "topics") from None
+        writable = {q.broker_name for q in route.queue_datas if q.perm & PERM_WRITE}
+        if broker_name is not None:
+            if broker_name not in writable:
+                raise AdminError(f"broker {broker_name} does not serve topic {topic} for "
+                                 f"writing (brokers: {', '.join(sorted(writable)) or 'none'})")
+            group = route.group(broker_name)
+        else:
+            groups = [g for g in route.broker_groups
+                      if g.broker_name in writable and g.master_addr is not None]
+            if not groups:
+                raise AdminError(f"topic {topic} has no writable master")
+            group = random.choice(groups)
+        addr = group.master_addr
+        if addr is None:
+            raise AdminError(f"broker {group.broker_name} has no live master to send to")
+        message = messaging_pb2.Message(topic=topic, body=body, tag=tag, keys=list(keys),
+                                        user_properties=properties or {})
+        r = self._messaging_rpc(addr, "SendMessage", messaging_pb2.SendMessageRequest(
+            producer_group=TOOLS_PRODUCER_GROUP, message=message,
+            queue_id=-1 if queue_id is None else queue_id))
+        if r.status.code not in STORED_CODES:
+            self._check(r.status, f"send to {group.broker_name} ({addr})")
+        res = r.result
+        return SendResult(code_name(r.status.code), group.broker_name, addr, res.queue_id,
+                          res.queue_offset, res.message_id, res.offset_msg_id)
+
+    def _pull(self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int
+              ) -> messaging_pb2.PullMessageResponse:
+        r = self._messaging_rpc(addr, "PullMessage", messaging_pb2.PullMessageRequest(
+            consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue_id,
+            queue_offset=offset, max_msg_nums=max_nums, subscription="*"))
+        self._check(r.status, f"pull {topic}-{queue_id} at {offset} from {addr}",
+                    common_pb2.SUCCESS, common_pb2.NO_NEW_MSG, common_pb2.NO_MATCHED_MSG,
+                    common_pb2.OFFSET_ILLEGAL)
+        return r
+
+    def consume_messages(self, topic: str, *, broker_name: str | None = None,
+                         queue_id: int | None = None, offset: int | None = None,
+                         count: int = 128) -> list[StoredMessage]:
+        """Reads up to `count` messages with raw pulls (committing nothing), queue by queue,
+        from `offset` (default: each queue's min offset)."""
+        route = self.topic_route(topic)
+        if broker_name is not None:
+            route.group(broker_name)
+        queues = [(g, q) for g, q in self._readable_queues(route)
+                  if broker_name in (None, g.broker_name) and queue_id in (None, q)]
+        if not queues:
+            raise AdminError(f"topic {topic} has no readable queue {queue_id} on "
+                             f"{broker_name or 'any broker'}")
+        out: list[StoredMessage] = []
+        for group, qid in queues:
+            addr = group.read_addr
+            next_offset = offset
+            if next_offset is None:
+                r = self._messaging_rpc(addr, "GetMinOffset", messaging_pb2.GetMinOffsetRequest(
+                    topic=topic, queue_id=qid))
+                self._check(r.status, f"min offset of {topic}-{qid} on {addr}")
+                next_offset = r.offset
+            while len(out) < count:
+                r = self._pull(addr, topic, qid, next_offset, min(PULL_BATCH, count - len(out)))
+                out.extend(_message(m, group.broker_name) for m in r.messages)
+                if r.status.code == common_pb2.NO_NEW_MSG or r.next_begin_offset == next_offset:
+                    break
+                next_offset = r.next_begin_offset
+        return out

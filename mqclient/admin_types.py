@@ -1,0 +1,195 @@
+"""What the admin API (mqclient.admin) returns: plain dataclasses, printable as tables and
+as JSON (dataclasses.asdict)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from mqclient.constants import MASTER_ID
+
+
+class AdminError(Exception):
+    """An admin operation failed; the message is one line for a person."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerGroup:
+    """A broker group (BrokerData): id 0 is its master, ids > 0 its slaves."""
+
+    cluster: str
+    broker_name: str
+    addrs: dict[int, str]
+
+    @property
+    def master_addr(self) -> str | None:
+        return self.addrs.get(MASTER_ID)
+
+    @property
+    def read_addr(self) -> str:
+        """The master, or its first slave while the master is gone."""
+        return self.addrs[min(self.addrs)]
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterInfo:
+    groups: dict[str, BrokerGroup]  # by brokerName
+    clusters: dict[str, list[str]]  # clusterName -> brokerNames
+
+    def groups_of(self, cluster: str) -> list[BrokerGroup]:
+        if cluster not in self.clusters:
+            known = ", ".join(sorted(self.clusters)) or "none"
+            raise AdminError(f"cluster {cluster} not found (clusters: {known})")
+        return [self.groups[n] for n in self.clusters[cluster] if n in self.groups]
+
+    def all_groups(self) -> list[BrokerGroup]:
+        return [self.groups[n] for n in sorted(self.groups)]
+
+    def group_of_addr(self, addr: str) -> BrokerGroup | None:
+        return next((g for g in self.groups.values() if addr in g.addrs.values()), None)
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueData:
+    broker_name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_sys_flag: int
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicRoute:
+    topic: str
+    queue_datas: list[QueueData]
+    broker_groups: list[BrokerGroup]
+
+    def group(self, broker_name: str) -> BrokerGroup:
+        for g in self.broker_groups:
+            if g.broker_name == broker_name:
+                return g
+        raise AdminError(f"broker {broker_name} does not serve topic {self.topic}")
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueStatus:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    last_updated_ms: int  # store time of the newest message, 0 when empty
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueProgress:
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    diff: int
+    last_timestamp_ms: int  # store time of the last consumed message, 0 if none
+
+
+@dataclasses.dataclass(frozen=True)
+class ConsumerProgress:
+    group: str
+    queues: list[QueueProgress]
+    consume_tps: float
+
+    @property
+    def diff_total(self) -> int:
+        return sum(q.diff for q in self.queues)
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSummary:
+    group: str
+    consumer_count: int
+    consume_tps: float
+    diff_total: int
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerRuntime:
+    addr: str
+    broker_name: str
+    broker_id: int
+    broker_role: str
+    commit_log_min_offset: int
+    commit_log_max_offset: int
+    dispatch_behind_bytes: int
+    put_tps: float
+    get_total_tps: float
+    slave_ack_offsets: dict[str, int]
+    table: dict[str, str]  # every value by its RocketMQ name
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredMessage:
+    """A message as a broker stored it (MessageExt)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str  # UNIQ_KEY
+    offset_msg_id: str
+    tags: str
+    keys: list[str]
+    body: bytes
+    properties: dict[str, str]
+    born_timestamp: int
+    store_timestamp: int
+    born_host: str
+    store_host: str
+    commit_log_offset: int
+    store_size: int
+    reconsume_times: int
+    sys_flag: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SendResult:
+    status: str  # SUCCESS, or FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE
+    broker_name: str
+    broker_addr: str
+    queue_id: int
+    queue_offset: int
+    msg_id: str
+    offset_msg_id: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SlaveLink:
+    """A master's view of one connected slave."""
+
+    addr: str
+    ack_offset: int
+    fall_behind_bytes: int
+    fall_behind_seconds: float
+    in_sync: bool
+    transfer_bytes_per_s: int
+    state: str
+
+
+@dataclasses.dataclass(frozen=True)
+class MasterLink:
+    """A slave's view of its link to the master."""
+
+    master_addr: str
+    connected: bool
+    max_offset: int
+    transfer_bytes_per_s: int
+    last_read_timestamp_ms: int
+    state: str
+
+
+@dataclasses.dataclass(frozen=True)
+class HAStatus:
+    broker_addr: str
+    broker_name: str
+    master: bool
+    master_commit_log_max_offset: int
+    in_sync_slave_nums: int
+    slaves: list[SlaveLink]
+    master_link: MasterLink | None

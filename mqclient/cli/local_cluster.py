@@ -1,0 +1,329 @@
+"""The local cluster of `mqcluster`: its layout (processes, ports, broker.conf files), the
+state file of what runs, and starting / checking / stopping those processes by PID.
+
+A directory holds everything:
+
+    DIR/mqcluster.layout.json   shape and ports of the last `up` (kept, reused by the next)
+    DIR/mqcluster.state.json    PIDs of the running processes (removed by `down`)
+    DIR/logs/NAME.log           stdout + stderr of each process
+    DIR/broker-a-0/broker.conf  one directory per broker: its config and its store/
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+LOOPBACK = "127.0.0.1"
+LAYOUT_FILE = "mqcluster.layout.json"
+STATE_FILE = "mqcluster.state.json"
+LOG_DIR = "logs"
+BROKER_CONF = "broker.conf"
+STORE_DIR = "store"
+NAMESRV = "namesrv"
+BROKER = "broker"
+MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
+FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
+SLAVE_ROLE = "SLAVE"
+DEFAULT_CLUSTER_NAME = "DefaultCluster"
+# Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
+# of use, and a laptop running four brokers should not write 8 GiB for that.
+LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
+STOP_POLL_S = 0.05
+KILL_WAIT_S = 5.0
+
+
+class LocalClusterError(Exception):
+    """The local cluster cannot be started or stopped as asked; one line for a person."""
+
+
+# -- layout ------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Node:
+    name: str  # namesrv-0, broker-a-0 (brokerName-brokerId)
+    kind: str  # NAMESRV or BROKER
+    port: int
+    ha_port: int = 0
+    broker_name: str = ""
+    broker_id: int = 0
+
+    @property
+    def address(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    cluster_name: str
+    groups: int
+    slaves: int
+    namesrvs: int
+    flush: str
+    role: str
+    broker_props: dict[str, str]  # extra broker.conf keys for every broker
+    nodes: list[Node]
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return self.groups, self.slaves, self.namesrvs
+
+    @property
+    def namesrv_addr(self) -> str:
+        return ";".join(n.address for n in self.nodes if n.kind == NAMESRV)
+
+    @property
+    def brokers(self) -> list[Node]:
+        return [n for n in self.nodes if n.kind == BROKER]
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Layout:
+        return cls(**{**data, "nodes": [Node(**n) for n in data["nodes"]]})
+
+
+def ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
+    return namesrvs + 2 * groups * (1 + slaves)  # a broker has a gRPC and an HA port
+
+
+def group_name(index: int) -> str:
+    """broker-a, broker-b, ..., broker-z, broker-aa, ..."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("a") + rest) + letters
+    return f"broker-{letters}"
+
+
+def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
+                role: str, broker_props: dict[str, str],
+                cluster_name: str = DEFAULT_CLUSTER_NAME) -> Layout:
+    """Name servers take the first ports, then each broker its gRPC port and its HA port."""
+    if len(ports) != ports_needed(groups, slaves, namesrvs):
+        raise ValueError("wrong number of ports for the shape")
+    free = iter(ports)
+    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free)) for i in range(namesrvs)]
+    for g in range(groups):
+        name = group_name(g)
+        for broker_id in range(slaves + 1):
+            nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
+                              broker_id))
+    return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
+
+
+def port_is_free(port: int) -> bool:
+    """Nobody listens on the port (TIME_WAIT leftovers do not count)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((LOOPBACK, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel hands out now (held together so that they differ)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(s)
+            s.bind((LOOPBACK, 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def check_ports_free(layout: Layout) -> None:
+    for node in layout.nodes:
+        for port in (node.port, node.ha_port):
+            if port and not port_is_free(port):
+                raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
+                                        "--base-port (or omit it to use free ports)")
+
+
+def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
+    """broker.conf of one broker, with RocketMQ's key names."""
+    master = next(n for n in layout.brokers
+                  if n.broker_name == node.broker_name and n.broker_id == 0)
+    props = {
+        "brokerClusterName": layout.cluster_name,
+        "brokerName": node.broker_name,
+        "brokerId": str(node.broker_id),
+        "namesrvAddr": layout.namesrv_addr,
+        "bindAddress": LOOPBACK,
+        "brokerIP1": LOOPBACK,
+        "listenPort": str(node.port),
+        "haListenPort": str(node.ha_port),
+        "brokerRole": layout.role if node.broker_id == 0 else SLAVE_ROLE,
+        "flushDiskType": layout.flush,
+        "storePathRootDir": str(directory / node.name / STORE_DIR),
+        "autoCreateTopicEnable": "true",
+        **LOCAL_BROKER_DEFAULTS,
+    }
+    if node.broker_id != 0:
+        props["haMasterAddress"] = f"{LOOPBACK}:{master.ha_port}"
+    props.update(layout.broker_props)
+    head = "# Written by `mqcluster up` (rewritten at every up; use --set KEY=VALUE to change)\n"
+    return head + "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise LocalClusterError(f"cannot read {path}: {e}") from None
+    if not isinstance(data, dict):
+        raise LocalClusterError(f"cannot read {path}: not a JSON object")
+    return data
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+# -- processes ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class ProcessRecord:
+    """One started process, as the state file keeps it."""
+
+    name: str
+    pid: int
+    start_time: int  # clock ticks since boot (/proc/PID/stat field 22): tells PID reuse apart
+    argv: list[str]
+    log: str  # path relative to the cluster directory
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, start time) of a process, None when there is none."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()  # the command name may hold blanks
+    return fields[0], int(fields[19])
+
+
+def _proc_cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.decode("utf-8", errors="replace").split("\0")[:-1]
+
+
+def is_ours(record: ProcessRecord) -> bool:
+    """The PID is still the process we started (same start time, same command line)."""
+    stat = _proc_stat(record.pid)
+    return (stat is not None and stat[1] == record.start_time
+            and _proc_cmdline(record.pid) == record.argv)
+
+
+def is_alive(record: ProcessRecord) -> bool:
+    _reap(record.pid)
+    stat = _proc_stat(record.pid)
+    return stat is not None and stat[0] not in "ZX" and is_ours(record)
+
+
+def _reap(pid: int) -> None:
+    """Collects the exit status when the process is our child (mqcluster used in-process)."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def child_env() -> dict[str, str]:
+    """The environment of the cluster's processes: this interpreter finds the packages
+    (nameserver, broker) where this one found them, installed or not."""
+    spec = importlib.util.find_spec("nameserver")
+    paths = [os.environ.get("PYTHONPATH", "")]
+    if spec is not None and spec.origin is not None:
+        paths.insert(0, str(Path(spec.origin).resolve().parents[1]))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in paths if p),
+                PYTHONUNBUFFERED="1")
+
+
+def process_argv(node: Node, directory: Path) -> list[str]:
+    if node.kind == NAMESRV:
+        return [sys.executable, "-m", "nameserver", "--listen", node.address]
+    return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
+
+
+def spawn(node: Node, directory: Path) -> tuple[ProcessRecord, int]:
+    """Starts a node detached (own session, no terminal); returns its record and the log
+    size before it started (its boot line comes after)."""
+    log_rel = f"{LOG_DIR}/{node.name}.log"
+    log_path = directory / log_rel
+    argv = process_argv(node, directory)
+    with log_path.open("ab") as log:
+        offset = log.tell()
+        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                   stderr=subprocess.STDOUT, cwd=directory, env=child_env(),
+                                   start_new_session=True)
+    stat = _proc_stat(process.pid)
+    # Exited already: recorded with a start time no process has, so it reads as dead.
+    record = ProcessRecord(node.name, process.pid, stat[1] if stat else -1, argv, log_rel)
+    process.returncode = 0  # detached on purpose: no "still running" warning when dropped
+    return record, offset
+
+
+def stop_processes(records: Sequence[ProcessRecord], timeout: float) -> tuple[int, int]:
+    """SIGTERM each record still alive and ours, wait up to `timeout`, SIGKILL the rest.
+    Returns (stopped, killed)."""
+    targets = [r for r in records if is_alive(r)]
+    for r in targets:
+        _signal(r, signal.SIGTERM)
+    remaining = _wait_dead(targets, timeout)
+    for r in remaining:
+        if is_alive(r):
+            _signal(r, signal.SIGKILL)
+    still = _wait_dead(remaining, KILL_WAIT_S)
+    if still:
+        raise LocalClusterError("still running after SIGKILL: "
+                                + ", ".join(f"{r.name} (pid {r.pid})" for r in still))
+    return len(targets), len(remaining)
+
+
+def _signal(record: ProcessRecord, signum: int) -> None:
+    try:
+        os.kill(record.pid, signum)
+    except ProcessLookupError:
+        pass  # it exited since it was checked
+
+
+def _wait_dead(records: Sequence[ProcessRecord], timeout: float) -> list[ProcessRecord]:
+    deadline = time.monotonic() + timeout
+    alive = list(records)
+    while alive:
+        alive = [r for r in alive if is_alive(r)]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(STOP_POLL_S)
+    return alive
+
+
+def records_to_json(records: Sequence[ProcessRecord]) -> list[dict[str, Any]]:
+    return [dataclasses.asdict(r) for r in records]
+
+
+def records_from_json(data: list[dict[str, Any]]) -> list[ProcessRecord]:
+    return [ProcessRecord(**r) for r in data]

@@ -1,0 +1,385 @@
+"""`mqadmin COMMAND -n HOST:PORT[;HOST:PORT] [--json] [options]`: RocketMQ's admin tool.
+
+Tables for people, `--json` for scripts. A failure prints one line on stderr and exits 1;
+bad arguments exit 2 (argparse).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+
+from mqclient.admin import NAMESRV_ADDR_ENV, AdminError, MQAdmin, parse_addresses
+from mqclient.admin_types import HAStatus, StoredMessage
+from mqclient.cli.output import (
+    TABLE_BODY_CHARS,
+    body_text,
+    dumps,
+    human_time,
+    jsonable,
+    key_values,
+    perm_name,
+    table,
+)
+from mqclient.constants import PERM_READ, PERM_WRITE
+
+PROG = "mqadmin"
+EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130
+DEFAULT_QUEUE_NUMS = 8  # updateTopic -r / -w (RocketMQ's UpdateTopicSubCommand)
+DEFAULT_CONSUME_COUNT = 128  # consumeMessage -c
+Handler = Callable[[MQAdmin, argparse.Namespace], None]
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+# -- commands --------------------------------------------------------------------------------
+def cluster_list(admin: MQAdmin, args: argparse.Namespace) -> None:
+    info = admin.cluster_info()
+    rows = []
+    for cluster, names in info.clusters.items():
+        for name in names:
+            group = info.groups.get(name)
+            for broker_id, addr in sorted(group.addrs.items()) if group else ():
+                row: dict[str, object] = {"cluster": cluster, "broker_name": name,
+                                          "broker_id": broker_id, "addr": addr}
+                try:
+                    rt = admin.broker_runtime(addr)
+                    row.update(role=rt.broker_role, put_tps=rt.put_tps,
+                               get_total_tps=rt.get_total_tps,
+                               commit_log_max_offset=rt.commit_log_max_offset,
+                               dispatch_behind_bytes=rt.dispatch_behind_bytes, error=None)
+                except AdminError as e:  # listed by the name server but not answering
+                    row.update(role=None, put_tps=None, get_total_tps=None,
+                               commit_log_max_offset=None, dispatch_behind_bytes=None,
+                               error=str(e))
+                rows.append(row)
+    if args.json:
+        _out(dumps(rows))
+        return
+
+    def cell(value: object, fmt: str = "{}") -> str:
+        return "-" if value is None else fmt.format(value)
+
+    _out(table(["Cluster Name", "Broker Name", "BID", "Addr", "Role", "InTPS", "OutTPS",
+                "CommitLog Max", "Dispatch Behind"],
+               [[r["cluster"], r["broker_name"], r["broker_id"], r["addr"],
+                 cell(r["role"]) if r["error"] is None else "UNREACHABLE",
+                 cell(r["put_tps"], "{:.2f}"), cell(r["get_total_tps"], "{:.2f}"),
+                 cell(r["commit_log_max_offset"]), cell(r["dispatch_behind_bytes"])]
+                for r in rows]))
+
+
+def topic_list(admin: MQAdmin, args: argparse.Namespace) -> None:
+    topics = admin.topic_list()
+    _out(dumps(topics) if args.json else "\n".join(topics))
+
+
+def topic_route(admin: MQAdmin, args: argparse.Namespace) -> None:
+    route = admin.topic_route(args.topic)
+    if args.json:
+        _out(dumps(route))
+        return
+    _out(table(["Broker Name", "Read Queues", "Write Queues", "Perm"],
+               [[q.broker_name, q.read_queue_nums, q.write_queue_nums, perm_name(q.perm)]
+                for q in route.queue_datas]))
+    _out("")
+    _out(table(["Broker Name", "Cluster", "BID", "Addr"],
+               [[g.broker_name, g.cluster, broker_id, addr]
+                for g in route.broker_groups for broker_id, addr in g.addrs.items()]))
+
+
+def topic_status(admin: MQAdmin, args: argparse.Namespace) -> None:
+    queues = admin.topic_status(args.topic)
+    if args.json:
+        _out(dumps(queues))
+        return
+    _out(table(["Broker Name", "QID", "Min Offset", "Max Offset", "Last Updated"],
+               [[q.broker_name, q.queue_id, q.min_offset, q.max_offset,
+                 human_time(q.last_updated_ms)] for q in queues]))
+
+
+def update_topic(admin: MQAdmin, args: argparse.Namespace) -> None:
+    addrs = admin.create_topic(args.topic, cluster=args.cluster, broker_addr=args.broker_addr,
+                               read_queue_nums=args.read_queue_nums,
+                               write_queue_nums=args.write_queue_nums, perm=args.perm,
+                               order=args.order)
+    config = {"topic_name": args.topic, "read_queue_nums": args.read_queue_nums,
+              "write_queue_nums": args.write_queue_nums, "perm": args.perm,
+              "order": args.order}
+    if args.json:
+        _out(dumps({"brokers": addrs, "topic_config": config}))
+        return
+    for addr in addrs:
+        _out(f"create topic to {addr} success.")
+    _out(f"TopicConfig [topicName={args.topic}, readQueueNums={args.read_queue_nums}, "
+         f"writeQueueNums={args.write_queue_nums}, perm={perm_name(args.perm)}, "
+         f"order={str(args.order).lower()}]")
+
+
+def delete_topic(admin: MQAdmin, args: argparse.Namespace) -> None:
+    addrs = admin.delete_topic(args.topic, cluster=args.cluster)
+    if args.json:
+        _out(dumps({"topic": args.topic, "brokers": addrs}))
+        return
+    for addr in addrs:
+        _out(f"delete topic [{args.topic}] from {addr} success.")
+
+
+def consumer_progress(admin: MQAdmin, args: argparse.Namespace) -> None:
+    if args.group is None:
+        groups = admin.consumer_groups()
+        if args.json:
+            _out(dumps(groups))
+            return
+        _out(table(["Group", "Count", "TPS", "Diff Total"],
+                   [[g.group, g.consumer_count, f"{g.consume_tps:.2f}", g.diff_total]
+                    for g in groups]))
+        return
+    progress = admin.consumer_progress(args.group, args.topic)
+    if args.json:
+        _out(dumps({**jsonable(progress), "diff_total": progress.diff_total}))
+        return
+    _out(table(["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff",
+                "LastTime"],
+               [[q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset,
+                 q.diff, human_time(q.last_timestamp_ms)] for q in progress.queues]))
+    _out("")
+    _out(f"Consume TPS: {progress.consume_tps:.2f}")
+    _out(f"Consume Diff Total: {progress.diff_total}")
+
+
+def broker_status(admin: MQAdmin, args: argparse.Namespace) -> None:
+    if args.broker_addr is not None:
+        addrs = parse_addresses(args.broker_addr)
+    else:
+        addrs = [a for g in admin.cluster_info().groups_of(args.cluster)
+                 for _, a in sorted(g.addrs.items())]
+    runtimes = [admin.broker_runtime(a) for a in addrs]
+    if args.json:
+        _out(dumps({rt.addr: rt for rt in runtimes}))
+        return
+    for i, rt in enumerate(runtimes):
+        if len(runtimes) > 1:
+            _out(("\n" if i else "") + f"{rt.broker_name} {rt.addr}")
+        _out(key_values(rt.table.items()))
+
+
+def _message_block(m: StoredMessage) -> str:
+    return key_values([
+        ("OffsetID", m.offset_msg_id), ("MsgId (UNIQ_KEY)", m.msg_id), ("Topic", m.topic),
+        ("Tags", f"[{m.tags}]"), ("Keys", f"[{' '.join(m.keys)}]"),
+        ("Broker Name", m.broker_name), ("Queue ID", m.queue_id),
+        ("Queue Offset", m.queue_offset), ("CommitLog Offset", m.commit_log_offset),
+        ("Reconsume Times", m.reconsume_times),
+        ("Born Timestamp", human_time(m.born_timestamp)),
+        ("Store Timestamp", human_time(m.store_timestamp)), ("Born Host", m.born_host),
+        ("Store Host", m.store_host), ("System Flag", m.sys_flag),
+        ("Properties", m.properties), ("Body Size", len(m.body)),
+        ("Message Body", body_text(m.body))], width=20)
+
+
+def query_msg_by_id(admin: MQAdmin, args: argparse.Namespace) -> None:
+    m = admin.query_msg_by_id(args.msg_id)
+    _out(dumps(m) if args.json else _message_block(m))
+
+
+def query_msg_by_key(admin: MQAdmin, args: argparse.Namespace) -> None:
+    found = admin.query_msg_by_key(args.topic, args.key)
+    if not found:
+        raise AdminError(f"no message of topic {args.topic} with key {args.key}")
+    if args.json:
+        _out(dumps(found))
+        return
+    _out(table(["Message ID", "Offset Msg ID", "Broker Name", "QID", "Offset", "Store Time"],
+               [[m.msg_id, m.offset_msg_id, m.broker_name, m.queue_id, m.queue_offset,
+                 human_time(m.store_timestamp)] for m in found]))
+
+
+def send_message(admin: MQAdmin, args: argparse.Namespace) -> None:
+    keys = args.keys.split() if args.keys else []
+    r = admin.send_message(args.topic, args.body.encode("utf-8"), keys=keys, tag=args.tags,
+                           broker_name=args.broker_name, queue_id=args.queue_id)
+    if args.json:
+        _out(dumps(r))
+        return
+    _out(table(["Broker Name", "QID", "Queue Offset", "Send Result", "MsgId", "OffsetMsgId"],
+               [[r.broker_name, r.queue_id, r.queue_offset, r.status, r.msg_id,
+                 r.offset_msg_id]]))
+
+
+def consume_message(admin: MQAdmin, args: argparse.Namespace) -> None:
+    found = admin.consume_messages(args.topic, broker_name=args.broker_name,
+                                   queue_id=args.queue_id, offset=args.offset,
+                                   count=args.count)
+    if args.json:
+        _out(dumps(found))
+        return
+    _out(table(["Broker Name", "QID", "Offset", "MsgId", "Tags", "Keys", "Store Time", "Body"],
+               [[m.broker_name, m.queue_id, m.queue_offset, m.msg_id, m.tags or "-",
+                 " ".join(m.keys) or "-", human_time(m.store_timestamp),
+                 body_text(m.body, TABLE_BODY_CHARS)] for m in found]))
+    _out(f"\n{len(found)} message(s)")
+
+
+def ha_status(admin: MQAdmin, args: argparse.Namespace) -> None:
+    if args.broker_addr is not None:
+        statuses = [admin.ha_status(a) for a in parse_addresses(args.broker_addr)]
+    else:
+        statuses = admin.ha_status_of_cluster(args.cluster)
+    if args.json:
+        _out(dumps(statuses))
+        return
+    _out("\n\n".join(_ha_tables(statuses)))
+
+
+def _ha_tables(statuses: list[HAStatus]) -> list[str]:
+    masters = [s for s in statuses if s.master]
+    slaves = [s for s in statuses if not s.master]
+    out = []
+    if masters:
+        rows: list[list[object]] = []
+        for s in masters:
+            head = [s.broker_name, s.broker_addr, s.master_commit_log_max_offset]
+            rows.extend([*head, link.addr, link.ack_offset, link.fall_behind_bytes,
+                         f"{link.fall_behind_seconds:.1f}", link.in_sync,
+                         link.transfer_bytes_per_s, link.state] for link in s.slaves)
+            if not s.slaves:
+                rows.append([*head, "(no slave)", "-", "-", "-", "-", "-", "-"])
+        out.append(table(["Broker Name", "Master Addr", "Master Max Offset", "Slave (HA link)",
+                          "Ack Offset", "Behind Bytes", "Behind Seconds", "In Sync",
+                          "Transfer B/s", "State"], rows))
+    if slaves:
+        rows = []
+        for s in slaves:
+            link = s.master_link
+            rows.append([s.broker_name, s.broker_addr] + (
+                [link.master_addr, link.connected, link.max_offset, link.transfer_bytes_per_s,
+                 human_time(link.last_read_timestamp_ms), link.state]
+                if link else ["-", False, "-", "-", "-", "no HA client"]))
+        out.append(table(["Broker Name", "Slave Addr", "Master HA Addr", "Connected",
+                          "Max Offset", "Transfer B/s", "Last Read", "State"], rows))
+    return out
+
+
+# -- arguments -------------------------------------------------------------------------------
+def _positive(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not > 0")
+    return value
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"{text}: expected true or false")
+    return text.lower() == "true"
+
+
+def _perm(text: str) -> int:
+    value = int(text)
+    if value not in (PERM_READ, PERM_WRITE, PERM_READ | PERM_WRITE):
+        raise argparse.ArgumentTypeError(f"perm {text}: expected 2 (W), 4 (R) or 6 (RW)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="Admin tool of the message cluster "
+                                     "(RocketMQ's command names).")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-n", "--namesrvAddr", dest="namesrv",
+                        help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
+    common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument("--timeout", type=float, default=5.0, help="seconds per RPC (default 5)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
+        p.set_defaults(handler=handler)
+        return p
+
+    command("clusterList", cluster_list, "list clusters, broker groups and their load")
+    command("topicList", topic_list, "list all topics")
+    p = command("topicRoute", topic_route, "show a topic's route")
+    p.add_argument("-t", "--topic", required=True)
+    p = command("topicStatus", topic_status, "per queue min/max offset and last update")
+    p.add_argument("-t", "--topic", required=True)
+    p = command("updateTopic", update_topic, "create or update a topic")
+    p.add_argument("-t", "--topic", required=True)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-c", "--clusterName", dest="cluster",
+                       help="on every master of this cluster (default: every master)")
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="on this broker only")
+    p.add_argument("-r", "--readQueueNums", dest="read_queue_nums", type=_positive,
+                   default=DEFAULT_QUEUE_NUMS)
+    p.add_argument("-w", "--writeQueueNums", dest="write_queue_nums", type=_positive,
+                   default=DEFAULT_QUEUE_NUMS)
+    p.add_argument("-p", "--perm", type=_perm, default=PERM_READ | PERM_WRITE,
+                   help="2 (W), 4 (R) or 6 (RW, default)")
+    p.add_argument("-o", "--order", type=_bool, default=False, help="true for an ordered topic")
+    p = command("deleteTopic", delete_topic, "delete a topic from the masters of a cluster")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-c", "--clusterName", dest="cluster",
+                   help="cluster to delete from (default: every master of the topic's route)")
+    p = command("consumerProgress", consumer_progress,
+                "a group's per-queue offsets and diff (all groups without -g)")
+    p.add_argument("-g", "--groupName", dest="group")
+    p.add_argument("-t", "--topic")
+    p = command("brokerStatus", broker_status, "a broker's runtime values")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr")
+    where.add_argument("-c", "--clusterName", dest="cluster")
+    p = command("queryMsgById", query_msg_by_id, "a message by its offsetMsgId")
+    p.add_argument("-i", "--msgId", dest="msg_id", required=True)
+    p = command("queryMsgByKey", query_msg_by_key, "messages of a topic by key")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-k", "--msgKey", dest="key", required=True)
+    p = command("sendMessage", send_message, "send one message")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-p", "--body", required=True, help="message body (UTF-8 text)")
+    p.add_argument("-k", "--keys", default="", help="keys, blank-separated")
+    p.add_argument("-c", "--tags", default="", help="tag")
+    p.add_argument("-b", "--broker", dest="broker_name", help="broker name")
+    p.add_argument("-i", "--qid", dest="queue_id", type=_non_negative, help="queue id")
+    p = command("consumeMessage", consume_message,
+                "read messages with raw pulls (commits no offset)")
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-b", "--brokerName", dest="broker_name")
+    p.add_argument("-i", "--queueId", dest="queue_id", type=_non_negative)
+    p.add_argument("-o", "--offset", type=_non_negative, help="default: each queue's min")
+    p.add_argument("-c", "--messageNumber", dest="count", type=_positive,
+                   default=DEFAULT_CONSUME_COUNT)
+    p = command("haStatus", ha_status, "replication state of masters and slaves")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr")
+    where.add_argument("-c", "--clusterName", dest="cluster")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        namesrv = args.namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")
+        with MQAdmin(namesrv, timeout=args.timeout) as admin:
+            args.handler(admin, args)
+    except AdminError as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,387 @@
+"""`mqcluster up|down|status`: a local cluster of real processes on loopback.
+
+    mqcluster up     [--dir DIR] [--groups N] [--slaves M] [--namesrvs K] [--base-port P]
+                     [--flush SYNC_FLUSH|ASYNC_FLUSH] [--role ASYNC_MASTER|SYNC_MASTER]
+                     [--set KEY=VALUE ...]
+    mqcluster status [--dir DIR] [--json]
+    mqcluster down   [--dir DIR] [--clean]
+
+`up` writes broker.conf files, starts the name servers and brokers detached (their own
+session; logs in DIR/logs), waits until every broker is registered with every name server
+and prints NAMESRV_ADDR. `down` stops exactly the PIDs recorded by `up` (after checking each
+is still the process it started). Exit codes: 0 done / all alive, 1 failure / not all alive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from broker.constants import BOOT_SUCCESS_PREFIX
+from mqclient.admin import AdminError, MQAdmin
+from mqclient.cli.local_cluster import (
+    BROKER,
+    BROKER_CONF,
+    DEFAULT_CLUSTER_NAME,
+    FLUSH_TYPES,
+    LAYOUT_FILE,
+    LOG_DIR,
+    MASTER_ROLES,
+    STATE_FILE,
+    Layout,
+    LocalClusterError,
+    ProcessRecord,
+    broker_conf,
+    check_ports_free,
+    free_ports,
+    is_alive,
+    plan_layout,
+    ports_needed,
+    read_json,
+    records_from_json,
+    records_to_json,
+    spawn,
+    stop_processes,
+    write_json,
+)
+from mqclient.cli.output import dumps, table
+from nameserver.constants import BOOT_SUCCESS_MESSAGE
+
+PROG = "mqcluster"
+DEFAULT_DIR = "mqcluster-local"
+DEFAULT_SHAPE = {"groups": 1, "slaves": 0, "namesrvs": 1, "flush": "ASYNC_FLUSH",
+                 "role": "ASYNC_MASTER"}
+BOOT_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 20.0
+POLL_S = 0.1
+STATUS_RPC_TIMEOUT_S = 2.0
+LOG_TAIL_LINES = 5
+EXIT_FAILURE = 1
+EXIT_INTERRUPTED = 130
+
+
+def _out(text: str) -> None:
+    print(text, flush=True)
+
+
+# -- state -------------------------------------------------------------------------------------
+def load_state(directory: Path) -> tuple[Layout, list[ProcessRecord]] | None:
+    data = read_json(directory / STATE_FILE)
+    if data is None:
+        return None
+    try:
+        return Layout.from_json(data["layout"]), records_from_json(data["processes"])
+    except (KeyError, TypeError) as e:
+        raise LocalClusterError(f"{directory / STATE_FILE} is not an mqcluster state file "
+                                f"({e}); remove it after checking nothing runs") from None
+
+
+def save_state(directory: Path, layout: Layout, records: list[ProcessRecord]) -> None:
+    write_json(directory / STATE_FILE, {"namesrv_addr": layout.namesrv_addr,
+                                        "layout": layout.to_json(),
+                                        "processes": records_to_json(records)})
+
+
+# -- up ----------------------------------------------------------------------------------------
+def _parse_sets(items: Sequence[str]) -> dict[str, str]:
+    props = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise LocalClusterError(f"--set {item!r}: expected KEY=VALUE (a broker.conf key)")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
+    """Options given > the last layout of this directory > defaults; the last layout's ports
+    are kept when the shape is unchanged and no --base-port is given."""
+    previous_data = read_json(directory / LAYOUT_FILE)
+    previous = Layout.from_json(previous_data) if previous_data else None
+    shape: dict[str, Any] = {}
+    for key, default in DEFAULT_SHAPE.items():
+        given = getattr(args, key)
+        shape[key] = given if given is not None else (
+            getattr(previous, key) if previous else default)
+    props = dict(previous.broker_props) if previous and args.set is None else {}
+    props.update(_parse_sets(args.set or []))
+    count = ports_needed(shape["groups"], shape["slaves"], shape["namesrvs"])
+    if args.base_port is not None:
+        if args.base_port + count - 1 > 65535:
+            raise LocalClusterError(f"--base-port {args.base_port}: {count} ports do not fit")
+        ports = list(range(args.base_port, args.base_port + count))
+    elif previous and previous.shape == (shape["groups"], shape["slaves"], shape["namesrvs"]):
+        ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
+                                                     else (n.port,))]
+    else:
+        ports = free_ports(count)
+    layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
+                         **shape)
+    check_ports_free(layout)
+    return layout
+
+
+def _log_tail(directory: Path, record: ProcessRecord) -> str:
+    lines = (directory / record.log).read_text(errors="replace").splitlines()
+    return " | ".join(line.strip() for line in lines[-LOG_TAIL_LINES:])
+
+
+def _wait_booted(directory: Path, started: list[tuple[ProcessRecord, int, str]],
+                 deadline: float) -> None:
+    """Waits for each process's boot line in its log (written after `offset`)."""
+    pending = list(started)
+    while pending:
+        for item in list(pending):
+            record, offset, boot_line = item
+            with (directory / record.log).open("rb") as f:
+                f.seek(offset)
+                text = f.read().decode("utf-8", errors="replace")
+            if any(line.startswith(boot_line) for line in text.splitlines()):
+                pending.remove(item)
+            elif not is_alive(record):
+                tail = _log_tail(directory, record)
+                raise LocalClusterError(f"{record.name} exited before it booted (log "
+                                        f"{directory / record.log}): {tail}")
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(r.name for r, _, _ in pending)
+            raise LocalClusterError(f"{names} did not boot in time; see {directory / LOG_DIR}")
+        if pending:
+            time.sleep(POLL_S)
+
+
+def _wait_registered(layout: Layout, deadline: float) -> None:
+    """Until every name server lists every broker at its address."""
+    expected = {(n.broker_name, n.broker_id, n.address) for n in layout.brokers}
+    for addr in layout.namesrv_addr.split(";"):
+        with MQAdmin(addr, timeout=STATUS_RPC_TIMEOUT_S) as admin:
+            while True:
+                problem = ""
+                try:
+                    info = admin.cluster_info()
+                    missing = expected - {(g.broker_name, i, a) for g in info.groups.values()
+                                          for i, a in g.addrs.items()}
+                    if missing:
+                        problem = f"name server {addr} does not list " + ", ".join(
+                            f"{name}-{broker_id}" for name, broker_id, _ in sorted(missing))
+                except AdminError as e:
+                    problem = str(e)
+                if not problem:
+                    break
+                if time.monotonic() > deadline:
+                    raise LocalClusterError(problem)
+                time.sleep(POLL_S)
+
+
+def up(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).resolve()
+    state = load_state(directory) if directory.exists() else None
+    if state is not None:
+        layout, records = state
+        alive = [r for r in records if is_alive(r)]
+        if len(alive) == len(records):
+            _out(f"{PROG}: the cluster in {directory} is already running; "
+                 f"NAMESRV_ADDR={layout.namesrv_addr}")
+            return 0
+        if alive:
+            raise LocalClusterError(f"the cluster in {directory} runs only in part "
+                                    f"({len(alive)} of {len(records)} processes alive); "
+                                    f"run `{PROG} down --dir {args.dir}` first")
+        (directory / STATE_FILE).unlink()  # left by a cluster that is gone
+    layout = resolve_layout(args, directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    if layout.role == "SYNC_MASTER" and layout.slaves == 0:
+        _out(f"{PROG}: warning: SYNC_MASTER without slaves answers SLAVE_NOT_AVAILABLE "
+             "to every send")
+    (directory / LOG_DIR).mkdir(exist_ok=True)
+    for node in layout.brokers:
+        (directory / node.name).mkdir(exist_ok=True)
+        (directory / node.name / BROKER_CONF).write_text(broker_conf(layout, node, directory))
+    write_json(directory / LAYOUT_FILE, layout.to_json())
+    records: list[ProcessRecord] = []
+    deadline = time.monotonic() + args.timeout
+    try:
+        for kind_nodes, boot_line in (
+                ([n for n in layout.nodes if n.kind != BROKER], BOOT_SUCCESS_MESSAGE),
+                (layout.brokers, BOOT_SUCCESS_PREFIX)):
+            started = []
+            for node in kind_nodes:
+                record, offset = spawn(node, directory)
+                records.append(record)
+                save_state(directory, layout, records)  # a failed up can still be downed
+                started.append((record, offset, boot_line))
+            _wait_booted(directory, started, deadline)
+        _wait_registered(layout, deadline)
+    except BaseException:
+        stop_processes(records, STOP_TIMEOUT_S)
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        raise
+    if args.json:
+        _out(dumps(_status_rows(directory, layout, records)))
+        return 0
+    _print_status(directory, layout, records)
+    _out(f"\nAll {len(layout.brokers)} broker(s) registered with {layout.namesrvs} name "
+         f"server(s).\nNAMESRV_ADDR={layout.namesrv_addr}\n"
+         f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
+         f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
+    return 0
+
+
+# -- status / down -----------------------------------------------------------------------------
+def _registered(layout: Layout) -> set[str] | None:
+    """Broker addresses the first answering name server lists; None when none answers."""
+    try:
+        with MQAdmin(layout.namesrv_addr, timeout=STATUS_RPC_TIMEOUT_S) as admin:
+            info = admin.cluster_info()
+    except AdminError:
+        return None
+    return {a for g in info.groups.values() for a in g.addrs.values()}
+
+
+def _status_rows(directory: Path, layout: Layout, records: list[ProcessRecord]
+                 ) -> list[dict[str, Any]]:
+    nodes = {n.name: n for n in layout.nodes}
+    registered = _registered(layout)
+    rows = []
+    for r in records:
+        node = nodes[r.name]
+        rows.append({
+            "name": r.name, "kind": node.kind, "pid": r.pid, "address": node.address,
+            "ha_port": node.ha_port or None, "alive": is_alive(r),
+            "role": (layout.role if node.broker_id == 0 else "SLAVE")
+            if node.kind == BROKER else None,
+            "registered": (node.address in registered if registered is not None else None)
+            if node.kind == BROKER else None,
+            "log": str(directory / r.log)})
+    return rows
+
+
+def _print_status(directory: Path, layout: Layout, records: list[ProcessRecord]) -> bool:
+    rows = _status_rows(directory, layout, records)
+
+    def registered(value: bool | None, kind: str) -> str:
+        return "-" if kind != BROKER else {True: "yes", False: "no", None: "?"}[value]
+
+    _out(f"cluster {layout.cluster_name} in {directory}")
+    _out(table(["Process", "Role", "PID", "Address", "HA Port", "State", "Registered", "Log"],
+               [[r["name"], r["role"] or "NAMESRV", r["pid"], r["address"], r["ha_port"] or "-",
+                 "alive" if r["alive"] else "DEAD", registered(r["registered"], r["kind"]),
+                 Path(r["log"]).relative_to(directory)] for r in rows]))
+    return all(r["alive"] for r in rows)
+
+
+def status(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).resolve()
+    state = load_state(directory)
+    if state is None:
+        if args.json:
+            _out(dumps([]))
+        else:
+            _out(f"no cluster is running in {directory} (no {STATE_FILE})")
+        return EXIT_FAILURE
+    layout, records = state
+    if args.json:
+        rows = _status_rows(directory, layout, records)
+        _out(dumps(rows))
+        return 0 if all(r["alive"] for r in rows) else EXIT_FAILURE
+    all_alive = _print_status(directory, layout, records)
+    _out(f"NAMESRV_ADDR={layout.namesrv_addr}")
+    return 0 if all_alive else EXIT_FAILURE
+
+
+def _clean(directory: Path) -> None:
+    """Removes what `up` created in the directory (configs, stores, logs), nothing else."""
+    data = read_json(directory / LAYOUT_FILE)
+    if data is not None:
+        for node in Layout.from_json(data).brokers:
+            shutil.rmtree(directory / node.name, ignore_errors=True)
+    shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
+    (directory / LAYOUT_FILE).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:
+        pass  # other files are in it: not ours to remove
+
+
+def down(args: argparse.Namespace) -> int:
+    directory = Path(args.dir).resolve()
+    state = load_state(directory)
+    if state is None:
+        _out(f"no cluster is running in {directory}")
+    else:
+        layout, records = state
+        brokers = [r for r in records if r.name in {n.name for n in layout.brokers}]
+        others = [r for r in records if r not in brokers]
+        # Brokers first, so that they unregister from name servers that still run.
+        stopped, killed = stop_processes(brokers, args.timeout)
+        s2, k2 = stop_processes(others, args.timeout)
+        (directory / STATE_FILE).unlink(missing_ok=True)
+        _out(f"stopped {stopped + s2} process(es)"
+             + (f", {killed + k2} of them with SIGKILL" if killed + k2 else "")
+             + f" of the cluster in {directory}")
+    if args.clean:
+        _clean(directory)
+        _out(f"removed the data, configs and logs in {directory}")
+    return 0
+
+
+# -- arguments ---------------------------------------------------------------------------------
+def _count(minimum: int) -> Any:
+    def parse(text: str) -> int:
+        value = int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
+        return value
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=PROG, description="A local cluster of name servers "
+                                     "and brokers on loopback.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--dir", default=DEFAULT_DIR,
+                        help=f"directory of configs, data, logs and state (default {DEFAULT_DIR})")
+    common.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds to wait (up: {BOOT_TIMEOUT_S:.0f}, down: "
+                             f"{STOP_TIMEOUT_S:.0f} before SIGKILL)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("up", parents=[common], help="start the cluster")
+    p.add_argument("--groups", type=_count(1), help="broker groups (default 1)")
+    p.add_argument("--slaves", type=_count(0), help="slaves per group (default 0)")
+    p.add_argument("--namesrvs", type=_count(1), help="name servers (default 1)")
+    p.add_argument("--base-port", type=_count(1), help="first port (default: free ports)")
+    p.add_argument("--flush", choices=FLUSH_TYPES, help="flushDiskType (default ASYNC_FLUSH)")
+    p.add_argument("--role", choices=MASTER_ROLES, help="masters' brokerRole "
+                   "(default ASYNC_MASTER)")
+    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="extra broker.conf key for every broker (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the processes as JSON")
+    p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
+    p = sub.add_parser("status", parents=[common], help="show each process alive or dead")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(run=status, default_timeout=STATUS_RPC_TIMEOUT_S)
+    p = sub.add_parser("down", parents=[common], help="stop the cluster's processes")
+    p.add_argument("--clean", action="store_true", help="also remove data, configs and logs")
+    p.set_defaults(run=down, default_timeout=STOP_TIMEOUT_S)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.timeout is None:
+        args.timeout = args.default_timeout
+    try:
+        return int(args.run(args))
+    except (LocalClusterError, OSError) as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

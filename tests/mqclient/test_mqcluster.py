@@ -1,0 +1,256 @@
+"""`mqcluster up|status|down` with real name server and broker processes on loopback, and
+its layout / broker.conf generation."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from broker.config import read_properties
+from mqclient.admin import MQAdmin
+from mqclient.cli.local_cluster import (
+    LAYOUT_FILE,
+    STATE_FILE,
+    ProcessRecord,
+    broker_conf,
+    group_name,
+    is_alive,
+    plan_layout,
+    records_to_json,
+)
+from tests.processes import LocalCluster
+
+SMALL_STORE = ("--set", "mappedFileSizeCommitLog=1048576", "--set", "maxHashSlotNum=1000",
+               "--set", "maxIndexNum=4000")
+GONE_TIMEOUT_S = 10.0
+
+
+def pid_gone(pid: int) -> bool:
+    """No process, or a zombie waiting for a parent that is not us."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] in "ZX"
+
+
+def wait_gone(pids: list[int]) -> None:
+    deadline = time.monotonic() + GONE_TIMEOUT_S
+    while not all(pid_gone(p) for p in pids):
+        assert time.monotonic() < deadline, f"still alive: {[p for p in pids if not pid_gone(p)]}"
+        time.sleep(0.05)
+
+
+def registered(namesrv_addr: str) -> dict[str, dict[int, str]]:
+    with MQAdmin(namesrv_addr) as admin:
+        return {g.broker_name: g.addrs for g in admin.cluster_info().groups.values()}
+
+
+# -- layout (no process) -----------------------------------------------------------------------
+def test_group_names_go_on_past_z() -> None:
+    assert [group_name(i) for i in (0, 1, 25, 26, 27)] == [
+        "broker-a", "broker-b", "broker-z", "broker-aa", "broker-ab"]
+
+
+def test_plan_gives_each_broker_a_grpc_and_an_ha_port_and_slaves_their_master(
+        tmp_path: Path) -> None:
+    layout = plan_layout(groups=2, slaves=1, namesrvs=2, ports=range(20000, 20010),
+                         flush="SYNC_FLUSH", role="SYNC_MASTER",
+                         broker_props={"maxIndexNum": "4000"})
+    assert layout.namesrv_addr == "127.0.0.1:20000;127.0.0.1:20001"
+    assert [(n.name, n.port, n.ha_port) for n in layout.brokers] == [
+        ("broker-a-0", 20002, 20003), ("broker-a-1", 20004, 20005),
+        ("broker-b-0", 20006, 20007), ("broker-b-1", 20008, 20009)]
+    master = read_properties(broker_conf(layout, layout.brokers[2], tmp_path))
+    slave = read_properties(broker_conf(layout, layout.brokers[3], tmp_path))
+    assert master["brokerRole"] == "SYNC_MASTER" and master["brokerId"] == "0"
+    assert master["flushDiskType"] == "SYNC_FLUSH"
+    assert master["namesrvAddr"] == layout.namesrv_addr
+    assert master["storePathRootDir"] == str(tmp_path / "broker-b-0" / "store")
+    assert slave["brokerRole"] == "SLAVE" and slave["brokerId"] == "1"
+    assert slave["brokerName"] == "broker-b"
+    assert slave["haMasterAddress"] == "127.0.0.1:20007"
+    assert slave["maxIndexNum"] == "4000"  # --set reaches every broker
+
+
+# -- real processes ----------------------------------------------------------------------------
+def test_default_shape_up_status_down(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    cluster = LocalCluster(directory, *SMALL_STORE)
+    with cluster:
+        out = cluster.up_result.stdout
+        assert f"NAMESRV_ADDR={cluster.namesrv_addr}" in out
+        assert f"down --dir {directory}" in out
+        assert [(p["name"], p["alive"], p["registered"]) for p in cluster.processes] == [
+            ("namesrv-0", True, None), ("broker-a-0", True, True)]
+        broker = cluster.addresses()[0]
+        assert registered(cluster.namesrv_addr) == {"broker-a": {0: broker}}
+        with MQAdmin(cluster.namesrv_addr) as admin:
+            sent = admin.send_message("KeptTopic", b"survives down and up")
+        # The processes are detached from mqcluster, which has exited.
+        assert all(not pid_gone(p["pid"]) for p in cluster.processes)
+
+        again = cluster.mqcluster("up")
+        assert "already running" in again.stdout
+
+        table = cluster.mqcluster("status").stdout
+        assert "broker-a-0" in table and "alive" in table and "DEAD" not in table
+        assert broker in table
+
+        stopped = cluster.down()
+        assert stopped is not None and "stopped 2 process(es)" in stopped.stdout
+        assert "SIGKILL" not in stopped.stdout  # both exited on SIGTERM
+        wait_gone([p["pid"] for p in cluster.processes])
+        assert not (directory / STATE_FILE).exists()
+        assert (directory / "broker-a-0" / "store" / "commitlog").is_dir()  # data kept
+
+        after = cluster.mqcluster("status", check=False)
+        assert after.returncode == 1 and "no cluster is running" in after.stdout
+
+        # The next up in the directory reuses its shape, ports and data.
+        cluster.mqcluster("up")
+        with MQAdmin(cluster.namesrv_addr) as admin:
+            assert registered(cluster.namesrv_addr) == {"broker-a": {0: broker}}
+            kept = admin.consume_messages("KeptTopic")
+        assert [(m.body, m.offset_msg_id) for m in kept] == [
+            (b"survives down and up", sent.offset_msg_id)]
+        cluster.down("--clean")
+        assert not directory.exists()
+
+
+def test_full_shape_registers_two_masters_and_two_slaves(tmp_path: Path) -> None:
+    directory = tmp_path / "full"
+    with LocalCluster(directory, "--groups", "2", "--slaves", "1", "--namesrvs", "2",
+                      *SMALL_STORE) as cluster:
+        brokers = {p["name"]: p for p in cluster.processes if p["kind"] == "broker"}
+        assert sorted(brokers) == ["broker-a-0", "broker-a-1", "broker-b-0", "broker-b-1"]
+        assert [brokers[n]["role"] for n in sorted(brokers)] == [
+            "ASYNC_MASTER", "SLAVE", "ASYNC_MASTER", "SLAVE"]
+        for namesrv in cluster.addresses("namesrv"):  # each name server has all four
+            assert registered(namesrv) == {
+                "broker-a": {0: brokers["broker-a-0"]["address"],
+                             1: brokers["broker-a-1"]["address"]},
+                "broker-b": {0: brokers["broker-b-0"]["address"],
+                             1: brokers["broker-b-1"]["address"]}}
+        listed = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqadmin", "clusterList", "-n",
+             cluster.namesrv_addr, "--json"], capture_output=True, text=True, check=True)
+        roles = sorted((r["broker_name"], r["broker_id"], r["role"])
+                       for r in json.loads(listed.stdout))
+        assert roles == [("broker-a", 0, "ASYNC_MASTER"), ("broker-a", 1, "SLAVE"),
+                         ("broker-b", 0, "ASYNC_MASTER"), ("broker-b", 1, "SLAVE")]
+
+        # A process that died shows as DEAD; up refuses a half-running cluster.
+        victim = brokers["broker-b-1"]
+        os.kill(victim["pid"], signal.SIGKILL)
+        wait_gone([victim["pid"]])
+        status = cluster.mqcluster("status", check=False)
+        assert status.returncode == 1
+        dead_line = next(line for line in status.stdout.splitlines() if "broker-b-1" in line)
+        assert "DEAD" in dead_line
+        refused = cluster.mqcluster("up", check=False)
+        assert refused.returncode == 1 and "runs only in part" in refused.stderr
+
+        cluster.down("--clean")
+        wait_gone([p["pid"] for p in cluster.processes])
+        assert not directory.exists()
+
+
+def test_port_taken_fails_clearly_and_starts_nothing(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqcluster", "up", "--dir",
+             str(tmp_path / "c"), "--base-port", str(port - 1)],
+            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert f"port {port} of broker-a-0 is taken" in result.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_down_leaves_alone_a_pid_that_is_no_longer_ours(tmp_path: Path) -> None:
+    """A recorded PID now belonging to another program (PID reuse) is not signalled."""
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        directory = tmp_path / "c"
+        directory.mkdir()
+        layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3],
+                             flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={})
+        forged = ProcessRecord("broker-a-0", other.pid, 1, [sys.executable, "-m", "broker"],
+                               "logs/broker-a-0.log")
+        assert not is_alive(forged)
+        (directory / STATE_FILE).write_text(json.dumps({
+            "layout": layout.to_json(), "processes": records_to_json([forged])}))
+        (directory / LAYOUT_FILE).write_text(json.dumps(layout.to_json()))
+        result = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqcluster", "down", "--dir", str(directory)],
+            capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "stopped 0 process(es)" in result.stdout
+        assert other.poll() is None  # still running
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_bad_set_option_is_one_line(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "mqclient.cli.mqcluster", "up", "--dir", str(tmp_path / "c"),
+         "--set", "novalue"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == "mqcluster up: --set 'novalue': expected KEY=VALUE " \
+                            "(a broker.conf key)\n"
+
+
+@pytest.mark.parametrize("args", [["up", "--groups", "0"], ["up", "--flush", "NONE"],
+                                  ["sideways"]])
+def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
+    result = subprocess.run([sys.executable, "-m", "mqclient.cli.mqcluster", *args, "--dir",
+                             str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "error:" in result.stderr
+
+
+def test_down_kills_a_recorded_process_that_ignores_sigterm(tmp_path: Path) -> None:
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, sys, time\n"
+         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ready', flush=True)\n"
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+        stat = Path(f"/proc/{stubborn.pid}/stat").read_text()
+        start_time = int(stat[stat.rindex(")") + 2:].split()[19])
+        argv = Path(f"/proc/{stubborn.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+        record = ProcessRecord("broker-a-0", stubborn.pid, start_time, argv,
+                               "logs/broker-a-0.log")
+        assert is_alive(record)
+        directory = tmp_path / "c"
+        directory.mkdir()
+        layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3],
+                             flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={})
+        (directory / STATE_FILE).write_text(json.dumps({
+            "layout": layout.to_json(), "processes": records_to_json([record])}))
+        result = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqcluster", "down", "--dir", str(directory),
+             "--timeout", "0.5"], capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        assert "stopped 1 process(es), 1 of them with SIGKILL" in result.stdout
+        assert stubborn.wait(timeout=10) == -signal.SIGKILL
+        assert not (directory / STATE_FILE).exists()
+    finally:
+        if stubborn.poll() is None:
+            stubborn.kill()
+        stubborn.wait()
+        if stubborn.stdout is not None:
+            stubborn.stdout.close()
