@@ -58,29 +58,39 @@ class LocalCluster:
 
     def mqcluster(self, command: str, *args: str, check: bool = True
                   ) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(
-            [sys.executable, "-m", "mqclient.cli.mqcluster", command, "--dir",
-             str(self.directory), *args],
-            capture_output=True, text=True, timeout=MQCLUSTER_TIMEOUT_S, stdin=subprocess.DEVNULL)
-        if check and result.returncode != 0:
-            raise AssertionError(f"mqcluster {command} exited {result.returncode}:\n"
-                                 f"{result.stdout}{result.stderr}")
-        return result
+        return run_mqcluster(self.directory, command, *args, check=check)
 
     def addresses(self, kind: str = "broker") -> list[str]:
         return [p["address"] for p in self.processes if p["kind"] == kind]
 
     def down(self, *args: str) -> subprocess.CompletedProcess[str] | None:
-        try:
-            return self.mqcluster("down", *args)
-        finally:
-            state = self.directory / STATE_FILE
-            if state.exists():  # down failed: stop what it recorded ourselves
-                data = json.loads(state.read_text())
-                stop_processes(records_from_json(data["processes"]), timeout=10.0)
+        return stop_local_cluster(self.directory, *args)
 
     def __enter__(self) -> LocalCluster:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.down()
+
+
+def run_mqcluster(directory: Path, command: str, *args: str, check: bool = True
+                  ) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run(
+        [sys.executable, "-m", "mqclient.cli.mqcluster", command, "--dir", str(directory), *args],
+        capture_output=True, text=True, timeout=MQCLUSTER_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    if check and result.returncode != 0:
+        raise AssertionError(f"mqcluster {command} exited {result.returncode}:\n"
+                             f"{result.stdout}{result.stderr}")
+    return result
+
+
+def stop_local_cluster(directory: Path, *args: str) -> subprocess.CompletedProcess[str] | None:
+    """`mqcluster down`; if that fails, stops the PIDs the state file lists (each checked to
+    still be the process mqcluster started)."""
+    try:
+        return run_mqcluster(directory, "down", *args)
+    finally:
+        state = directory / STATE_FILE
+        if state.exists():
+            data = json.loads(state.read_text())
+            stop_processes(records_from_json(data["processes"]), timeout=10.0)

@@ -233,8 +233,11 @@ def _proc_cmdline(pid: int) -> list[str] | None:
 def is_ours(record: ProcessRecord) -> bool:
     """The PID is still the process we started (same start time, same command line)."""
     stat = _proc_stat(record.pid)
-    return (stat is not None and stat[1] == record.start_time
-            and _proc_cmdline(record.pid) == record.argv)
+    if stat is None or stat[1] != record.start_time:
+        return False
+    # Empty for a moment while the new process is still inside exec (measured right after
+    # Popen returned); the start time already tells it apart from any other process.
+    return _proc_cmdline(record.pid) in (record.argv, [])
 
 
 def is_alive(record: ProcessRecord) -> bool:
