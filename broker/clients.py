@@ -1,13 +1,20 @@
 """Producers and consumers known to the broker through heartbeats (RocketMQ's
-ProducerManager / ConsumerManager, reduced): who is in which group, for rebalancing."""
+ProducerManager / ConsumerManager, reduced): who is in which group, for rebalancing; who
+watches a group's membership; and the queue locks of orderly consumers
+(RebalanceLockManager)."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 
 from broker.constants import CHANNEL_EXPIRED_TIMEOUT_MS
 from broker.topic_config import Clock
+
+# RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME: an orderly consumer's queue lock lapses
+# when not renewed this long.
+REBALANCE_LOCK_MAX_LIVE_TIME_MS = 60_000
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +34,8 @@ class ClientManager:
         self.expired_ms = expired_ms
         self.consumer_groups: dict[str, dict[str, ClientInfo]] = {}
         self.producer_groups: dict[str, dict[str, ClientInfo]] = {}
+        # group -> client id -> the queues of that client's membership watch streams
+        self.watchers: dict[str, dict[str, list[asyncio.Queue[list[str]]]]] = {}
 
     def heartbeat(self, client_id: str, producer_group: str, consumer_group: str,
                   subscriptions: dict[str, str]) -> None:
@@ -36,21 +45,67 @@ class ClientManager:
                 client_id, now)
         if consumer_group:
             group = self.consumer_groups.setdefault(consumer_group, {})
-            if client_id not in group:
+            joined = client_id not in group
+            if joined:
                 log.info("new consumer connected, group: %s client: %s", consumer_group,
                          client_id)
             group[client_id] = ClientInfo(client_id, now, dict(subscriptions))
+            if joined:
+                self._group_changed(consumer_group)
+
+    def unregister(self, client_id: str, producer_group: str, consumer_group: str) -> None:
+        """A client that left (UnregisterClient, or its watch stream ended)."""
+        if producer_group:
+            self.producer_groups.get(producer_group, {}).pop(client_id, None)
+            if not self.producer_groups.get(producer_group, True):
+                del self.producer_groups[producer_group]
+        group = self.consumer_groups.get(consumer_group) if consumer_group else None
+        if group is not None and group.pop(client_id, None) is not None:
+            log.info("consumer %s left group %s", client_id, consumer_group)
+            if not group:
+                del self.consumer_groups[consumer_group]
+            self._group_changed(consumer_group)
+
+    # -- membership watchers (NOTIFY_CONSUMER_IDS_CHANGED) -----------------------------------
+    def watch(self, group: str, client_id: str) -> asyncio.Queue[list[str]]:
+        """A queue receiving the group's consumer ids after each change."""
+        queue: asyncio.Queue[list[str]] = asyncio.Queue()
+        self.watchers.setdefault(group, {}).setdefault(client_id, []).append(queue)
+        return queue
+
+    def unwatch(self, group: str, client_id: str, queue: asyncio.Queue[list[str]]) -> None:
+        """The watch stream ended: when it was the client's last one, the client is gone
+        (RocketMQ drops a consumer whose channel closed)."""
+        by_client = self.watchers.get(group, {})
+        queues = by_client.get(client_id, [])
+        if queue in queues:
+            queues.remove(queue)
+        if queues:
+            return
+        by_client.pop(client_id, None)
+        if not by_client:
+            self.watchers.pop(group, None)
+        self.unregister(client_id, "", group)
+
+    def _group_changed(self, group: str) -> None:
+        ids = sorted(self.consumer_groups.get(group, {}))
+        for queues in self.watchers.get(group, {}).values():
+            for queue in queues:
+                queue.put_nowait(ids)
 
     def _scan(self, table: dict[str, dict[str, ClientInfo]], group: str) -> dict[str, ClientInfo]:
         clients = table.get(group, {})
         now = self.clock_ms()
-        for client_id in [c for c, i in clients.items()
-                          if now - i.last_update_timestamp > self.expired_ms]:
+        expired = [c for c, i in clients.items()
+                   if now - i.last_update_timestamp > self.expired_ms]
+        for client_id in expired:
             log.info("client %s of group %s expired (no heartbeat for %d ms)", client_id, group,
                      now - clients[client_id].last_update_timestamp)
             del clients[client_id]
         if not clients:
             table.pop(group, None)
+        if expired and table is self.consumer_groups:
+            self._group_changed(group)
         return clients
 
     def consumer_ids(self, group: str) -> list[str]:
@@ -58,3 +113,40 @@ class ClientManager:
 
     def producer_ids(self, group: str) -> list[str]:
         return sorted(self._scan(self.producer_groups, group))
+
+
+QueueId = tuple[str, int]  # (topic, queueId) on this broker
+
+
+class QueueLocks:
+    """Orderly consumption: each queue of a group locked by at most one client; a lock not
+    renewed for `expiry_ms` lapses (RebalanceLockManager, 60 s). Event loop only."""
+
+    def __init__(self, clock_ms: Clock,
+                 expiry_ms: int = REBALANCE_LOCK_MAX_LIVE_TIME_MS) -> None:
+        self.clock_ms = clock_ms
+        self.expiry_ms = expiry_ms
+        self._locks: dict[str, dict[QueueId, tuple[str, int]]] = {}  # -> (client, renewed)
+
+    def try_lock_batch(self, group: str, client_id: str, queues: list[QueueId]
+                       ) -> list[QueueId]:
+        """Locks or renews what is free or already this client's; returns those."""
+        now = self.clock_ms()
+        locks = self._locks.setdefault(group, {})
+        locked: list[QueueId] = []
+        for queue in queues:
+            holder = locks.get(queue)
+            if holder is None or holder[0] == client_id or now - holder[1] > self.expiry_ms:
+                if holder is not None and holder[0] != client_id:
+                    log.info("queue lock %s of group %s lapsed (held by %s), now %s", queue,
+                             group, holder[0], client_id)
+                locks[queue] = (client_id, now)
+                locked.append(queue)
+        return locked
+
+    def unlock_batch(self, group: str, client_id: str, queues: list[QueueId]) -> None:
+        locks = self._locks.get(group, {})
+        for queue in queues:
+            holder = locks.get(queue)
+            if holder is not None and holder[0] == client_id:
+                del locks[queue]

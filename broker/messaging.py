@@ -7,11 +7,14 @@ stops the broker (see status.rpc).
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from broker.clients import QueueLocks
 from broker.constants import DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM
 from broker.convert import message_to_proto, peer_host
 from broker.pull import PullProcessor
@@ -44,6 +47,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self.broker = broker
         self.send = SendProcessor(broker)
         self.pull = PullProcessor(broker)
+        self.queue_locks = QueueLocks(broker.clock_ms)
 
     # -- send / pull -----------------------------------------------------------------------
     @rpc(M.SendMessageResponse)
@@ -157,6 +161,57 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 f"no consumer of group {request.consumer_group} is online"))
         return M.GetConsumerListByGroupResponse(status=ok(), consumer_id_list=ids)
 
+    @rpc(M.UnregisterClientResponse)
+    async def UnregisterClient(self, request: M.UnregisterClientRequest,
+                               context: Context) -> Any:
+        if not request.client_id:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "client_id is required")
+        self.broker.clients.unregister(request.client_id, request.producer_group,
+                                       request.consumer_group)
+        return M.UnregisterClientResponse(status=ok())
+
+    async def WatchConsumerGroup(self, request: M.WatchConsumerGroupRequest,
+                                 context: Context) -> AsyncIterator[M.ConsumerGroupChanged]:
+        group, client_id = request.consumer_group, request.client_id
+        if not group or not client_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "consumer_group and client_id are required")
+        clients = self.broker.clients
+        changes = clients.watch(group, client_id)
+        closed = self.broker.pull_hold.closed_event
+        waits: list[asyncio.Future[Any]] = []
+        try:
+            ids = clients.consumer_ids(group)
+            while not closed.is_set():
+                yield M.ConsumerGroupChanged(consumer_group=group, consumer_id_list=ids)
+                next_change = asyncio.ensure_future(changes.get())
+                waits = [next_change, asyncio.ensure_future(closed.wait())]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not next_change.done():
+                    break  # the broker is shutting down
+                ids = next_change.result()
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            clients.unwatch(group, client_id, changes)
+
+    # -- orderly consumption ---------------------------------------------------------------
+    @rpc(M.LockBatchMQResponse)
+    async def LockBatchMQ(self, request: M.LockBatchMQRequest, context: Context) -> Any:
+        if not request.consumer_group or not request.client_id:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               "consumer_group and client_id are required")
+        by_key = {(mq.topic, mq.queue_id): mq for mq in request.mq_set}
+        locked = self.queue_locks.try_lock_batch(request.consumer_group, request.client_id,
+                                                 list(by_key))
+        return M.LockBatchMQResponse(status=ok(), lock_ok_mq_set=[by_key[k] for k in locked])
+
+    @rpc(M.UnlockBatchMQResponse)
+    async def UnlockBatchMQ(self, request: M.UnlockBatchMQRequest, context: Context) -> Any:
+        self.queue_locks.unlock_batch(request.consumer_group, request.client_id,
+                                      [(mq.topic, mq.queue_id) for mq in request.mq_set])
+        return M.UnlockBatchMQResponse(status=ok())
+
     # -- not built yet ---------------------------------------------------------------------
     @rpc(M.EndTransactionResponse)
     async def EndTransaction(self, request: M.EndTransactionRequest, context: Context) -> Any:
@@ -166,14 +221,6 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def ConsumerSendMsgBack(self, request: M.ConsumerSendMsgBackRequest,
                                   context: Context) -> Any:
         raise _not_supported("ConsumerSendMsgBack (retry topics)")
-
-    @rpc(M.LockBatchMQResponse)
-    async def LockBatchMQ(self, request: M.LockBatchMQRequest, context: Context) -> Any:
-        raise _not_supported("LockBatchMQ (orderly consumption)")
-
-    @rpc(M.UnlockBatchMQResponse)
-    async def UnlockBatchMQ(self, request: M.UnlockBatchMQRequest, context: Context) -> Any:
-        raise _not_supported("UnlockBatchMQ (orderly consumption)")
 
     async def SubscribeTransactionCheck(self, request: M.SubscribeTransactionCheckRequest,
                                         context: Context) -> Any:

@@ -48,6 +48,8 @@ class PullRequestHoldService:
         self._arrived: dict[QueueKey, int] = {}  # handed over from the dispatch thread
         self._drain_scheduled = False
         self.closed = False
+        # Set at shutdown: long-lived streams (consumer group watches) end with it.
+        self.closed_event = asyncio.Event()
 
     def __len__(self) -> int:
         return sum(len(h) for h in self._holds.values())
@@ -110,6 +112,7 @@ class PullRequestHoldService:
     def shutdown(self) -> None:
         """Answers every waiting pull now (it re-reads and returns what there is)."""
         self.closed = True
+        self.closed_event.set()
         for holds in list(self._holds.values()):
             for future in holds:
                 if not future.done():
@@ -126,6 +129,12 @@ class PullProcessor:
         broker = self.broker
         group, topic, queue_id = request.consumer_group, request.topic, request.queue_id
         self._check(request)
+        if not broker.slave_read_allowed():
+            # RocketMQ's PULL_RETRY_IMMEDIATELY with suggestWhichBrokerId = master.
+            return messaging_pb2.PullMessageResponse(
+                status=status(common_pb2.NO_MATCHED_MSG, "this slave serves pulls only when "
+                              "slaveReadEnable or its master is gone: pull from the master"),
+                next_begin_offset=request.queue_offset, suggest_which_broker_id=MASTER_ID)
         if request.HasField("commit_offset") and not broker.config.is_slave:
             try:
                 broker.commit_offset(group, topic, queue_id, request.commit_offset)
@@ -180,12 +189,17 @@ class PullProcessor:
                   code: int, next_begin_offset: int) -> messaging_pb2.PullMessageResponse:
         broker = self.broker
         messages = []
-        for record in result.messages:
-            ext = decode_record(record, 0, check_crc=False)
-            messages.append(message_to_proto(
-                ext, encode_offset_msg_id(ext.store_host, ext.commit_log_offset)))
-        if messages:
-            broker.stats.record_get(request.consumer_group, request.topic, len(messages))
+        raw = b""
+        if request.raw_records:
+            raw = b"".join(result.messages)
+        else:
+            for record in result.messages:
+                ext = decode_record(record, 0, check_crc=False)
+                messages.append(message_to_proto(
+                    ext, encode_offset_msg_id(ext.store_host, ext.commit_log_offset)))
+        if result.messages:
+            broker.stats.record_get(request.consumer_group, request.topic,
+                                    len(result.messages))
         suggest = MASTER_ID
         if (result.suggest_pulling_from_slave and broker.config.slave_read_enable
                 and not broker.config.is_slave):
@@ -199,4 +213,5 @@ class PullProcessor:
             max_offset=result.max_offset,
             suggest_which_broker_id=suggest,
             messages=messages,
+            raw_records=raw,
         )

@@ -5,7 +5,7 @@ See README "Client (mqclient)" for the API in short.
 
 from mqclient.allocate import AllocateAveragely, AllocateAveragelyByCircle
 from mqclient.consume_service import ConsumeStatus
-from mqclient.consumer import PushConsumer
+from mqclient.consumer import PushConsumer, consume_all
 from mqclient.message import (
     Message,
     MessageExt,
@@ -30,6 +30,7 @@ __all__ = [
     "MQClientError",
     "Producer",
     "PushConsumer",
+    "consume_all",
     "SendFuture",
     "SendResult",
     "SendStatus",

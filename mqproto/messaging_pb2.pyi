@@ -184,7 +184,7 @@ class SendBatchResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_millis", "commit_offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_millis", "commit_offset", "raw_records")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +193,7 @@ class PullMessageRequest(_message.Message):
     SUBSCRIPTION_FIELD_NUMBER: _ClassVar[int]
     SUSPEND_TIMEOUT_MILLIS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -201,10 +202,11 @@ class PullMessageRequest(_message.Message):
     subscription: str
     suspend_timeout_millis: int
     commit_offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_millis: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    raw_records: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_millis: _Optional[int] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
-    __slots__ = ("status", "get_message_status", "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "messages")
+    __slots__ = ("status", "get_message_status", "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "messages", "raw_records")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     GET_MESSAGE_STATUS_FIELD_NUMBER: _ClassVar[int]
     NEXT_BEGIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -212,6 +214,7 @@ class PullMessageResponse(_message.Message):
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SUGGEST_WHICH_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
     status: _common_pb2.Status
     get_message_status: GetMessageStatus
     next_begin_offset: int
@@ -219,7 +222,8 @@ class PullMessageResponse(_message.Message):
     max_offset: int
     suggest_which_broker_id: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
-    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., get_message_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., suggest_which_broker_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ...) -> None: ...
+    raw_records: bytes
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., get_message_status: _Optional[_Union[GetMessageStatus, str]] = ..., next_begin_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., suggest_which_broker_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., raw_records: _Optional[bytes] = ...) -> None: ...
 
 class QueryMessageByIdRequest(_message.Message):
     __slots__ = ("offset_msg_id",)
@@ -496,3 +500,35 @@ class CheckTransactionStateRequest(_message.Message):
     tran_state_table_offset: int
     commit_log_offset: int
     def __init__(self, message: _Optional[_Union[Message, _Mapping]] = ..., tran_state_table_offset: _Optional[int] = ..., commit_log_offset: _Optional[int] = ...) -> None: ...
+
+class UnregisterClientRequest(_message.Message):
+    __slots__ = ("client_id", "producer_group", "consumer_group")
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    client_id: str
+    producer_group: str
+    consumer_group: str
+    def __init__(self, client_id: _Optional[str] = ..., producer_group: _Optional[str] = ..., consumer_group: _Optional[str] = ...) -> None: ...
+
+class UnregisterClientResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
+
+class WatchConsumerGroupRequest(_message.Message):
+    __slots__ = ("consumer_group", "client_id")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
+
+class ConsumerGroupChanged(_message.Message):
+    __slots__ = ("consumer_group", "consumer_id_list")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_ID_LIST_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    consumer_id_list: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, consumer_group: _Optional[str] = ..., consumer_id_list: _Optional[_Iterable[str]] = ...) -> None: ...

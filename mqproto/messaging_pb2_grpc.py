@@ -119,6 +119,16 @@ class MessagingServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_messaging__pb2.SubscribeTransactionCheckRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_messaging__pb2.CheckTransactionStateRequest.FromString,
                 _registered_method=True)
+        self.UnregisterClient = channel.unary_unary(
+                '/mqcluster.v1.MessagingService/UnregisterClient',
+                request_serializer=mqcluster_dot_v1_dot_messaging__pb2.UnregisterClientRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_messaging__pb2.UnregisterClientResponse.FromString,
+                _registered_method=True)
+        self.WatchConsumerGroup = channel.unary_stream(
+                '/mqcluster.v1.MessagingService/WatchConsumerGroup',
+                request_serializer=mqcluster_dot_v1_dot_messaging__pb2.WatchConsumerGroupRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_messaging__pb2.ConsumerGroupChanged.FromString,
+                _registered_method=True)
 
 
 class MessagingServiceServicer:
@@ -234,6 +244,24 @@ class MessagingServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UnregisterClient(self, request, context):
+        """A client that shuts down leaves its groups at once (RocketMQ UNREGISTER_CLIENT), so
+        the rest of a consumer group rebalances without waiting for its heartbeat to expire.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def WatchConsumerGroup(self, request, context):
+        """A consumer listens here for membership changes of its group (RocketMQ
+        NOTIFY_CONSUMER_IDS_CHANGED): the current list first, then one event per change.
+        When the stream of a client ends (it closed or died), the broker drops that client
+        from the group, as RocketMQ does when a client's channel closes.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MessagingServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -321,6 +349,16 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.SubscribeTransactionCheck,
                     request_deserializer=mqcluster_dot_v1_dot_messaging__pb2.SubscribeTransactionCheckRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_messaging__pb2.CheckTransactionStateRequest.SerializeToString,
+            ),
+            'UnregisterClient': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterClient,
+                    request_deserializer=mqcluster_dot_v1_dot_messaging__pb2.UnregisterClientRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_messaging__pb2.UnregisterClientResponse.SerializeToString,
+            ),
+            'WatchConsumerGroup': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchConsumerGroup,
+                    request_deserializer=mqcluster_dot_v1_dot_messaging__pb2.WatchConsumerGroupRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_messaging__pb2.ConsumerGroupChanged.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -782,6 +820,60 @@ class MessagingService:
             '/mqcluster.v1.MessagingService/SubscribeTransactionCheck',
             mqcluster_dot_v1_dot_messaging__pb2.SubscribeTransactionCheckRequest.SerializeToString,
             mqcluster_dot_v1_dot_messaging__pb2.CheckTransactionStateRequest.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterClient(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.MessagingService/UnregisterClient',
+            mqcluster_dot_v1_dot_messaging__pb2.UnregisterClientRequest.SerializeToString,
+            mqcluster_dot_v1_dot_messaging__pb2.UnregisterClientResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchConsumerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mqcluster.v1.MessagingService/WatchConsumerGroup',
+            mqcluster_dot_v1_dot_messaging__pb2.WatchConsumerGroupRequest.SerializeToString,
+            mqcluster_dot_v1_dot_messaging__pb2.ConsumerGroupChanged.FromString,
             options,
             channel_credentials,
             insecure,

@@ -155,7 +155,8 @@ def test_features_of_later_issues_say_so(start_broker: Start) -> None:
         "REQUEST_CODE_NOT_SUPPORTED")
     assert code(b.messaging.ConsumerSendMsgBack(M.ConsumerSendMsgBackRequest())) == (
         "REQUEST_CODE_NOT_SUPPORTED")
-    assert code(b.messaging.LockBatchMQ(M.LockBatchMQRequest())) == "REQUEST_CODE_NOT_SUPPORTED"
+    # Queue locks are served (orderly consumers); a request naming no group is refused.
+    assert code(b.messaging.LockBatchMQ(M.LockBatchMQRequest())) == "INVALID_PARAMETER"
     with pytest.raises(grpc.RpcError) as e:
         next(iter(b.messaging.SubscribeTransactionCheck(M.SubscribeTransactionCheckRequest())))
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED

@@ -1,0 +1,203 @@
+"""End-to-end benchmark: `python -m bench.e2e [--messages N] [--sync N]`.
+
+Starts a name server and one ASYNC_FLUSH broker (real processes on loopback), then measures
+with 1 KiB messages: sync sends one at a time (latency percentiles), batches of 32, async
+sends with many in flight (gathered into batches by the producer), and a push consumer
+reading everything back. Client and broker share this machine's cores. The last line is
+one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
+from mqclient.message import MessageExt
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BODY = os.urandom(1024)
+TOPIC = "BenchTopic"
+QUEUES = 8
+BOOT_TIMEOUT_S = 30.0
+_BROKER_BOOT = re.compile(r"The broker\[[^,]+, (?P<addr>[^\]]+)\] boot success")
+
+
+def _spawn(args: list[str], log: Path, boot_prefix: str) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    with log.open("w") as err:
+        process = subprocess.Popen([sys.executable, *args], cwd=REPO_ROOT, env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=err,
+                                   stdin=subprocess.DEVNULL)
+    assert process.stdout is not None
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        if line.startswith(boot_prefix):
+            return process, line.strip()
+    process.kill()
+    raise SystemExit(f"{args[1]} did not boot:\n{log.read_text()}")
+
+
+@contextmanager
+def cluster(work: Path, broker_extra: dict[str, str]) -> Iterator[str]:
+    """A name server and one broker; yields the name server address."""
+    processes: list[subprocess.Popen[str]] = []
+    try:
+        ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0"], work / "ns.log",
+                          "The Name Server boot success")
+        processes.append(ns)
+        namesrv = line.rpartition("listen=")[2]
+        props = {
+            "brokerClusterName": "BenchCluster", "brokerName": "broker-a", "brokerId": "0",
+            "listenPort": "0", "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
+            "namesrvAddr": namesrv, "brokerRole": "ASYNC_MASTER",
+            "flushDiskType": "ASYNC_FLUSH", "storePathRootDir": str(work / "store"),
+            "autoCreateTopicEnable": "true", **broker_extra,
+        }
+        conf = work / "broker.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        broker, _ = _spawn(["-m", "broker", "-c", str(conf)], work / "broker.log",
+                           "The broker[")
+        processes.append(broker)
+        yield namesrv
+    finally:
+        for process in reversed(processes):
+            process.terminate()
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def percentile(sorted_values: list[float], p: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * p))]
+
+
+def bench_sync(producer: Producer, n: int) -> dict[str, float]:
+    latencies = []
+    started = time.perf_counter()
+    for _ in range(n):
+        t = time.perf_counter()
+        producer.send(Message(TOPIC, BODY))
+        latencies.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"send_sync_msgs_s": n / elapsed,
+            "send_sync_p50_ms": percentile(latencies, 0.50) * 1000,
+            "send_sync_p99_ms": percentile(latencies, 0.99) * 1000}
+
+
+def bench_batch(producer: Producer, n: int, threads: int, size: int = 32) -> float:
+    batch = [Message(TOPIC, BODY) for _ in range(size)]
+    calls = max(1, n // size // threads)
+
+    def run() -> None:
+        for _ in range(calls):
+            producer.send_batch(batch)
+
+    workers = [threading.Thread(target=run) for _ in range(threads)]
+    started = time.perf_counter()
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return calls * threads * size / (time.perf_counter() - started)
+
+
+def bench_async(producer: Producer, n: int) -> float:
+    started = time.perf_counter()
+    futures = [producer.send_async(Message(TOPIC, BODY)) for _ in range(n)]
+    for f in futures:
+        f.result(timeout=60)
+    return n / (time.perf_counter() - started)
+
+
+def bench_pull(namesrv: str, total: int, pull_batch: int) -> float:
+    consumed = 0
+    lock = threading.Lock()
+    done = threading.Event()
+
+    def listener(msgs: list[MessageExt]) -> None:
+        nonlocal consumed
+        with lock:
+            consumed += len(msgs)
+            if consumed >= total:
+                done.set()
+
+    consumer = PushConsumer("BenchConsumer", namesrv, pull_batch_size=pull_batch,
+                            consume_message_batch_max_size=pull_batch,
+                            pull_threshold_for_queue=4 * pull_batch,
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+    consumer.subscribe(TOPIC).register_listener_concurrently(listener)
+    started = time.perf_counter()
+    consumer.start()
+    if not done.wait(300):
+        raise SystemExit(f"consumer got {consumed} of {total} messages")
+    elapsed = time.perf_counter() - started
+    consumer.shutdown()
+    return total / elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000,
+                        help="messages for the batch and async phases (each)")
+    parser.add_argument("--sync", type=int, default=5_000, help="sync sends")
+    parser.add_argument("--batch-threads", type=int, default=2)
+    parser.add_argument("--pull-batch", type=int, default=256,
+                        help="messages per pull (the broker's maxTransferCount is set to it)")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    broker_extra = {"maxTransferCountOnMessageInMemory": str(args.pull_batch),
+                    "maxTransferBytesOnMessageInMemory": str(args.pull_batch * 1200)}
+    figures: dict[str, object] = {"message_bytes": len(BODY), "queues": QUEUES,
+                                  "pull_batch_size": args.pull_batch}
+    try:
+        with cluster(work, broker_extra) as namesrv:
+            producer = Producer("BenchProducer", namesrv, default_topic_queue_nums=QUEUES)
+            producer.start()
+            for _ in range(200):  # warm-up: route, channels, topic creation
+                producer.send(Message(TOPIC, BODY))
+            sent = 200
+            figures.update(bench_sync(producer, args.sync))
+            sent += args.sync
+            print(f"sync: {figures['send_sync_msgs_s']:,.0f} msgs/s, p50 "
+                  f"{figures['send_sync_p50_ms']:.3f} ms, p99 "
+                  f"{figures['send_sync_p99_ms']:.3f} ms", flush=True)
+            rate = bench_batch(producer, args.messages, args.batch_threads)
+            sent += args.messages // 32 // args.batch_threads * 32 * args.batch_threads
+            figures["send_batch32_msgs_s"] = rate
+            figures["send_batch32_threads"] = args.batch_threads
+            print(f"batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s", flush=True)
+            rate = bench_async(producer, args.messages)
+            sent += args.messages
+            figures["send_async_msgs_s"] = rate
+            print(f"async (auto-batched): {rate:,.0f} msgs/s", flush=True)
+            producer.shutdown()
+            rate = bench_pull(namesrv, sent, args.pull_batch)
+            figures["pull_msgs_s"] = rate
+            figures["pulled_messages"] = sent
+            print(f"push consumer: {rate:,.0f} msgs/s over {sent:,} messages", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                      for k, v in figures.items()}))
+
+
+if __name__ == "__main__":
+    main()

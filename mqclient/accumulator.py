@@ -1,0 +1,159 @@
+"""Gathers individual async sends into batches (Kafka's RecordAccumulator, RocketMQ 5's
+auto-batching): one gRPC call costs the broker far more than the messages in it, so
+messages of a topic wait up to a short linger, or until a batch is full, and go out in one
+SendBatch call.
+
+`append` is called from any thread; batches are sent on the client loop, at most
+`max_inflight` per topic at a time. At most `max_pending` messages wait in all; past that,
+`append` blocks its (non-loop) caller until batches complete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import threading
+import time
+from collections.abc import Awaitable, Callable
+
+from mqclient.loop import ClientLoop
+from mqclient.message import MQClientError, SendFuture, SendResult
+from mqproto import messaging_pb2
+
+log = logging.getLogger(__name__)
+MAX_PENDING_MESSAGES = 10_000  # DefaultMQProducer's backPressureForAsyncSendNum
+
+
+class Batch:
+    __slots__ = ("topic", "messages", "futures", "size", "born")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.messages: list[messaging_pb2.Message] = []
+        self.futures: list[SendFuture | None] = []  # None: one-way
+        self.size = 0
+        self.born = time.monotonic()
+
+
+# (topic, messages, born) -> one result per message; raises MQClientError when the batch
+# could not be stored after its retries.
+BatchSender = Callable[[str, list[messaging_pb2.Message], float], Awaitable[list[SendResult]]]
+
+
+class BatchAccumulator:
+    def __init__(self, loop: ClientLoop, sender: BatchSender, *, linger_s: float,
+                 max_count: int, max_bytes: int, max_inflight: int,
+                 max_pending: int = MAX_PENDING_MESSAGES) -> None:
+        self.loop = loop
+        self.sender = sender
+        self.linger_s = linger_s
+        self.max_count = max_count
+        self.max_bytes = max_bytes
+        self.max_inflight = max_inflight
+        self.max_pending = max_pending
+        self._lock = threading.Lock()
+        self._room = threading.Condition(self._lock)
+        self._open: dict[str, Batch] = {}  # filling
+        self._ready: dict[str, collections.deque[Batch]] = {}  # full or lingered, unsent
+        self._inflight: dict[str, int] = {}
+        self._pending = 0
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.closed = False
+
+    # -- any thread ----------------------------------------------------------------------------
+    def append(self, pb: messaging_pb2.Message, future: SendFuture | None,
+               timeout_s: float) -> None:
+        size = len(pb.body)
+        on_loop = self.loop.in_loop_thread()
+        with self._lock:
+            if self.closed:
+                raise MQClientError("SHUTDOWN", "the producer is shut down")
+            if (self._pending >= self.max_pending and not on_loop
+                    and not self._room.wait_for(lambda: self._pending < self.max_pending
+                                                or self.closed, timeout_s)):
+                raise MQClientError("TIMEOUT", f"{self._pending} async sends waiting: "
+                                        f"no room within {timeout_s} s")
+            self._pending += 1
+            batch = self._open.get(pb.topic)
+            first = batch is None
+            if batch is None:
+                batch = self._open[pb.topic] = Batch(pb.topic)
+            batch.messages.append(pb)
+            batch.futures.append(future)
+            batch.size += size
+            full = len(batch.messages) >= self.max_count or batch.size >= self.max_bytes
+            if full:
+                del self._open[pb.topic]
+                self._ready.setdefault(pb.topic, collections.deque()).append(batch)
+        if full:
+            self._call_on_loop(self._pump, pb.topic)
+        elif first:
+            self._call_on_loop(self._arm_linger, batch)
+
+    def _call_on_loop(self, fn: Callable[..., None], arg: object) -> None:
+        if self.loop.in_loop_thread():
+            fn(arg)
+        else:
+            self.loop.loop.call_soon_threadsafe(fn, arg)
+
+    # -- loop ----------------------------------------------------------------------------------
+    def _arm_linger(self, batch: Batch) -> None:
+        self.loop.loop.call_later(self.linger_s, self._linger_expired, batch)
+
+    def _linger_expired(self, batch: Batch) -> None:
+        with self._lock:
+            if self._open.get(batch.topic) is not batch:
+                return  # already full and queued
+            del self._open[batch.topic]
+            self._ready.setdefault(batch.topic, collections.deque()).append(batch)
+        self._pump(batch.topic)
+
+    def _pump(self, topic: str) -> None:
+        with self._lock:
+            ready = self._ready.get(topic)
+            batches: list[Batch] = []
+            while ready and self._inflight.get(topic, 0) < self.max_inflight:
+                batches.append(ready.popleft())
+                self._inflight[topic] = self._inflight.get(topic, 0) + 1
+        for batch in batches:
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, batch: Batch) -> None:
+        try:
+            results = await self.sender(batch.topic, batch.messages, batch.born)
+        except Exception as e:
+            if not isinstance(e, MQClientError):
+                log.exception("async batch send to %s failed", batch.topic)
+            for future in batch.futures:
+                if future is not None and not future.done():
+                    future.set_exception(e)
+        else:
+            for future, result in zip(batch.futures, results, strict=True):
+                if future is not None and not future.done():
+                    future.set_result(result)
+        finally:
+            with self._lock:
+                self._inflight[batch.topic] -= 1
+                self._pending -= len(batch.messages)
+                self._room.notify_all()
+            self._pump(batch.topic)
+
+    async def flush(self) -> None:
+        """Sends everything waiting and waits for every batch in flight (loop)."""
+        with self._lock:
+            topics = list(self._open)
+            for topic in topics:
+                self._ready.setdefault(topic, collections.deque()).append(self._open.pop(topic))
+        for topic in list(self._ready):
+            self._pump(topic)
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.flush()
+        with self._lock:
+            self.closed = True
+            self._room.notify_all()

@@ -1,0 +1,59 @@
+"""Client constants, as RocketMQ's client names them (SPEC §6)."""
+
+from __future__ import annotations
+
+MASTER_ID = 0  # MixAll.MASTER_ID
+PERM_READ = 0x4
+PERM_WRITE = 0x2
+# TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: an unknown topic is routed by this one's
+# queues when the brokers auto-create topics.
+AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+
+# Name server and broker housekeeping (ClientConfig).
+POLL_NAME_SERVER_INTERVAL_S = 30.0  # route refresh
+HEARTBEAT_BROKER_INTERVAL_S = 30.0
+PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
+NAMESRV_CALL_TIMEOUT_S = 3.0
+ADMIN_CALL_TIMEOUT_S = 3.0  # heartbeats, offsets, consumer lists
+
+# Producer (DefaultMQProducer).
+SEND_MSG_TIMEOUT_S = 3.0
+RETRY_TIMES_WHEN_SEND_FAILED = 2  # retries on another broker after the first attempt
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+# Latency fault tolerance (MQFaultStrategy): a send that took at least LATENCY_MAX[i] ms
+# makes its broker unavailable for NOT_AVAILABLE_DURATION[i] ms.
+LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)
+NOT_AVAILABLE_DURATION_MS = (0, 0, 30000, 60000, 120000, 180000, 600000)
+# A send that failed outright isolates its broker this long (deliberate choice: RocketMQ
+# isolates for the 10 min of a 30 s latency; 30 s lets a restarted broker back soon).
+FAILURE_ISOLATION_MS = 30_000
+
+# Async sends gathered into batches (RocketMQ 5 auto-batching, Kafka's accumulator).
+BATCH_LINGER_S = 0.002
+BATCH_MAX_COUNT = 64
+BATCH_MAX_BYTES = 256 * 1024
+MAX_INFLIGHT_BATCHES_PER_TOPIC = 4
+
+# Consumer (DefaultMQPushConsumer).
+REBALANCE_INTERVAL_S = 20.0
+PULL_BATCH_SIZE = 32
+CONSUME_MESSAGE_BATCH_MAX_SIZE = 1
+CONSUME_THREAD_NUMS = 4
+PULL_THRESHOLD_FOR_QUEUE = 1000  # messages cached per queue before pulling pauses
+PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S = 0.05
+PULL_TIME_DELAY_WHEN_EXCEPTION_S = 3.0
+BROKER_SUSPEND_MAX_TIME_MS = 15_000  # long polling
+CONSUMER_TIMEOUT_WHEN_SUSPEND_S = 30.0
+# A broker address that failed a pull is skipped (its slave used instead) this long.
+PULL_ADDRESS_DOWN_S = 30.0
+MAX_RECONSUME_TIMES = 16
+# Consume retry delays (delay levels 3.. of "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m
+# 20m 30m 1h 2h"): the n-th retry waits RECONSUME_DELAYS_S[min(n, len) - 1].
+RECONSUME_DELAYS_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800,
+                      3600, 7200)
+SUSPEND_CURRENT_QUEUE_TIME_S = 1.0  # orderly: pause after SUSPEND_CURRENT_QUEUE_A_MOMENT
+REBALANCE_LOCK_INTERVAL_S = 20.0  # orderly: queue locks renewed this often
+WATCH_RECONNECT_DELAY_S = 1.0
+OFFSETS_FILE_NAME = "offsets.json"

@@ -1,0 +1,318 @@
+"""The push consumer (RocketMQ's DefaultMQPushConsumer).
+
+    consumer = PushConsumer("CG", "127.0.0.1:9876")
+    consumer.subscribe("TopicA", "TagA || TagB")
+    consumer.register_listener_concurrently(lambda msgs: ConsumeStatus.CONSUME_SUCCESS)
+    consumer.start()   # pulls in the background until shutdown()
+    consumer.shutdown()
+
+Clustering consumers of a group share the queues (allocate.py), rebalancing every
+`rebalance_interval_s` and at once when a broker reports a membership change; broadcasting
+consumers each read every queue and keep offsets in a local file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+
+from mqclient.allocate import AllocateAveragely, AllocateStrategy
+from mqclient.constants import (
+    CONSUME_MESSAGE_BATCH_MAX_SIZE,
+    CONSUME_THREAD_NUMS,
+    OFFSETS_FILE_NAME,
+    PERSIST_CONSUMER_OFFSET_INTERVAL_S,
+    POLL_NAME_SERVER_INTERVAL_S,
+    PULL_BATCH_SIZE,
+    PULL_THRESHOLD_FOR_QUEUE,
+    REBALANCE_INTERVAL_S,
+    REBALANCE_LOCK_INTERVAL_S,
+    SUSPEND_CURRENT_QUEUE_TIME_S,
+    WATCH_RECONNECT_DELAY_S,
+)
+from mqclient.consume_service import (
+    ConcurrentConsumeService,
+    ConsumeStatus,
+    Listener,
+    OrderlyConsumeService,
+)
+from mqclient.instance import ClientInstance
+from mqclient.loop import ClientLoop
+from mqclient.message import MessageExt, MessageQueue, MQClientError
+from mqclient.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
+from mqclient.process_queue import ProcessQueue
+from mqclient.puller import PullService
+from mqclient.rebalance import ConsumeFromWhere, MessageModel, Rebalancer
+from mqclient.route import TopicRoute
+from mqproto import messaging_pb2
+
+log = logging.getLogger(__name__)
+# A queue lock older than this is not trusted for orderly consumption (client side).
+LOCK_TRUSTED_S = 30.0
+SHUTDOWN_CONSUME_WAIT_S = 10.0
+
+__all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
+
+
+class PushConsumer:
+    def __init__(self, group: str, namesrv_addr: str | list[str], *,
+                 message_model: MessageModel = MessageModel.CLUSTERING,
+                 consume_from_where: ConsumeFromWhere = ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET,
+                 consume_timestamp_ms: int | None = None,
+                 allocate_strategy: AllocateStrategy | None = None,
+                 rebalance_interval_s: float = REBALANCE_INTERVAL_S,
+                 persist_offset_interval_s: float = PERSIST_CONSUMER_OFFSET_INTERVAL_S,
+                 poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
+                 pull_batch_size: int = PULL_BATCH_SIZE,
+                 consume_message_batch_max_size: int = CONSUME_MESSAGE_BATCH_MAX_SIZE,
+                 consume_thread_nums: int = CONSUME_THREAD_NUMS,
+                 pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
+                 offsets_dir: str | Path | None = None,
+                 loop: ClientLoop | None = None) -> None:
+        if not group:
+            raise MQClientError("ILLEGAL_ARGUMENT", "a consumer needs a group")
+        if pull_batch_size <= 0 or consume_message_batch_max_size <= 0:
+            raise MQClientError("ILLEGAL_ARGUMENT", "batch sizes must be > 0")
+        self.group = group
+        self.message_model = message_model
+        self.consume_from_where = consume_from_where
+        # RocketMQ's default consumeTimestamp: half an hour ago.
+        self.consume_timestamp_ms = (consume_timestamp_ms if consume_timestamp_ms is not None
+                                     else int(time.time() * 1000) - 30 * 60 * 1000)
+        self.allocate_strategy = allocate_strategy or AllocateAveragely()
+        self.rebalance_interval_s = rebalance_interval_s
+        self.persist_offset_interval_s = persist_offset_interval_s
+        self.pull_batch_size = pull_batch_size
+        self.consume_message_batch_max_size = consume_message_batch_max_size
+        self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
+                                       poll_name_server_interval_s=poll_name_server_interval_s)
+        self.loop = self.instance.loop
+        self.executor = ThreadPoolExecutor(consume_thread_nums,
+                                           thread_name_prefix=f"consume-{group}")
+        if message_model is MessageModel.BROADCASTING:
+            base = Path(offsets_dir) if offsets_dir else (
+                Path.home() / ".rocketmq_offsets" / f"{self.instance.client_id.split('@')[0]}")
+            self.offset_store: OffsetStore = LocalFileOffsetStore(
+                base / group / OFFSETS_FILE_NAME)
+        else:
+            self.offset_store = RemoteBrokerOffsetStore(self.instance, group)
+        self._listener: Listener | None = None
+        self._orderly = False
+        self._rebalance_now: asyncio.Event | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watches: dict[str, asyncio.Task[None]] = {}
+        self.rebalancer: Rebalancer | None = None
+        self.started = False
+
+    # -- configuration -------------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
+        """Tag expression: "*" for all, else "TagA || TagB"."""
+        if self.started:
+            raise MQClientError("ILLEGAL_STATE", "subscribe before start()")
+        if not topic:
+            raise MQClientError("ILLEGAL_ARGUMENT", "subscribe needs a topic")
+        self.instance.subscriptions[topic] = expression or "*"
+        return self
+
+    def register_listener_concurrently(self, listener: Listener) -> PushConsumer:
+        """`listener(msgs) -> ConsumeStatus | None`, called in parallel; at most
+        `consume_message_batch_max_size` messages per call."""
+        self._listener, self._orderly = listener, False
+        return self
+
+    def register_listener_orderly(self, listener: Listener) -> PushConsumer:
+        """`listener(msgs) -> ConsumeStatus | None`: one queue is consumed by one call at a
+        time, in queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT (or raising) pauses the queue
+        and the same messages come again."""
+        self._listener, self._orderly = listener, True
+        return self
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> PushConsumer:
+        if self.started:
+            return self
+        if self._listener is None:
+            raise MQClientError("ILLEGAL_STATE", "register a listener before start()")
+        if not self.instance.subscriptions:
+            raise MQClientError("ILLEGAL_STATE", "subscribe to a topic before start()")
+        self.loop.run(self._start())
+        self.started = True
+        return self
+
+    def shutdown(self) -> None:
+        """Finishes the messages being consumed (up to 10 s), commits offsets, leaves."""
+        if not self.started:
+            return
+        self.started = False
+        self.loop.run(self._shutdown())
+        self.executor.shutdown(wait=True)
+
+    def __enter__(self) -> PushConsumer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    async def _start(self) -> None:
+        assert self._listener is not None
+        clustering = self.message_model is MessageModel.CLUSTERING
+        if self._orderly:
+            self.consume_service: ConcurrentConsumeService | OrderlyConsumeService = (
+                OrderlyConsumeService(self._listener, self.executor,
+                                      self.consume_message_batch_max_size, self._consumed,
+                                      SUSPEND_CURRENT_QUEUE_TIME_S, self._may_consume))
+        else:
+            self.consume_service = ConcurrentConsumeService(
+                self._listener, self.executor, self.consume_message_batch_max_size,
+                self._consumed)
+        self.pull_service = PullService(
+            self.instance, self.group, self.offset_store, batch_size=self.pull_batch_size,
+            threshold=self.pull_threshold_for_queue, commit_on_pull=clustering,
+            may_pull=self._may_consume, on_messages=self.consume_service.submit)
+        self.rebalancer = Rebalancer(
+            self.instance, self.group, self.message_model, self.allocate_strategy,
+            self.offset_store, self.consume_from_where, self.consume_timestamp_ms,
+            orderly=self._orderly, start_pull=self.pull_service.start,
+            stop_pull=self.pull_service.stop)
+        self._rebalance_now = asyncio.Event()
+        self.instance.route_listeners.append(self._route_changed)
+        await self.offset_store.load()
+        await self.instance.start()
+        for topic in self.instance.subscriptions:
+            try:
+                await self.instance.update_route(topic)
+            except MQClientError as e:
+                log.warning("route of %s not found at start: %s", topic, e)
+        await self.instance.heartbeat_all()
+        if clustering:
+            self._sync_watches()
+        self._tasks = [asyncio.create_task(self._rebalance_loop()),
+                       asyncio.create_task(self._persist_loop())]
+        if self.rebalancer.locks_queues:
+            self._tasks.append(asyncio.create_task(self._lock_loop()))
+
+    async def _shutdown(self) -> None:
+        for task in [*self._tasks, *self._watches.values()]:
+            task.cancel()
+        await asyncio.gather(*self._tasks, *self._watches.values(), return_exceptions=True)
+        self._watches.clear()
+        await self.pull_service.stop_all()
+        await self.consume_service.wait_idle(SHUTDOWN_CONSUME_WAIT_S)
+        assert self.rebalancer is not None
+        mqs = sorted(self.rebalancer.process_queues)
+        for pq in self.rebalancer.process_queues.values():
+            pq.dropped = True
+        await self.offset_store.persist(mqs)
+        if self.rebalancer.locks_queues and mqs:
+            await self.rebalancer.unlock(mqs)
+        await self.instance.shutdown()
+
+    # -- loop side -----------------------------------------------------------------------------
+    def _consumed(self, pq: ProcessQueue, offset: int) -> None:
+        self.offset_store.update(pq.mq, offset, True)
+
+    def _may_consume(self, pq: ProcessQueue) -> bool:
+        if self.rebalancer is None or not self.rebalancer.locks_queues:
+            return True
+        return pq.locked and time.monotonic() - pq.last_lock_time < LOCK_TRUSTED_S
+
+    def _route_changed(self, topic: str, route: TopicRoute) -> None:
+        if topic in self.instance.subscriptions and self._rebalance_now is not None:
+            self._rebalance_now.set()
+            if self.message_model is MessageModel.CLUSTERING:
+                self._sync_watches()
+
+    def rebalance_immediately(self) -> None:
+        if self._rebalance_now is not None:
+            self._rebalance_now.set()
+
+    async def _rebalance_loop(self) -> None:
+        assert self.rebalancer is not None and self._rebalance_now is not None
+        while True:
+            try:
+                await self.rebalancer.do_rebalance()
+            except Exception:
+                log.exception("rebalance of group %s failed", self.group)
+            try:
+                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
+            except TimeoutError:
+                pass
+            self._rebalance_now.clear()
+
+    async def _persist_loop(self) -> None:
+        assert self.rebalancer is not None
+        while True:
+            await asyncio.sleep(self.persist_offset_interval_s)
+            try:
+                await self.offset_store.persist(sorted(self.rebalancer.process_queues))
+            except Exception:
+                log.exception("offsets of group %s not persisted", self.group)
+
+    async def _lock_loop(self) -> None:
+        assert self.rebalancer is not None
+        while True:
+            await asyncio.sleep(REBALANCE_LOCK_INTERVAL_S)
+            try:
+                for pq in await self.rebalancer.lock_all():
+                    if pq.messages:
+                        self.consume_service.submit(pq, [])
+            except Exception:
+                log.exception("queue locks of group %s not renewed", self.group)
+
+    # -- membership watches ----------------------------------------------------------------------
+    def _sync_watches(self) -> None:
+        """One watch stream per broker of the subscribed topics."""
+        addrs = self.instance.broker_addrs()
+        for addr in list(self._watches):
+            if addr not in addrs:
+                self._watches.pop(addr).cancel()
+        for addr in addrs - set(self._watches):
+            self._watches[addr] = asyncio.get_running_loop().create_task(self._watch(addr))
+
+    async def _watch(self, addr: str) -> None:
+        request = messaging_pb2.WatchConsumerGroupRequest(consumer_group=self.group,
+                                                          client_id=self.instance.client_id)
+        last: list[str] | None = None
+        while True:
+            try:
+                async for event in self.instance.channels.messaging(addr).WatchConsumerGroup(
+                        request):
+                    ids = list(event.consumer_id_list)
+                    if last is not None and ids != last:
+                        self.rebalance_immediately()
+                    last = ids
+            except grpc.RpcError as e:
+                log.debug("membership watch at %s ended: %s", addr,
+                          e.code())  # type: ignore[attr-defined]
+            await asyncio.sleep(WATCH_RECONNECT_DELAY_S)
+            # The broker dropped this client when the stream ended: register again.
+            await self.instance.heartbeat(addr)
+
+    # -- introspection -------------------------------------------------------------------------
+    def assigned_queues(self) -> set[MessageQueue]:
+        """The queues this consumer owns now (any thread)."""
+        rebalancer = self.rebalancer
+        if rebalancer is None:
+            return set()
+
+        async def snapshot() -> set[MessageQueue]:
+            return set(rebalancer.process_queues)
+
+        if self.loop.in_loop_thread():
+            return set(rebalancer.process_queues)
+        return self.loop.run(snapshot())
+
+    @property
+    def client_id(self) -> str:
+        return self.instance.client_id
+
+
+def consume_all(msgs: list[MessageExt]) -> ConsumeStatus:
+    """A listener that acknowledges everything (tools and benchmarks)."""
+    return ConsumeStatus.CONSUME_SUCCESS

@@ -1,0 +1,165 @@
+"""One producer's or consumer's link to the cluster (RocketMQ's MQClientInstance): its client
+id, channels, route cache refreshed from the name servers, and heartbeats to the brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import socket
+from collections.abc import Callable
+
+import grpc
+
+from mqclient.constants import (
+    ADMIN_CALL_TIMEOUT_S,
+    AUTO_CREATE_TOPIC_KEY_TOPIC,
+    HEARTBEAT_BROKER_INTERVAL_S,
+    POLL_NAME_SERVER_INTERVAL_S,
+)
+from mqclient.loop import Channels, ClientLoop
+from mqclient.message import MQClientError
+from mqclient.route import NameServerClient, TopicRoute, parse_namesrv_addr
+from mqproto import common_pb2, messaging_pb2
+
+log = logging.getLogger(__name__)
+_instance_counter = itertools.count()
+
+
+def local_ip() -> str:
+    """The address others see this host by, else loopback (RemotingUtil.getLocalAddress)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("10.255.255.255", 1))  # no packet is sent
+            return str(s.getsockname()[0])
+    except OSError:
+        return "127.0.0.1"
+
+
+def new_client_id() -> str:
+    """ip@pid#n: unique per client object, so several consumers of a group may share a
+    process (RocketMQ's ip@instanceName)."""
+    return f"{local_ip()}@{os.getpid()}#{next(_instance_counter)}"
+
+
+class ClientInstance:
+    """Owned by one Producer or PushConsumer. Methods marked "loop" run on the client loop;
+    `routes` may be read from any thread (entries are replaced, never changed)."""
+
+    def __init__(self, namesrv_addr: str | list[str], *, producer_group: str = "",
+                 consumer_group: str = "", loop: ClientLoop | None = None,
+                 poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
+                 heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S) -> None:
+        self.client_id = new_client_id()
+        self.loop = loop or ClientLoop.shared()
+        self.channels = Channels()
+        self.namesrv = NameServerClient(parse_namesrv_addr(namesrv_addr), self.channels)
+        self.producer_group = producer_group
+        self.consumer_group = consumer_group
+        self.subscriptions: dict[str, str] = {}  # topic -> tag expression
+        self.routes: dict[str, TopicRoute] = {}
+        self.default_topic_queue_nums: int | None = None  # producers route new topics
+        self.poll_name_server_interval_s = poll_name_server_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s
+        self.route_listeners: list[Callable[[str, TopicRoute], None]] = []
+        self._tasks: list[asyncio.Task[None]] = []
+        self.running = False
+
+    # -- lifecycle (loop) ----------------------------------------------------------------------
+    async def start(self) -> None:
+        self.running = True
+        self._tasks = [asyncio.create_task(self._periodic(self.update_all_routes,
+                                                          self.poll_name_server_interval_s)),
+                       asyncio.create_task(self._periodic(self.heartbeat_all,
+                                                          self.heartbeat_interval_s))]
+
+    async def shutdown(self) -> None:
+        self.running = False
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.unregister_all()
+        await self.channels.close()
+
+    async def _periodic(self, action: Callable[[], object], interval_s: float) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await action()  # type: ignore[misc]
+            except Exception:
+                log.exception("%s failed", getattr(action, "__name__", action))
+
+    # -- routes (loop) -------------------------------------------------------------------------
+    async def update_route(self, topic: str) -> TopicRoute | None:
+        """Fetches the route of `topic`; for a topic no broker has yet, a producer routes by
+        TBW102 (auto-create). None when there is no route."""
+        data = await self.namesrv.get_route(topic)
+        if data is not None:
+            route = TopicRoute.from_proto(topic, data)
+        elif self.default_topic_queue_nums is not None:
+            default = await self.namesrv.get_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
+            if default is None:
+                return self.routes.get(topic)
+            route = TopicRoute.from_proto(topic, default, self.default_topic_queue_nums)
+        else:
+            return self.routes.get(topic)
+        old = self.routes.get(topic)
+        if not route.same_as(old):
+            self.routes[topic] = route
+            log.info("route of %s changed: %s", topic,
+                     {b.broker_name: b.addrs for b in route.brokers.values()})
+            for listener in self.route_listeners:
+                listener(topic, route)
+        return route
+
+    async def update_all_routes(self) -> None:
+        for topic in list({*self.routes, *self.subscriptions}):
+            try:
+                await self.update_route(topic)
+            except MQClientError as e:
+                log.warning("route of %s not refreshed: %s", topic, e)
+
+    def find_route(self, topic: str) -> TopicRoute | None:
+        return self.routes.get(topic)
+
+    def broker_addrs(self) -> set[str]:
+        return {addr for route in list(self.routes.values())
+                for group in route.brokers.values() for addr in group.addrs.values()}
+
+    # -- heartbeats (loop) ---------------------------------------------------------------------
+    def heartbeat_request(self) -> messaging_pb2.HeartbeatRequest:
+        return messaging_pb2.HeartbeatRequest(
+            client_id=self.client_id, producer_group=self.producer_group,
+            consumer_group=self.consumer_group,
+            subscriptions=[messaging_pb2.ConsumerSubscription(topic=t, sub_string=s)
+                           for t, s in self.subscriptions.items()])
+
+    async def heartbeat(self, address: str) -> bool:
+        try:
+            r = await self.channels.messaging(address).Heartbeat(
+                self.heartbeat_request(), timeout=ADMIN_CALL_TIMEOUT_S)
+        except grpc.RpcError as e:
+            log.debug("heartbeat to %s failed: %s", address, e.code())  # type: ignore[attr-defined]
+            return False
+        return r.status.code == common_pb2.SUCCESS
+
+    async def heartbeat_all(self) -> None:
+        addrs = sorted(self.broker_addrs())
+        await asyncio.gather(*(self.heartbeat(a) for a in addrs))
+
+    async def unregister_all(self) -> None:
+        """Tells every broker this client left (so its group rebalances at once)."""
+        request = messaging_pb2.UnregisterClientRequest(
+            client_id=self.client_id, producer_group=self.producer_group,
+            consumer_group=self.consumer_group)
+
+        async def unregister(address: str) -> None:
+            try:
+                await self.channels.messaging(address).UnregisterClient(
+                    request, timeout=ADMIN_CALL_TIMEOUT_S)
+            except grpc.RpcError as e:
+                log.debug("unregister from %s failed: %s", address,
+                          e.code())  # type: ignore[attr-defined]
+
+        await asyncio.gather(*(unregister(a) for a in sorted(self.broker_addrs())))

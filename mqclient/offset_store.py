@@ -1,0 +1,161 @@
+"""Consumer offsets: on the brokers for clustering consumers (RemoteBrokerOffsetStore), in a
+local file for broadcasting ones (LocalFileOffsetStore). The offset of a queue is the next
+message to consume. Used on the client loop only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Protocol
+
+import grpc
+
+from mqclient.constants import ADMIN_CALL_TIMEOUT_S
+from mqclient.instance import ClientInstance
+from mqclient.message import MessageQueue, MQClientError, code_name
+from mqproto import common_pb2, messaging_pb2
+
+log = logging.getLogger(__name__)
+
+
+class OffsetStore(Protocol):
+    async def load(self) -> None: ...
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None: ...
+    def read_memory(self, mq: MessageQueue) -> int: ...
+    async def read_from_store(self, mq: MessageQueue) -> int: ...
+    async def persist(self, mqs: list[MessageQueue]) -> None: ...
+    def remove(self, mq: MessageQueue) -> None: ...
+
+
+class _MemoryOffsets:
+    def __init__(self) -> None:
+        self.offsets: dict[MessageQueue, int] = {}
+
+    def update(self, mq: MessageQueue, offset: int, increase_only: bool) -> None:
+        old = self.offsets.get(mq)
+        if old is None or not increase_only or offset > old:
+            self.offsets[mq] = offset
+
+    def read_memory(self, mq: MessageQueue) -> int:
+        """-1 when this consumer has no offset for the queue."""
+        return self.offsets.get(mq, -1)
+
+    def remove(self, mq: MessageQueue) -> None:
+        self.offsets.pop(mq, None)
+
+
+class RemoteBrokerOffsetStore(_MemoryOffsets):
+    """Offsets committed to the master of each queue's broker group (its slave while the
+    master is gone)."""
+
+    def __init__(self, instance: ClientInstance, group: str) -> None:
+        super().__init__()
+        self.instance = instance
+        self.group = group
+        self._persisted: dict[MessageQueue, int] = {}
+
+    async def load(self) -> None:
+        pass
+
+    def _admin_addr(self, mq: MessageQueue) -> str:
+        route = self.instance.find_route(mq.topic)
+        group = route.brokers.get(mq.broker_name) if route is not None else None
+        addr = group.admin_addr() if group is not None else None
+        if addr is None:
+            raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} of {mq} is gone")
+        return addr
+
+    async def read_from_store(self, mq: MessageQueue) -> int:
+        """The group's committed offset, -1 when it has none; MQClientError when the broker
+        cannot tell."""
+        stub = self.instance.channels.messaging(self._admin_addr(mq))
+        try:
+            r = await stub.QueryConsumerOffset(messaging_pb2.QueryConsumerOffsetRequest(
+                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id),
+                timeout=ADMIN_CALL_TIMEOUT_S)
+        except grpc.RpcError as e:
+            raise MQClientError("UNAVAILABLE", f"offset of {mq}: "
+                                f"{e.code().name}") from None  # type: ignore[attr-defined]
+        if r.status.code == common_pb2.SUCCESS:
+            self._persisted[mq] = r.offset
+            return r.offset
+        if r.status.code == common_pb2.QUERY_NOT_FOUND:
+            return -1
+        raise MQClientError(code_name(r.status.code), r.status.remark)
+
+    async def persist(self, mqs: list[MessageQueue]) -> None:
+        """Commits the offsets of `mqs` that moved since they were last committed."""
+        async def commit(mq: MessageQueue, offset: int) -> None:
+            try:
+                stub = self.instance.channels.messaging(self._admin_addr(mq))
+                r = await stub.UpdateConsumerOffset(messaging_pb2.UpdateConsumerOffsetRequest(
+                    consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                    commit_offset=offset), timeout=ADMIN_CALL_TIMEOUT_S)
+            except (grpc.RpcError, MQClientError) as e:
+                log.warning("offset %d of %s not committed: %s", offset, mq, e)
+                return
+            if r.status.code == common_pb2.SUCCESS:
+                self._persisted[mq] = offset
+            else:
+                log.warning("offset %d of %s refused: %s %s", offset, mq,
+                            code_name(r.status.code), r.status.remark)
+
+        todo = [(mq, self.offsets[mq]) for mq in mqs
+                if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]
+        await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
+
+    def remove(self, mq: MessageQueue) -> None:
+        super().remove(mq)
+        self._persisted.pop(mq, None)
+
+
+def _key(mq: MessageQueue) -> str:
+    return f"{mq.topic}@{mq.broker_name}@{mq.queue_id}"
+
+
+class LocalFileOffsetStore(_MemoryOffsets):
+    """Broadcasting: every consumer keeps its own offsets in `path` (JSON), written
+    atomically (temp file, fsync, rename)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.path = path
+        self._stored: dict[str, int] = {}
+
+    async def load(self) -> None:
+        self._stored = await asyncio.to_thread(self._read)
+
+    def _read(self) -> dict[str, int]:
+        try:
+            data = json.loads(self.path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise MQClientError("ILLEGAL_ARGUMENT",
+                                f"offsets file {self.path} is unreadable: {e}") from None
+        table = data.get("offsetTable", {}) if isinstance(data, dict) else {}
+        return {k: int(v) for k, v in table.items()}
+
+    async def read_from_store(self, mq: MessageQueue) -> int:
+        offset = self._stored.get(_key(mq), -1)
+        if offset >= 0:
+            self.update(mq, offset, False)
+        return offset
+
+    async def persist(self, mqs: list[MessageQueue]) -> None:
+        for mq in mqs:
+            if mq in self.offsets:
+                self._stored[_key(mq)] = self.offsets[mq]
+        await asyncio.to_thread(self._write, dict(self._stored))
+
+    def _write(self, table: dict[str, int]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        with tmp.open("w") as f:
+            json.dump({"offsetTable": table}, f, indent=1, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)

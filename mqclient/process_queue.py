@@ -1,0 +1,51 @@
+"""A queue assigned to this consumer: messages pulled and not yet consumed (ProcessQueue).
+Client loop only."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from mqclient.message import MessageExt, MessageQueue
+
+
+class ProcessQueue:
+    """Messages of one queue in flight, by queue offset in pull order (so the first key is
+    the smallest). The offset safe to commit is the smallest in flight, or one past the
+    last pulled when none is."""
+
+    def __init__(self, mq: MessageQueue, next_offset: int) -> None:
+        self.mq = mq
+        self.next_offset = next_offset  # of the next pull
+        self.messages: dict[int, MessageExt] = {}
+        self.max_offset = next_offset - 1
+        self.dropped = False
+        # Orderly consumption: the broker lock of this queue and the consuming task.
+        self.locked = False
+        self.last_lock_time = 0.0
+        self.consuming = False
+        self.last_pull_time = time.monotonic()
+
+    def __len__(self) -> int:
+        return len(self.messages)
+
+    def put(self, msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            self.messages[m.queue_offset] = m
+        if msgs:
+            self.max_offset = max(self.max_offset, msgs[-1].queue_offset)
+
+    def remove(self, msgs: list[MessageExt]) -> int:
+        """Removes consumed messages; returns the offset now safe to commit."""
+        for m in msgs:
+            self.messages.pop(m.queue_offset, None)
+        return self.commit_offset()
+
+    def commit_offset(self) -> int:
+        if self.messages:
+            return next(iter(self.messages))
+        return self.max_offset + 1
+
+    def first(self, n: int) -> list[MessageExt]:
+        """Orderly: the next `n` messages in queue order."""
+        return list(itertools.islice(self.messages.values(), n))

@@ -1,0 +1,346 @@
+"""The producer (RocketMQ's DefaultMQProducer).
+
+    producer = Producer("PG", "127.0.0.1:9876"); producer.start()
+    result = producer.send(Message("TopicA", b"hi", tags="TagA", keys=["order-1"]))
+    future = producer.send_async(msg, callback=lambda result, error: ...)  # or: await future
+    producer.send_oneway(msg)
+    producer.send_batch([msg1, msg2])              # one queue, one call
+    producer.send_orderly(msg, sharding_key="order-1")   # same key -> same queue
+    producer.shutdown()
+
+Sync sends run on the caller's thread; async and one-way sends are gathered into batches
+(accumulator.py) and sent on the client loop. Failed sends are retried twice on another
+broker within the send timeout; brokers that failed or answered slowly are avoided for a
+while (fault.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from mqclient.accumulator import BatchAccumulator
+from mqclient.constants import (
+    BATCH_LINGER_S,
+    BATCH_MAX_BYTES,
+    BATCH_MAX_COUNT,
+    DEFAULT_TOPIC_QUEUE_NUMS,
+    MAX_INFLIGHT_BATCHES_PER_TOPIC,
+    MAX_MESSAGE_SIZE,
+    POLL_NAME_SERVER_INTERVAL_S,
+    RETRY_TIMES_WHEN_SEND_FAILED,
+    SEND_MSG_TIMEOUT_S,
+)
+from mqclient.fault import ClockMs, LatencyFaultTolerance, QueueSelector, monotonic_ms
+from mqclient.instance import ClientInstance, local_ip
+from mqclient.loop import ClientLoop
+from mqclient.message import (
+    SEND_STATUS_BY_CODE,
+    Message,
+    MessageIdFactory,
+    MessageQueue,
+    MQClientError,
+    SendFuture,
+    SendResult,
+    code_name,
+)
+from mqclient.route import TopicRoute
+from mqproto import common_pb2, messaging_pb2
+
+log = logging.getLogger(__name__)
+
+# Broker answers after which a send is retried on another broker (DefaultMQProducerImpl's
+# retryResponseCodes); any other failure is the message's fault and is raised at once.
+RETRY_RESPONSE_CODES = frozenset({
+    common_pb2.TOPIC_NOT_EXIST, common_pb2.SERVICE_NOT_AVAILABLE, common_pb2.SYSTEM_ERROR,
+    common_pb2.SYSTEM_BUSY, common_pb2.NO_PERMISSION, common_pb2.OS_PAGECACHE_BUSY,
+    common_pb2.CREATE_MAPPED_FILE_FAILED, common_pb2.UNKNOWN_ERROR,
+})
+SendCallback = Callable[[SendResult | None, BaseException | None], None]
+QueueSelectorFn = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
+
+
+def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> MessageQueue:
+    """SelectMessageQueueByHash with a hash stable across processes (CRC32 of the key)."""
+    return queues[zlib.crc32(str(key).encode()) % len(queues)]
+
+
+class _Attempts:
+    """Bookkeeping of one send and its retries: deadline, last broker, errors."""
+
+    def __init__(self, producer: Producer, timeout_s: float, born: float | None = None) -> None:
+        self.producer = producer
+        self.deadline = (born if born is not None else time.monotonic()) + timeout_s
+        self.timeout_s = timeout_s
+        self.last_broker: str | None = None
+        self.errors: list[str] = []
+
+    def remaining(self) -> float:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
+            raise MQClientError("TIMEOUT", f"send not done within {self.timeout_s} s"
+                                + (f" ({'; '.join(self.errors)})" if self.errors else ""))
+        return remaining
+
+    def failed(self, mq: MessageQueue, started: float, why: str) -> None:
+        self.producer.fault.update(mq.broker_name, (time.monotonic() - started) * 1000, True)
+        self.last_broker = mq.broker_name
+        self.errors.append(f"{mq.broker_name}: {why}")
+
+    def answered(self, mq: MessageQueue, started: float, status: common_pb2.Status) -> bool:
+        """True when stored; False when worth a retry; raises when not."""
+        latency_ms = (time.monotonic() - started) * 1000
+        if status.code in SEND_STATUS_BY_CODE:
+            self.producer.fault.update(mq.broker_name, latency_ms, False)
+            return True
+        if status.code in RETRY_RESPONSE_CODES:
+            self.failed(mq, started, f"{code_name(status.code)} {status.remark}")
+            return False
+        raise MQClientError(code_name(status.code), status.remark)
+
+    def give_up(self) -> MQClientError:
+        return MQClientError("SEND_FAILED", f"send failed after {len(self.errors)} attempts: "
+                             + "; ".join(self.errors))
+
+
+class Producer:
+    def __init__(self, group: str, namesrv_addr: str | list[str], *,
+                 send_timeout_s: float = SEND_MSG_TIMEOUT_S,
+                 retry_times_when_send_failed: int = RETRY_TIMES_WHEN_SEND_FAILED,
+                 default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS,
+                 max_message_size: int = MAX_MESSAGE_SIZE,
+                 batch_linger_s: float = BATCH_LINGER_S, batch_max_count: int = BATCH_MAX_COUNT,
+                 batch_max_bytes: int = BATCH_MAX_BYTES,
+                 max_inflight_batches: int = MAX_INFLIGHT_BATCHES_PER_TOPIC,
+                 poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
+                 clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None) -> None:
+        if not group:
+            raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
+        self.group = group
+        self.send_timeout_s = send_timeout_s
+        self.retry_times = retry_times_when_send_failed
+        self.default_topic_queue_nums = default_topic_queue_nums
+        self.max_message_size = max_message_size
+        self.instance = ClientInstance(namesrv_addr, producer_group=group, loop=loop,
+                                       poll_name_server_interval_s=poll_name_server_interval_s)
+        self.instance.default_topic_queue_nums = default_topic_queue_nums
+        self.loop = self.instance.loop
+        self.fault = LatencyFaultTolerance(clock_ms)
+        self.selector = QueueSelector(self.fault)
+        self.new_message_id = MessageIdFactory(local_ip())
+        self.accumulator = BatchAccumulator(
+            self.loop, self._send_batch_async, linger_s=batch_linger_s,
+            max_count=batch_max_count, max_bytes=batch_max_bytes,
+            max_inflight=max_inflight_batches)
+        self.started = False
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self) -> Producer:
+        if not self.started:
+            self.loop.run(self.instance.start())
+            self.started = True
+        return self
+
+    def shutdown(self) -> None:
+        """Sends what async sends still wait for, then leaves the cluster."""
+        if not self.started:
+            return
+        self.started = False
+
+        async def stop() -> None:
+            await self.accumulator.close()
+            await self.instance.shutdown()
+
+        self.loop.run(stop())
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- routes --------------------------------------------------------------------------------
+    def _check_started(self) -> None:
+        if not self.started:
+            raise MQClientError("SHUTDOWN", "the producer is not started")
+
+    def publish_route(self, topic: str) -> TopicRoute:
+        """The cached route of `topic`, fetched now when there is none (any thread)."""
+        route = self.instance.routes.get(topic)
+        if route is None or not route.publish_queues:
+            route = self.loop.run(self.instance.update_route(topic), self.send_timeout_s)
+        return self._check_route(topic, route)
+
+    async def publish_route_async(self, topic: str) -> TopicRoute:
+        route = self.instance.routes.get(topic)
+        if route is None or not route.publish_queues:
+            route = await self.instance.update_route(topic)
+        return self._check_route(topic, route)
+
+    @staticmethod
+    def _check_route(topic: str, route: TopicRoute | None) -> TopicRoute:
+        if route is None or not route.publish_queues:
+            raise MQClientError("NO_ROUTE", f"no route info of topic {topic}: no broker group "
+                                "with a live master serves it (and none auto-creates it)")
+        return route
+
+    def fetch_publish_queues(self, topic: str) -> list[MessageQueue]:
+        self._check_started()
+        return list(self.publish_route(topic).publish_queues)
+
+    def _prepare(self, msg: Message) -> messaging_pb2.Message:
+        self._check_started()
+        msg.check(self.max_message_size)
+        return msg.to_proto(self.new_message_id())
+
+    # -- sync sends (caller's thread) ----------------------------------------------------------
+    def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
+        """Sends one message, retrying on another broker; MQClientError when not stored."""
+        pb = self._prepare(msg)
+        [result] = self._send_sync(msg.topic, [pb], None, timeout_s, self.retry_times)
+        return result
+
+    def send_to_queue(self, msg: Message, mq: MessageQueue,
+                      timeout_s: float | None = None) -> SendResult:
+        """Sends to one given queue (no retry elsewhere)."""
+        pb = self._prepare(msg)
+        [result] = self._send_sync(msg.topic, [pb], mq, timeout_s, 0)
+        return result
+
+    def send_orderly(self, msg: Message, sharding_key: Any,
+                     selector: QueueSelectorFn = select_by_hash,
+                     timeout_s: float | None = None) -> SendResult:
+        """Ordered send: `selector(queues, msg, sharding_key)` picks the queue (by default
+        the key's hash), so messages of one key stay in one queue in send order."""
+        pb = self._prepare(msg)
+        pb.system_properties.message_group = str(sharding_key)
+        queues = self.publish_route(msg.topic).publish_queues
+        mq = selector(queues, msg, sharding_key)
+        [result] = self._send_sync(msg.topic, [pb], mq, timeout_s, 0)
+        return result
+
+    def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None
+                   ) -> list[SendResult]:
+        """Messages of one topic stored together in one queue (all or none)."""
+        if not msgs:
+            raise MQClientError("ILLEGAL_ARGUMENT", "a batch needs at least one message")
+        topic = msgs[0].topic
+        if any(m.topic != topic for m in msgs):
+            raise MQClientError("ILLEGAL_ARGUMENT", "the messages of a batch need one topic")
+        pbs = [self._prepare(m) for m in msgs]
+        total = sum(len(m.body) for m in msgs)
+        if total > self.max_message_size:
+            raise MQClientError("ILLEGAL_ARGUMENT", f"the batch bodies total {total} bytes, "
+                                f"over the maximum {self.max_message_size}; split it")
+        return self._send_sync(topic, pbs, None, timeout_s, self.retry_times)
+
+    def _send_sync(self, topic: str, pbs: list[messaging_pb2.Message], mq: MessageQueue | None,
+                   timeout_s: float | None, retries: int) -> list[SendResult]:
+        attempts = _Attempts(self, timeout_s or self.send_timeout_s)
+        route = self.publish_route(topic)
+        for _ in range(1 + retries):
+            target = mq or self.selector.select(route.publish_queues, attempts.last_broker)
+            addr = self._master_addr(route, target)
+            remaining = attempts.remaining()
+            started = time.monotonic()
+            try:
+                stub = self.instance.channels.sync_messaging(addr)
+                if len(pbs) == 1:
+                    r = stub.SendMessage(self._request(pbs[0], target), timeout=remaining)
+                    if attempts.answered(target, started, r.status):
+                        return [SendResult.from_entry(SEND_STATUS_BY_CODE[r.status.code],
+                                                      r.result, target)]
+                else:
+                    rb = stub.SendBatch(self._batch_request(topic, pbs, target),
+                                        timeout=remaining)
+                    if attempts.answered(target, started, rb.status):
+                        return self._batch_results(rb, target)
+            except grpc.RpcError as e:
+                attempts.failed(target, started, e.code().name)  # type: ignore[attr-defined]
+        raise attempts.give_up()
+
+    # -- async sends (client loop) -------------------------------------------------------------
+    def send_async(self, msg: Message, callback: SendCallback | None = None,
+                   timeout_s: float | None = None) -> SendFuture:
+        """Returns at once; the future (awaitable on any loop) holds the SendResult or the
+        MQClientError. `callback(result, error)` runs on the client's I/O thread: keep it
+        short, never block in it."""
+        pb = self._prepare(msg)
+        future = SendFuture()
+        if callback is not None:
+            future.add_done_callback(lambda f: _run_callback(callback, f))
+        self.accumulator.append(pb, future, timeout_s or self.send_timeout_s)
+        return future
+
+    def send_oneway(self, msg: Message) -> None:
+        """Fire and forget: no result, no error reported (it is logged)."""
+        self.accumulator.append(self._prepare(msg), None, self.send_timeout_s)
+
+    def flush(self) -> None:
+        """Waits until every async and one-way send so far is done."""
+        self.loop.run(self.accumulator.flush())
+
+    async def _send_batch_async(self, topic: str, pbs: list[messaging_pb2.Message],
+                                born: float) -> list[SendResult]:
+        attempts = _Attempts(self, self.send_timeout_s, born)
+        route = await self.publish_route_async(topic)
+        for _ in range(1 + self.retry_times):
+            target = self.selector.select(route.publish_queues, attempts.last_broker)
+            addr = self._master_addr(route, target)
+            remaining = attempts.remaining()
+            started = time.monotonic()
+            stub = self.instance.channels.messaging(addr)
+            try:
+                if len(pbs) == 1:
+                    r = await stub.SendMessage(self._request(pbs[0], target), timeout=remaining)
+                    if attempts.answered(target, started, r.status):
+                        return [SendResult.from_entry(SEND_STATUS_BY_CODE[r.status.code],
+                                                      r.result, target)]
+                else:
+                    rb = await stub.SendBatch(self._batch_request(topic, pbs, target),
+                                              timeout=remaining)
+                    if attempts.answered(target, started, rb.status):
+                        return self._batch_results(rb, target)
+            except grpc.RpcError as e:
+                attempts.failed(target, started, e.code().name)  # type: ignore[attr-defined]
+        raise attempts.give_up()
+
+    # -- requests ------------------------------------------------------------------------------
+    @staticmethod
+    def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:
+        group = route.brokers.get(mq.broker_name)
+        addr = group.master_addr if group is not None else None
+        if addr is None:
+            raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} has no live master")
+        return addr
+
+    def _request(self, pb: messaging_pb2.Message, mq: MessageQueue
+                 ) -> messaging_pb2.SendMessageRequest:
+        return messaging_pb2.SendMessageRequest(
+            producer_group=self.group, message=pb, queue_id=mq.queue_id,
+            default_topic_queue_nums=self.default_topic_queue_nums)
+
+    def _batch_request(self, topic: str, pbs: list[messaging_pb2.Message], mq: MessageQueue
+                       ) -> messaging_pb2.SendBatchRequest:
+        return messaging_pb2.SendBatchRequest(
+            producer_group=self.group, topic=topic, queue_id=mq.queue_id, messages=pbs,
+            default_topic_queue_nums=self.default_topic_queue_nums)
+
+    @staticmethod
+    def _batch_results(r: messaging_pb2.SendBatchResponse, mq: MessageQueue
+                       ) -> list[SendResult]:
+        status = SEND_STATUS_BY_CODE[r.status.code]
+        return [SendResult.from_entry(status, entry, mq) for entry in r.results]
+
+
+def _run_callback(callback: SendCallback, future: SendFuture) -> None:
+    try:
+        error = future.exception()
+        callback(None if error is not None else future.result(), error)
+    except Exception:
+        log.exception("send callback failed")

@@ -1,0 +1,147 @@
+"""Pulling one assigned queue (PullMessageService / PullAPIWrapper): long polls against the
+queue's broker group, from the broker it suggests, falling back to a slave while the master
+is unreachable or gone from the route. Client loop only."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from mqclient.codec import decode_records
+from mqclient.constants import (
+    BROKER_SUSPEND_MAX_TIME_MS,
+    CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
+    MASTER_ID,
+    PULL_ADDRESS_DOWN_S,
+    PULL_TIME_DELAY_WHEN_EXCEPTION_S,
+    PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
+)
+from mqclient.instance import ClientInstance
+from mqclient.message import MessageExt, MessageQueue, code_name
+from mqclient.offset_store import OffsetStore
+from mqclient.process_queue import ProcessQueue
+from mqproto import common_pb2, messaging_pb2
+
+log = logging.getLogger(__name__)
+_DOWN_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+class PullService:
+    def __init__(self, instance: ClientInstance, group: str, offset_store: OffsetStore, *,
+                 batch_size: int, threshold: int, commit_on_pull: bool,
+                 may_pull: Callable[[ProcessQueue], bool],
+                 on_messages: Callable[[ProcessQueue, list[MessageExt]], None]) -> None:
+        self.instance = instance
+        self.group = group
+        self.offset_store = offset_store
+        self.batch_size = batch_size
+        self.threshold = threshold
+        self.commit_on_pull = commit_on_pull  # clustering: piggy-back the offset
+        self.may_pull = may_pull
+        self.on_messages = on_messages
+        self.suggested_broker: dict[MessageQueue, int] = {}
+        self._down_until: dict[str, float] = {}
+        self.tasks: dict[MessageQueue, asyncio.Task[None]] = {}
+
+    def start(self, pq: ProcessQueue) -> None:
+        self.tasks[pq.mq] = asyncio.get_running_loop().create_task(self._pull_loop(pq))
+
+    def stop(self, mq: MessageQueue) -> None:
+        task = self.tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+
+    async def stop_all(self) -> None:
+        tasks = list(self.tasks.values())
+        self.tasks.clear()
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _addresses(self, mq: MessageQueue) -> list[tuple[str, bool]]:
+        """(address, is master) to pull from, best first; addresses that failed recently
+        go last."""
+        route = self.instance.find_route(mq.topic)
+        group = route.brokers.get(mq.broker_name) if route is not None else None
+        if group is None:
+            return []
+        now = time.monotonic()
+        addrs = group.pull_addrs(self.suggested_broker.get(mq, MASTER_ID))
+        addrs.sort(key=lambda a: self._down_until.get(a, 0.0) > now)
+        return [(a, a == group.master_addr) for a in addrs]
+
+    async def _pull_loop(self, pq: ProcessQueue) -> None:
+        mq = pq.mq
+        subscription = self.instance.subscriptions.get(mq.topic, "*")
+        while not pq.dropped:
+            if len(pq) >= self.threshold or not self.may_pull(pq):
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
+                continue
+            addresses = self._addresses(mq)
+            if not addresses:
+                log.warning("no broker of %s in the route; pulling again later", mq)
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION_S)
+                continue
+            addr, is_master = addresses[0]
+            request = messaging_pb2.PullMessageRequest(
+                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                queue_offset=pq.next_offset, max_msg_nums=self.batch_size,
+                subscription=subscription, suspend_timeout_millis=BROKER_SUSPEND_MAX_TIME_MS,
+                raw_records=True)
+            commit = self.offset_store.read_memory(mq)
+            if self.commit_on_pull and is_master and commit > 0:
+                request.commit_offset = commit
+            try:
+                response = await self.instance.channels.messaging(addr).PullMessage(
+                    request, timeout=CONSUMER_TIMEOUT_WHEN_SUSPEND_S)
+            except grpc.RpcError as e:
+                code = e.code()  # type: ignore[attr-defined]
+                if code in _DOWN_CODES:
+                    self._down_until[addr] = time.monotonic() + PULL_ADDRESS_DOWN_S
+                log.info("pull of %s from %s failed: %s", mq, addr, code.name)
+                if len(addresses) == 1 or code not in _DOWN_CODES:
+                    await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION_S)
+                continue
+            if pq.dropped:
+                return
+            pq.last_pull_time = time.monotonic()
+            self._handle(pq, addr, response)
+            if response.status.code not in (common_pb2.SUCCESS, common_pb2.NO_NEW_MSG,
+                                             common_pb2.NO_MATCHED_MSG,
+                                             common_pb2.OFFSET_ILLEGAL):
+                await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION_S)
+
+    def _handle(self, pq: ProcessQueue, addr: str,
+                response: messaging_pb2.PullMessageResponse) -> None:
+        mq = pq.mq
+        self.suggested_broker[mq] = response.suggest_which_broker_id
+        code = response.status.code
+        if code == common_pb2.SUCCESS:
+            msgs = decode_records(response.raw_records, mq.broker_name)
+            if not msgs and response.messages:  # a broker without raw_records support
+                msgs = [MessageExt.from_proto(m, mq.broker_name) for m in response.messages]
+            pq.next_offset = response.next_begin_offset
+            if msgs:
+                pq.put(msgs)
+                self.on_messages(pq, msgs)
+        elif code in (common_pb2.NO_NEW_MSG, common_pb2.NO_MATCHED_MSG):
+            if code == common_pb2.NO_MATCHED_MSG and not pq.messages:
+                # Everything up to here was filtered out: nothing left to consume below it.
+                pq.max_offset = max(pq.max_offset, response.next_begin_offset - 1)
+                self.offset_store.update(mq, response.next_begin_offset, True)
+            pq.next_offset = response.next_begin_offset
+        elif code == common_pb2.OFFSET_ILLEGAL:
+            log.warning("offset %d of %s is illegal (queue holds [%d, %d]); moving to %d",
+                        pq.next_offset, mq, response.min_offset, response.max_offset,
+                        response.next_begin_offset)
+            pq.next_offset = response.next_begin_offset
+            if not pq.messages:
+                pq.max_offset = response.next_begin_offset - 1
+                self.offset_store.update(mq, response.next_begin_offset, False)
+        else:
+            log.warning("pull of %s from %s refused: %s %s", mq, addr, code_name(code),
+                        response.status.remark)

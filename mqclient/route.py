@@ -1,0 +1,127 @@
+"""Topic routes from the name servers (TopicRouteData, TopicPublishInfo, subscribe queues)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import grpc
+
+from mqclient.constants import MASTER_ID, NAMESRV_CALL_TIMEOUT_S, PERM_READ, PERM_WRITE
+from mqclient.loop import Channels
+from mqclient.message import MessageQueue, MQClientError, code_name
+from mqproto import common_pb2, namesrv_pb2
+
+log = logging.getLogger(__name__)
+
+
+def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:
+    """`host:port;host:port` (RocketMQ's namesrvAddr) or a list -> addresses."""
+    items = namesrv_addr.split(";") if isinstance(namesrv_addr, str) else namesrv_addr
+    addresses = [a.strip() for a in items if a.strip()]
+    for a in addresses:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise MQClientError("ILLEGAL_ARGUMENT",
+                                f"name server address {a!r} is not HOST:PORT")
+    if not addresses:
+        raise MQClientError("ILLEGAL_ARGUMENT", "no name server address given")
+    return addresses
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerGroup:
+    """A broker group: id 0 is its master, ids > 0 its slaves."""
+
+    cluster: str
+    broker_name: str
+    addrs: dict[int, str]
+
+    @property
+    def master_addr(self) -> str | None:
+        return self.addrs.get(MASTER_ID)
+
+    def pull_addrs(self, preferred_id: int) -> list[str]:
+        """Addresses to pull from, best first: the preferred id, the master, then slaves."""
+        order = [preferred_id, MASTER_ID, *sorted(self.addrs)]
+        out: list[str] = []
+        for broker_id in order:
+            addr = self.addrs.get(broker_id)
+            if addr is not None and addr not in out:
+                out.append(addr)
+        return out
+
+    def admin_addr(self) -> str | None:
+        """Where offsets go: the master, else a slave (findBrokerAddressInAdmin)."""
+        ids = sorted(self.addrs)
+        return self.addrs[ids[0]] if ids else None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicRoute:
+    topic: str
+    brokers: dict[str, BrokerGroup]
+    # Writable queues of groups with a live master, in broker-name order (TopicPublishInfo).
+    publish_queues: tuple[MessageQueue, ...]
+    # Readable queues of groups with any live broker (what consumers rebalance over).
+    subscribe_queues: tuple[MessageQueue, ...]
+    order_topic: bool = False
+
+    @classmethod
+    def from_proto(cls, topic: str, data: namesrv_pb2.TopicRouteData,
+                   max_queue_nums: int | None = None) -> TopicRoute:
+        """`max_queue_nums` caps queue counts (the route of TBW102 used for a new topic)."""
+        brokers = {b.broker_name: BrokerGroup(b.cluster, b.broker_name, dict(b.broker_addrs))
+                   for b in data.broker_datas}
+        publish: list[MessageQueue] = []
+        subscribe: list[MessageQueue] = []
+        for qd in sorted(data.queue_datas, key=lambda q: q.broker_name):
+            group = brokers.get(qd.broker_name)
+            if group is None or not group.addrs:
+                continue
+            writes, reads = qd.write_queue_nums, qd.read_queue_nums
+            if max_queue_nums is not None:
+                writes = reads = min(max_queue_nums, reads)
+            if qd.perm & PERM_WRITE and group.master_addr is not None:
+                publish.extend(MessageQueue(topic, qd.broker_name, i) for i in range(writes))
+            if qd.perm & PERM_READ:
+                subscribe.extend(MessageQueue(topic, qd.broker_name, i) for i in range(reads))
+        return cls(topic, brokers, tuple(publish), tuple(subscribe))
+
+    def same_as(self, other: TopicRoute | None) -> bool:
+        return (other is not None and self.brokers == other.brokers
+                and self.publish_queues == other.publish_queues
+                and self.subscribe_queues == other.subscribe_queues)
+
+
+class NameServerClient:
+    """Asks one name server at a time; on a failure the next one (on the client loop)."""
+
+    def __init__(self, addresses: list[str], channels: Channels) -> None:
+        self.addresses = addresses
+        self.channels = channels
+        self._current = 0
+
+    async def get_route(self, topic: str) -> namesrv_pb2.TopicRouteData | None:
+        """The route, None when the topic does not exist; MQClientError when no name
+        server answered."""
+        errors: list[str] = []
+        for _ in range(len(self.addresses)):
+            address = self.addresses[self._current]
+            try:
+                response = await self.channels.namesrv(address).GetRouteInfoByTopic(
+                    namesrv_pb2.GetRouteInfoByTopicRequest(topic=topic),
+                    timeout=NAMESRV_CALL_TIMEOUT_S)
+            except grpc.RpcError as e:
+                errors.append(f"{address}: {e.code().name}")  # type: ignore[attr-defined]
+                self._current = (self._current + 1) % len(self.addresses)
+                continue
+            code = response.status.code
+            if code == common_pb2.SUCCESS:
+                return response.topic_route_data
+            if code == common_pb2.TOPIC_NOT_EXIST:
+                return None
+            raise MQClientError(code_name(code), response.status.remark)
+        raise MQClientError("UNAVAILABLE",
+                            f"no name server answered the route of {topic}: "
+                            + "; ".join(errors))

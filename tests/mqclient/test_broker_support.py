@@ -1,0 +1,88 @@
+"""What the broker offers the client beyond send and pull: queue locks of orderly
+consumers, unregistering a client, and membership watch streams (in-process broker, real
+gRPC on loopback)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from mqproto import common_pb2, messaging_pb2
+from tests.broker.conftest import BrokerThread, start_broker, wait_until
+
+__all__ = ["start_broker"]  # the fixture
+
+M = messaging_pb2
+Start = Callable[..., BrokerThread]
+
+
+def mq(queue_id: int) -> messaging_pb2.MessageQueue:
+    return M.MessageQueue(topic="T", broker_name="broker-a", queue_id=queue_id)
+
+
+def test_queue_locks_belong_to_one_client(start_broker: Start) -> None:
+    b = start_broker()
+
+    def lock(client: str, *ids: int) -> list[int]:
+        r = b.messaging.LockBatchMQ(M.LockBatchMQRequest(
+            consumer_group="G", client_id=client, mq_set=[mq(i) for i in ids]), timeout=10)
+        assert r.status.code == common_pb2.SUCCESS
+        return sorted(m.queue_id for m in r.lock_ok_mq_set)
+
+    assert lock("a", 0, 1) == [0, 1]
+    assert lock("b", 0, 1, 2) == [2]
+    assert lock("a", 0, 1) == [0, 1]  # renewing is fine
+    b.messaging.UnlockBatchMQ(M.UnlockBatchMQRequest(consumer_group="G", client_id="b",
+                                                     mq_set=[mq(0)]), timeout=10)
+    assert lock("b", 0) == []  # b cannot unlock a's queue
+    b.messaging.UnlockBatchMQ(M.UnlockBatchMQRequest(consumer_group="G", client_id="a",
+                                                     mq_set=[mq(0)]), timeout=10)
+    assert lock("b", 0) == [0]
+    assert lock("a", 0) == []  # now b holds it; another group has its own locks
+    r = b.messaging.LockBatchMQ(M.LockBatchMQRequest(consumer_group="H", client_id="a",
+                                                     mq_set=[mq(0)]), timeout=10)
+    assert [m.queue_id for m in r.lock_ok_mq_set] == [0]
+
+
+def test_watchers_hear_joins_and_leaves(start_broker: Start) -> None:
+    b = start_broker()
+
+    def heartbeat(client: str) -> None:
+        r = b.messaging.Heartbeat(M.HeartbeatRequest(client_id=client, consumer_group="G"),
+                                  timeout=10)
+        assert r.status.code == common_pb2.SUCCESS
+
+    def members() -> list[str]:
+        r = b.messaging.GetConsumerListByGroup(M.GetConsumerListByGroupRequest(
+            consumer_group="G"), timeout=10)
+        return list(r.consumer_id_list)
+
+    heartbeat("c1")
+    events: list[list[str]] = []
+    stream = b.messaging.WatchConsumerGroup(M.WatchConsumerGroupRequest(
+        consumer_group="G", client_id="c1"))
+
+    def read() -> None:
+        try:
+            for event in stream:
+                events.append(list(event.consumer_id_list))
+        except Exception:  # cancelled below
+            pass
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    try:
+        wait_until(lambda: events == [["c1"]], message="the current list first")
+        heartbeat("c2")
+        wait_until(lambda: events[-1:] == [["c1", "c2"]], message="c2 joined")
+        heartbeat("c2")  # a heartbeat of a known member is no change
+        r = b.messaging.UnregisterClient(M.UnregisterClientRequest(
+            client_id="c2", consumer_group="G"), timeout=10)
+        assert r.status.code == common_pb2.SUCCESS
+        wait_until(lambda: events[-1:] == [["c1"]], message="c2 left")
+        assert events == [["c1"], ["c1", "c2"], ["c1"]]
+    finally:
+        stream.cancel()
+        reader.join(10)
+    # The watcher's stream ended: the broker takes c1 as gone.
+    wait_until(lambda: members() == [], message="c1 dropped with its stream")

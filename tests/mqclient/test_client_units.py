@@ -1,0 +1,186 @@
+"""Pure parts of the client: allocation strategies, latency fault tolerance (fake clock),
+queue selection, message checks, and the async-send accumulator on a real client loop."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from mqclient.accumulator import BatchAccumulator
+from mqclient.allocate import AllocateAveragely, AllocateAveragelyByCircle
+from mqclient.fault import LatencyFaultTolerance, QueueSelector
+from mqclient.loop import ClientLoop
+from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
+from mqclient.process_queue import ProcessQueue
+from mqclient.producer import select_by_hash
+from mqproto import messaging_pb2
+
+QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
+CIDS = ["c0", "c1", "c2"]
+
+
+def ids(mqs: list[MessageQueue]) -> list[int]:
+    return [mq.queue_id for mq in mqs]
+
+
+def test_allocate_averagely_gives_consecutive_blocks() -> None:
+    strategy = AllocateAveragely()
+    # The seed's example: 16 queues, 3 consumers.
+    assert ids(strategy.allocate("G", "c0", QUEUES, CIDS)) == [0, 1, 2, 3, 4, 5]
+    assert ids(strategy.allocate("G", "c1", QUEUES, CIDS)) == [6, 7, 8, 9, 10]
+    assert ids(strategy.allocate("G", "c2", QUEUES, CIDS)) == [11, 12, 13, 14, 15]
+    # More consumers than queues: the last ones get nothing.
+    few = QUEUES[:2]
+    assert [ids(strategy.allocate("G", c, few, CIDS)) for c in CIDS] == [[0], [1], []]
+    # A consumer not in the list gets nothing.
+    assert strategy.allocate("G", "stranger", QUEUES, CIDS) == []
+
+
+def test_allocate_by_circle_deals_round_the_table() -> None:
+    strategy = AllocateAveragelyByCircle()
+    assert ids(strategy.allocate("G", "c0", QUEUES, CIDS)) == [0, 3, 6, 9, 12, 15]
+    assert ids(strategy.allocate("G", "c1", QUEUES, CIDS)) == [1, 4, 7, 10, 13]
+    assert ids(strategy.allocate("G", "c2", QUEUES, CIDS)) == [2, 5, 8, 11, 14]
+
+
+@pytest.mark.parametrize("strategy", [AllocateAveragely(), AllocateAveragelyByCircle()])
+@pytest.mark.parametrize("n_queues,n_consumers", [(8, 3), (8, 8), (3, 5), (16, 1)])
+def test_allocation_is_a_partition(strategy: AllocateAveragely, n_queues: int,
+                                   n_consumers: int) -> None:
+    queues = QUEUES[:n_queues]
+    cids = [f"c{i}" for i in range(n_consumers)]
+    parts = [strategy.allocate("G", c, queues, cids) for c in cids]
+    flat = [mq for part in parts for mq in part]
+    assert sorted(flat) == sorted(queues)
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_fault_tolerance_backs_off_failed_and_slow_brokers() -> None:
+    clock = FakeClock()
+    fault = LatencyFaultTolerance(clock)
+    fault.update("a", 10, failed=False)
+    assert fault.is_available("a")
+    fault.update("a", 600, failed=False)  # >= 550 ms: 30 s
+    assert not fault.is_available("a")
+    clock.now += 29_999
+    assert not fault.is_available("a")
+    clock.now += 1
+    assert fault.is_available("a")
+    fault.update("b", 5, failed=True)  # a failure: isolated 30 s
+    assert not fault.is_available("b")
+    clock.now += 30_000
+    assert fault.is_available("b")
+    fault.update("b", 3_500, failed=False)  # >= 3000 ms: 180 s
+    clock.now += 179_000
+    assert not fault.is_available("b")
+
+
+def test_selector_round_robins_and_skips_unavailable_and_last_broker() -> None:
+    clock = FakeClock()
+    fault = LatencyFaultTolerance(clock)
+    selector = QueueSelector(fault)
+    queues = [MessageQueue("T", b, i) for b in ("a", "b") for i in range(2)]
+    picked = [selector.select(queues) for _ in range(8)]
+    assert picked == queues * 2
+    fault.update("a", 0, failed=True)
+    assert {selector.select(queues).broker_name for _ in range(6)} == {"b"}
+    # A retry avoids the broker that just failed even when it is the only available one.
+    clock.now += 60_000
+    assert {selector.select(queues, last_broker="b").broker_name for _ in range(6)} == {"a"}
+    # Everything in back-off: the broker whose back-off ends first.
+    fault.update("a", 0, failed=True)
+    clock.now += 1
+    fault.update("b", 0, failed=True)
+    assert selector.select(queues).broker_name == "a"
+
+
+def test_select_by_hash_is_stable_per_key() -> None:
+    queues = QUEUES[:8]
+    msg = Message("T", b"x")
+    assert select_by_hash(queues, msg, "order-7") == select_by_hash(queues, msg, "order-7")
+    assert len({select_by_hash(queues, msg, f"k{i}") for i in range(100)}) == 8
+
+
+@pytest.mark.parametrize("msg,reason", [
+    (Message("", b"x"), "no topic"),
+    (Message("T", b""), "empty"),
+    (Message("T", "text"), "must be bytes"),  # type: ignore[arg-type]
+    (Message("T", b"x" * 11), "over the maximum"),
+    (Message("T", b"x", properties={"KEYS": "k"}), "reserved"),
+])
+def test_bad_messages_are_refused_before_sending(msg: Message, reason: str) -> None:
+    with pytest.raises(MQClientError, match=reason) as e:
+        msg.check(max_size=10)
+    assert e.value.code == "ILLEGAL_ARGUMENT"
+
+
+def test_process_queue_commit_offset_waits_for_the_oldest_message() -> None:
+    pq = ProcessQueue(QUEUES[0], 10)
+    pq.max_offset = 9
+    assert pq.commit_offset() == 10
+    msgs = [_ext(o) for o in range(10, 15)]
+    pq.put(msgs)
+    assert pq.remove(msgs[1:3]) == 10  # 10 is still in flight
+    assert pq.remove(msgs[:1]) == 13
+    assert pq.remove(msgs[3:]) == 15
+    assert pq.first(3) == []
+
+
+def _ext(offset: int):  # type: ignore[no-untyped-def]
+    from mqclient.message import MessageExt
+    return MessageExt(topic="T", body=b"", tags="", keys=[], properties={}, msg_id="",
+                      offset_msg_id="", broker_name="broker-a", queue_id=0,
+                      queue_offset=offset, commit_log_offset=0, born_timestamp=0,
+                      store_timestamp=0, born_host="", store_host="", reconsume_times=0)
+
+
+def test_accumulator_batches_by_count_and_linger_and_limits_inflight() -> None:
+    loop = ClientLoop("test-accumulator")
+    calls: list[tuple[str, int]] = []
+    inflight = 0
+    max_inflight_seen = 0
+    release = threading.Event()
+
+    async def sender(topic: str, pbs: list[messaging_pb2.Message], born: float
+                     ) -> list[SendResult]:
+        nonlocal inflight, max_inflight_seen
+        calls.append((topic, len(pbs)))
+        inflight += 1
+        max_inflight_seen = max(max_inflight_seen, inflight)
+        while not release.is_set():
+            await asyncio.sleep(0.005)
+        inflight -= 1
+        mq = MessageQueue(topic, "broker-a", 0)
+        return [SendResult(SendStatus.SEND_OK, pb.body.decode(), "", mq, i)
+                for i, pb in enumerate(pbs)]
+
+    acc = BatchAccumulator(loop, sender, linger_s=0.05, max_count=10, max_bytes=1 << 20,
+                           max_inflight=2)
+    from mqclient.message import SendFuture
+    futures = []
+    for i in range(35):
+        f = SendFuture()
+        acc.append(messaging_pb2.Message(topic="T", body=b"m%d" % i), f, 5.0)
+        futures.append(f)
+    time.sleep(0.2)
+    assert len(calls) == 2 and max_inflight_seen == 2  # two full batches, the rest waits
+    release.set()
+    results = [f.result(timeout=5) for f in futures]
+    assert [r.msg_id for r in results] == [f"m{i}" for i in range(35)]
+    assert [n for _, n in calls] == [10, 10, 10, 5]  # the last 5 went after the linger
+    loop.run(acc.close())
+    with pytest.raises(MQClientError, match="shut down"):
+        acc.append(messaging_pb2.Message(topic="T", body=b"late"), SendFuture(), 1.0)
+    loop.loop.call_soon_threadsafe(loop.loop.stop)
+    loop.thread.join(5)

@@ -1,0 +1,172 @@
+"""The producer against real name server and broker processes on loopback."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import threading
+import time
+from collections import Counter
+
+import grpc
+import pytest
+
+from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
+from mqproto import messaging_pb2_grpc
+from tests.broker.conftest import pull_everything
+from tests.mqclient.conftest import Cluster, wait_until
+
+
+def stub(address: str) -> messaging_pb2_grpc.MessagingServiceStub:
+    return messaging_pb2_grpc.MessagingServiceStub(grpc.insecure_channel(address))
+
+
+def test_sync_send_result_and_message_fields(cluster: Cluster) -> None:
+    broker = cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=8) as producer:
+        r = producer.send(Message("TopicP", b"hello", tags="TagA", keys=["k1", "k2"],
+                                  properties={"color": "red"}))
+        assert r.status is SendStatus.SEND_OK
+        assert len(r.msg_id) == 32 and len(r.offset_msg_id) == 32
+        assert r.msg_id != r.offset_msg_id
+        assert r.message_queue.topic == "TopicP" and r.message_queue.broker_name == "broker-a"
+        assert 0 <= r.message_queue.queue_id < 8 and r.queue_offset == 0
+        # Round-robin: the next sends go to the next queues.
+        queues = [producer.send(Message("TopicP", b"x")).message_queue.queue_id
+                  for _ in range(8)]
+        assert sorted(queues) == list(range(8))
+
+    m = pull_everything(stub(broker.address), "TopicP", r.message_queue.queue_id)[0]
+    assert (m.body, m.tag, list(m.keys)) == (b"hello", "TagA", ["k1", "k2"])
+    assert dict(m.user_properties) == {"color": "red"}
+    assert m.system_properties.message_id == r.msg_id
+    assert m.system_properties.offset_msg_id == r.offset_msg_id
+
+
+def test_async_oneway_and_batch_sends(cluster: Cluster) -> None:
+    broker = cluster.start_broker("broker-a")
+    producer = Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=4).start()
+    try:
+        callbacks: list[tuple[SendResult | None, BaseException | None]] = []
+        done = threading.Event()
+
+        def callback(result: SendResult | None, error: BaseException | None) -> None:
+            callbacks.append((result, error))
+            if len(callbacks) == 200:
+                done.set()
+
+        futures = [producer.send_async(Message("TopicAs", b"a%d" % i), callback=callback)
+                   for i in range(200)]
+        results = [f.result(timeout=10) for f in futures]
+        assert done.wait(10)
+        assert all(e is None for _, e in callbacks)
+        assert len({r.offset_msg_id for r in results}) == 200
+
+        async def awaited() -> SendResult:  # awaitable on any event loop
+            return await producer.send_async(Message("TopicAs", b"awaited"))
+
+        assert asyncio.run(awaited()).status is SendStatus.SEND_OK
+
+        for i in range(50):
+            producer.send_oneway(Message("TopicAs", b"o%d" % i))
+        producer.flush()
+
+        batch = producer.send_batch([Message("TopicAs", b"b%d" % i) for i in range(5)])
+        assert len({r.message_queue for r in batch}) == 1
+        assert [r.queue_offset for r in batch] == list(range(batch[0].queue_offset,
+                                                             batch[0].queue_offset + 5))
+    finally:
+        producer.shutdown()
+    s = stub(broker.address)
+    bodies = Counter(m.body for q in range(4) for m in pull_everything(s, "TopicAs", q))
+    assert sum(bodies.values()) == 200 + 1 + 50 + 5 and max(bodies.values()) == 1
+
+
+def test_bad_input_is_refused_with_a_clear_error(cluster: Cluster) -> None:
+    cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr) as producer:
+        with pytest.raises(MQClientError) as e:
+            producer.send(Message("TopicBad", b"x", properties={"UNIQ_KEY": "mine"}))
+        assert e.value.code == "ILLEGAL_ARGUMENT"
+        with pytest.raises(MQClientError) as e:
+            producer.send(Message("bad topic!", b"x"))
+        assert e.value.code == "MESSAGE_ILLEGAL"  # the broker's verdict, not retried
+        with pytest.raises(MQClientError) as e:
+            producer.send_batch([Message("TopicBad", b"x"), Message("Other", b"y")])
+        assert e.value.code == "ILLEGAL_ARGUMENT"
+        with pytest.raises(MQClientError) as e:
+            producer.send_async(Message("TopicBad", b""))
+        assert e.value.code == "ILLEGAL_ARGUMENT"
+        assert producer.send(Message("TopicBad", b"fine")).status is SendStatus.SEND_OK
+
+
+def test_no_route_is_an_error_not_a_hang(cluster: Cluster) -> None:
+    with Producer("PG", cluster.namesrv_addr) as producer:  # no broker at all
+        started = time.monotonic()
+        with pytest.raises(MQClientError) as e:
+            producer.send(Message("TopicNone", b"x"))
+        assert e.value.code == "NO_ROUTE" and time.monotonic() - started < 5
+
+
+def test_name_server_failover(cluster: Cluster) -> None:
+    cluster.start_broker("broker-a")
+    dead = "127.0.0.1:1"  # nothing listens there
+    with Producer("PG", f"{dead};{cluster.namesrv_addr}") as producer:
+        assert producer.send(Message("TopicNs", b"x")).status is SendStatus.SEND_OK
+
+
+def test_ordered_send_keeps_a_key_on_one_queue(cluster: Cluster) -> None:
+    broker = cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=8) as producer:
+        producer.send(Message("TopicOrd", b"create"))
+        queue_of: dict[str, set[int]] = {}
+        for i in range(20):
+            for key in ("order-1", "order-2", "order-3"):
+                r = producer.send_orderly(Message("TopicOrd", f"{key}:{i}".encode()), key)
+                queue_of.setdefault(key, set()).add(r.message_queue.queue_id)
+    assert all(len(q) == 1 for q in queue_of.values())
+    s = stub(broker.address)
+    for key, (queue_id,) in queue_of.items():
+        seq = [int(m.body.split(b":")[1]) for m in pull_everything(s, "TopicOrd", queue_id)
+               if m.body.startswith(key.encode())]
+        assert seq == list(range(20))
+
+
+def test_sends_go_on_when_a_broker_group_dies(cluster: Cluster) -> None:
+    """Broker-b is SIGKILLed: its route stays stale (the name server keeps it up to 120 s),
+    yet no send fails: a failed attempt is retried on broker-a and broker-b is avoided.
+    Once the route drops broker-b (a clean stop unregisters), nothing goes there."""
+    cluster.start_broker("broker-a")
+    broker_b = cluster.start_broker("broker-b")
+    producer = Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=4,
+                        poll_name_server_interval_s=0.5).start()
+    try:
+        for i in range(16):
+            producer.send(Message("TopicFail", b"warm%d" % i))
+        wait_until(lambda: {q.broker_name for q in producer.fetch_publish_queues("TopicFail")}
+                   == {"broker-a", "broker-b"}, timeout=15, message="both groups routed")
+        broker_b.stop(signal.SIGKILL)
+        results = [producer.send(Message("TopicFail", b"after%d" % i)) for i in range(100)]
+        assert {r.message_queue.broker_name for r in results} == {"broker-a"}
+        futures = [producer.send_async(Message("TopicFail", b"async%d" % i))
+                   for i in range(100)]
+        assert all(f.result(timeout=15).status is SendStatus.SEND_OK for f in futures)
+        assert not producer.fault.is_available("broker-b")
+    finally:
+        producer.shutdown()
+
+
+def test_route_refresh_drops_a_stopped_group(cluster: Cluster) -> None:
+    cluster.start_broker("broker-a")
+    broker_b = cluster.start_broker("broker-b")
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=4,
+                  poll_name_server_interval_s=0.5) as producer:
+        for i in range(8):
+            producer.send(Message("TopicDrop", b"warm%d" % i))
+        wait_until(lambda: {q.broker_name for q in producer.fetch_publish_queues("TopicDrop")}
+                   == {"broker-a", "broker-b"}, timeout=15, message="both groups routed")
+        broker_b.stop(signal.SIGTERM)  # unregisters from the name server
+        wait_until(lambda: {q.broker_name for q in producer.fetch_publish_queues("TopicDrop")}
+                   == {"broker-a"}, timeout=15, message="route without broker-b")
+        results = [producer.send(Message("TopicDrop", b"m%d" % i)) for i in range(20)]
+        assert {r.message_queue.broker_name for r in results} == {"broker-a"}
