@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 run: $(STAMP)
-	$(PY) -m store.demo
+	$(PY) -m mqclient.demo
 
 test: $(STAMP)
 	$(PY) -m ruff check .
