@@ -9,6 +9,7 @@ import os
 import random
 import struct
 import time
+from collections.abc import Callable
 
 from broker.constants import (
     PROPERTY_SHARDING_KEY,
@@ -21,7 +22,6 @@ from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
 from store.constants import TRANSACTION_TYPE_MASK, MessageProperty, SysFlag
 from store.message import Message
 
-_FORBIDDEN_CHARS = (PROPERTY_SEPARATOR, PROPERTIES_SEPARATOR)
 _TRANSACTION_TYPES = {
     0: messaging_pb2.TRANSACTION_NOT_TYPE,
     int(SysFlag.TRANSACTION_PREPARED): messaging_pb2.TRANSACTION_PREPARED_TYPE,
@@ -86,43 +86,68 @@ class UniqKeyFactory:
 
 
 def _check_text(what: str, value: str) -> None:
-    if any(ch in value for ch in _FORBIDDEN_CHARS):
+    if PROPERTY_SEPARATOR in value or PROPERTIES_SEPARATOR in value:
         raise _illegal(f"{what} {value!r} contains a \\x01 or \\x02 separator")
 
 
+# Client-given born hosts seen lately ("ip:port" -> (ip, port) or None); a broker sees few.
+_BORN_HOSTS: dict[str, tuple[str, int] | None] = {}
+_MAX_CACHED_HOSTS = 4096
+
+
+def _born_host(text: str) -> tuple[str, int] | None:
+    try:
+        return _BORN_HOSTS[text]
+    except KeyError:
+        if len(_BORN_HOSTS) >= _MAX_CACHED_HOSTS:
+            _BORN_HOSTS.clear()
+        host = _BORN_HOSTS[text] = parse_host(text)
+        return host
+
+
 def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
-                       born_host: tuple[str, int], now_ms: int, uniq_key: str) -> Message:
+                       born_host: tuple[str, int], now_ms: int,
+                       uniq_key: str | Callable[[], str]) -> Message:
     """A store message from a send; RequestError(MESSAGE_ILLEGAL) when it cannot be one.
 
-    `born_host` (the peer) is used when the client gave none; `uniq_key` when the client
-    set no message_id.
+    `born_host` (the peer) is used when the client gave none; `uniq_key` (or what it makes,
+    called only then) when the client set no message_id.
     """
     sp = pb.system_properties
     properties: dict[str, str] = {}
-    for name, value in pb.user_properties.items():
-        if not name:
-            raise _illegal("a user property has an empty name")
-        if name in RESERVED_PROPERTIES:
-            raise _illegal(f"user property {name} is a reserved system property")
-        _check_text("user property", name)
-        _check_text(f"user property {name} value", value)
-        properties[name] = value
-    if pb.tag:
-        _check_text("tag", pb.tag)
-        properties[MessageProperty.TAGS] = pb.tag
-    if pb.keys:
-        for key in pb.keys:
+    if pb.user_properties:
+        for name, value in pb.user_properties.items():
+            if not name:
+                raise _illegal("a user property has an empty name")
+            if name in RESERVED_PROPERTIES:
+                raise _illegal(f"user property {name} is a reserved system property")
+            _check_text("user property", name)
+            _check_text(f"user property {name} value", value)
+            properties[name] = value
+    tag = pb.tag
+    if tag:
+        _check_text("tag", tag)
+        properties[MessageProperty.TAGS] = tag
+    keys = pb.keys
+    if keys:
+        for key in keys:
             if not key or key != "".join(key.split()):
                 raise _illegal(f"key {key!r} is empty or contains blanks")
             _check_text("key", key)
-        properties[MessageProperty.KEYS] = MessageProperty.KEY_SEPARATOR.join(pb.keys)
-    message_id = sp.message_id or uniq_key
-    _check_text("message id", message_id)
+        properties[MessageProperty.KEYS] = MessageProperty.KEY_SEPARATOR.join(keys)
+    message_id = sp.message_id
+    if message_id:
+        _check_text("message id", message_id)
+    else:
+        message_id = uniq_key if isinstance(uniq_key, str) else uniq_key()
     properties[MessageProperty.UNIQ_KEY] = message_id
-    if sp.message_group:
-        _check_text("message group", sp.message_group)
-        properties[PROPERTY_SHARDING_KEY] = sp.message_group
-    host = (parse_host(sp.born_host) if sp.born_host else None) or born_host
+    group = sp.message_group
+    if group:
+        _check_text("message group", group)
+        properties[PROPERTY_SHARDING_KEY] = group
+    host_text = sp.born_host
+    host = (_born_host(host_text) if host_text else None) or born_host
+    reconsume = sp.reconsume_times
     return Message(
         topic=topic,
         body=pb.body,
@@ -131,7 +156,7 @@ def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
         flag=pb.flag,
         born_timestamp=sp.born_timestamp or now_ms,
         born_host=host,
-        reconsume_times=max(0, sp.reconsume_times),
+        reconsume_times=reconsume if reconsume > 0 else 0,
     )
 
 

@@ -6,6 +6,7 @@ messages land one after another in one queue or not at all.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Sequence
@@ -66,8 +67,9 @@ class SendProcessor:
         for pb in pbs:
             self._check_supported(pb)
         now = broker.clock_ms()
+        uniq_key = functools.partial(broker.uniq_key, now)
         msgs = [message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
-                                   now_ms=now, uniq_key=broker.uniq_key(now)) for pb in pbs]
+                                   now_ms=now, uniq_key=uniq_key) for pb in pbs]
         result = await broker.store.put_messages_async(msgs)
         append = result.append
         if result.status not in STORED_STATUSES or append is None:
@@ -83,15 +85,12 @@ class SendProcessor:
 
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
                  ) -> list[messaging_pb2.SendResultEntry]:
-        store_host = self.broker.store_host
+        # offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part once.
+        host_hex = encode_offset_msg_id(self.broker.store_host, 0)[:-16]
+        entry = messaging_pb2.SendResultEntry
         return [
-            messaging_pb2.SendResultEntry(
-                message_id=m.properties["UNIQ_KEY"],
-                offset_msg_id=encode_offset_msg_id(store_host, p),
-                queue_id=m.queue_id,
-                queue_offset=q,
-                commit_log_offset=p,
-            )
+            entry(message_id=m.properties["UNIQ_KEY"], offset_msg_id=f"{host_hex}{p:016X}",
+                  queue_id=m.queue_id, queue_offset=q, commit_log_offset=p)
             for m, p, q in zip(msgs, phys, queue_offsets, strict=True)
         ]
 
