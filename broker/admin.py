@@ -12,7 +12,7 @@ from broker.consumer_offsets import offset_key
 from broker.status import RequestError, ok, rpc, status
 from broker.topic_config import DataVersion, TopicConfig, config_problem
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
-from store.message import is_system_topic
+from store.message import is_system_topic, topic_problem
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -53,6 +53,63 @@ def slave_ack_offsets(broker: BrokerController) -> dict[str, int]:
     return {c.status.address: c.status.ack_offset for c in service.connections}
 
 
+def ha_connection_infos(broker: BrokerController) -> list[A.HAConnectionRuntimeInfo]:
+    """A master's slave links: live ones, then recently closed ones (state says why)."""
+    service = broker.ha_service
+    if service is None:
+        return []
+    return [A.HAConnectionRuntimeInfo(
+        addr=s.address, slave_ack_offset=s.ack_offset, diff=s.fall_behind_bytes,
+        fall_behind_seconds=s.fall_behind_seconds, in_sync=s.in_sync,
+        transferred_byte_in_second=int(s.transfer_rate), transfer_from_where=s.transfer_from,
+        state=s.problem or ("connected" if s.connected else "closed"))
+        for s in service.slave_statuses()]
+
+
+def ha_client_info(broker: BrokerController) -> A.HAClientRuntimeInfo | None:
+    """A slave's link to its master; None on a master."""
+    client = broker.ha_client
+    if client is None:
+        return None
+    st = client.status
+    now_ms = broker.clock_ms()
+
+    def wall_ms(t: float) -> int:  # the client's monotonic clock -> the broker's wall clock
+        return now_ms - int((client.clock() - t) * 1000) if t else 0
+
+    return A.HAClientRuntimeInfo(
+        master_addr=st.master_address, connected=st.connected,
+        max_offset=broker.store.max_phy_offset,
+        transferred_byte_in_second=int(client.received.rate()),
+        last_read_timestamp=wall_ms(st.last_read_time),
+        last_write_timestamp=wall_ms(st.last_report_time),
+        state=st.last_error if not st.connected else "connected",
+        connect_count=st.connect_count)
+
+
+def ha_runtime_entries(broker: BrokerController) -> dict[str, str]:
+    """HA figures of the runtime table (text, for tools that print the table)."""
+    links = [c for c in ha_connection_infos(broker) if c.state == "connected"]
+    if broker.ha_service is not None:
+        return {
+            "haInSyncSlaveNums": str(sum(1 for c in links if c.in_sync)),
+            "haSlaveFallBehindBytesMax": str(max((c.diff for c in links), default=0)),
+            "haSlaveFallBehindSecondsMax":
+                f"{max((c.fall_behind_seconds for c in links), default=0.0):.3f}",
+            "haTransferredBytesPerSecond": str(sum(c.transferred_byte_in_second
+                                                   for c in links)),
+        }
+    info = ha_client_info(broker)
+    if info is None:
+        return {}
+    return {
+        "haMasterAddr": info.master_addr,
+        "haMasterConnected": str(info.connected).lower(),
+        "haAckOffset": str(info.max_offset),
+        "haReceivedBytesPerSecond": str(info.transferred_byte_in_second),
+    }
+
+
 def runtime_table(broker: BrokerController) -> dict[str, str]:
     """Every runtime value by its RocketMQ name, as text (GetRuntimeInfo.table)."""
     stats = broker.stats
@@ -75,6 +132,7 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
                             f"{broker.topics.data_version.counter}",
         "pullHoldCount": str(len(broker.pull_hold)),
     })
+    table.update(ha_runtime_entries(broker))
     return table
 
 
@@ -137,6 +195,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             get_total_tps=broker.stats.get_total_tps(),
             slave_ack_offsets=slave_ack_offsets(broker),
             earliest_message_store_timestamp=earliest_message_store_timestamp(broker),
+            ha_connection_info=ha_connection_infos(broker),
+            ha_client_info=ha_client_info(broker),
         )
 
     @rpc(A.GetConsumeStatsResponse)
@@ -190,27 +250,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         response = A.GetHAStatusResponse(
             status=ok(), master=not broker.config.is_slave,
             master_commit_log_max_offset=broker.store.max_phy_offset)
-        service = broker.ha_service
-        if service is not None:
-            statuses = service.slave_statuses()
-            response.in_sync_slave_nums = sum(1 for s in statuses if s.in_sync)
-            response.ha_connection_info.extend(
-                A.HAConnectionRuntimeInfo(
-                    addr=s.address, slave_ack_offset=s.ack_offset,
-                    diff=s.fall_behind_bytes, in_sync=s.in_sync,
-                    transferred_byte_in_second=int(s.transfer_rate),
-                    state=s.problem or ("connected" if s.connected else "closed"))
-                for s in statuses)
-        client = broker.ha_client
+        links = ha_connection_infos(broker)
+        response.in_sync_slave_nums = sum(1 for c in links if c.in_sync)
+        response.ha_connection_info.extend(links)
+        client = ha_client_info(broker)
         if client is not None:
-            st = client.status
-            now_ms = broker.clock_ms()
-            last_read_ms = (now_ms - int((client.clock() - st.last_read_time) * 1000)
-                            if st.last_read_time else 0)
-            response.ha_client_info.CopyFrom(A.HAClientRuntimeInfo(
-                master_addr=st.master_address, connected=st.connected,
-                max_offset=broker.store.max_phy_offset, last_read_timestamp=last_read_ms,
-                state=st.last_error if not st.connected else "connected"))
+            response.ha_client_info.CopyFrom(client)
         return response
 
     # -- tables a slave copies -------------------------------------------------------------
@@ -227,4 +272,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @rpc(A.GetAllDelayOffsetResponse)
     async def GetAllDelayOffset(self, request: A.GetAllDelayOffsetRequest,
                                 context: Context) -> Any:
-        return A.GetAllDelayOffsetResponse(status=ok(), offset_table={})  # no schedule service
+        return A.GetAllDelayOffsetResponse(status=ok(),
+                                           offset_table=self.broker.delay_offsets.offset_table)
+
+    @rpc(A.MergeConsumerOffsetResponse)
+    async def MergeConsumerOffset(self, request: A.MergeConsumerOffsetRequest,
+                                  context: Context) -> Any:
+        entries = []
+        for i, e in enumerate(request.offset_table):
+            problem = (topic_problem(e.topic) or ("consumer_group is required"
+                                                  if not e.consumer_group else None)
+                       or ("queue_id and offset must be >= 0"
+                           if e.queue_id < 0 or e.offset < 0 else None))
+            if problem is not None:
+                raise RequestError(common_pb2.INVALID_PARAMETER,
+                                   f"offset entry {i} ({e.topic}@{e.consumer_group} queue "
+                                   f"{e.queue_id} offset {e.offset}): {problem}; nothing merged")
+            entries.append((e.topic, e.consumer_group, e.queue_id, e.offset))
+        merged = self.broker.offsets.merge_larger(entries)
+        if merged:
+            log.info("merged %d larger consumer offsets reported by a slave", merged)
+        return A.MergeConsumerOffsetResponse(status=ok(), merged=merged)

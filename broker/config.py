@@ -24,6 +24,7 @@ from broker.constants import (
     PERM_READ_WRITE,
     REGISTER_BROKER_TIMEOUT_MS,
     REGISTER_NAME_SERVER_PERIOD_MS,
+    SLAVE_SYNCHRONIZE_INTERVAL_MS,
 )
 from ha.constants import HA_SLAVE_FALLBEHIND_MAX
 from store.config import StoreConfig, snake_case
@@ -62,6 +63,8 @@ class BrokerConfig:
     register_name_server_period: int = REGISTER_NAME_SERVER_PERIOD_MS
     register_broker_timeout_mills: int = REGISTER_BROKER_TIMEOUT_MS
     flush_consumer_offset_interval: int = FLUSH_CONSUMER_OFFSET_INTERVAL_MS
+    # SLAVE: copy topic configs and offsets from the master this often (ms).
+    slave_synchronize_interval: int = SLAVE_SYNCHRONIZE_INTERVAL_MS
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
 
@@ -184,7 +187,7 @@ def _check(c: BrokerConfig) -> None:
     if c.default_topic_queue_nums <= 0:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
     for name in ("register_name_server_period", "register_broker_timeout_mills",
-                 "flush_consumer_offset_interval"):
+                 "flush_consumer_offset_interval", "slave_synchronize_interval"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"{name}: must be > 0")
     for addr in c.namesrv_addr_list:

@@ -27,6 +27,9 @@ SCHEDULE_TOPIC_QUEUE_NUMS = 18
 REGISTER_NAME_SERVER_PERIOD_MS = 30_000
 REGISTER_BROKER_TIMEOUT_MS = 6_000
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
+# A slave copies topic configs, consumer and delay offsets from its master this often
+# (RocketMQ's SlaveSynchronize every 10 s; key slaveSynchronizeInterval is ours).
+SLAVE_SYNCHRONIZE_INTERVAL_MS = 10_000
 STATS_SAMPLE_INTERVAL_S = 1.0
 TPS_WINDOW_S = 60  # putTps / getTotalTps: messages per second over the last minute
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000  # a client silent this long leaves its group

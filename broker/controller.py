@@ -28,11 +28,12 @@ from broker.constants import (
     SHUTDOWN_GRACE_S,
     STATS_SAMPLE_INTERVAL_S,
 )
-from broker.consumer_offsets import ConsumerOffsetManager
+from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from broker.convert import UniqKeyFactory, format_host
 from broker.messaging import MessagingServicer
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI
+from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import RequestError
 from broker.topic_config import TopicConfig, TopicConfigManager
@@ -72,7 +73,9 @@ class BrokerController:
         root = Path(self.store_config.store_path_root_dir)
         self.root = root
         self.topics = TopicConfigManager(root / "config" / "topics.json", self.config, clock_ms)
-        self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json", clock_ms)
+        self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json", clock_ms,
+                                             track_local_commits=self.config.is_slave)
+        self.delay_offsets = DelayOffsetManager(root / "config" / "delayOffset.json")
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
@@ -88,6 +91,12 @@ class BrokerController:
         self.ha_service: HAService | None = None
         self.ha_client: HAClient | None = None
         self.ha_waiters = OffsetWaiters(time.monotonic)
+        # A slave copies its master's tables (SPEC §4) and reports offsets committed on it.
+        self.slave_sync: SlaveSynchronizer | None = None
+        if self.config.is_slave:
+            self.slave_sync = SlaveSynchronizer(
+                self, self.config.slave_synchronize_interval / 1000,
+                self.config.register_broker_timeout_mills / 1000)
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
@@ -147,11 +156,15 @@ class BrokerController:
             asyncio.create_task(self._periodic(
                 "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
         ]
+        if self.slave_sync is not None:
+            self._tasks.append(asyncio.create_task(self.slave_sync.run(), name="slaveSynchronize"))
         return self.broker_addr
 
     async def _start_ha(self, host: str, ha_port: int) -> None:
         if self.config.is_slave:
-            self.ha_client = HAClient(self.store, self.config.ha_master_address)
+            assert self.slave_sync is not None
+            self.ha_client = HAClient(self.store, self.config.ha_master_address,
+                                      on_connected=self.slave_sync.wake)
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
@@ -192,9 +205,11 @@ class BrokerController:
         return None
 
     def _load_config_files(self) -> None:
-        """topics.json and consumerOffset.json (each from its .bak when it is corrupt)."""
+        """topics.json, consumerOffset.json and delayOffset.json (each from its .bak when
+        it is corrupt)."""
         self.topics.load_and_init()
         self.offsets.load()
+        self.delay_offsets.load()
 
     def _build_server(self) -> grpc.aio.Server:
         max_receive = 2 * self.store_config.max_message_size + (1 << 20)
@@ -250,6 +265,7 @@ class BrokerController:
     def _persist_all(self) -> None:
         self.offsets.persist()
         self.topics.persist()
+        self.delay_offsets.persist()
 
     async def __aenter__(self) -> BrokerController:
         await self.start()
@@ -316,6 +332,8 @@ class BrokerController:
                 self.master_addr = answer.master_addr
                 log.info("master of %s is %s (HA %s)", self.config.broker_name,
                          answer.master_addr, answer.ha_server_addr)
+                if self.slave_sync is not None:
+                    self.slave_sync.wake()
             if (self.ha_client is not None and answer.ha_server_addr
                     and not self.config.ha_master_address):
                 self.ha_client.update_master_address(answer.ha_server_addr)
@@ -333,6 +351,17 @@ class BrokerController:
         """After a topic config change: persist the table, register again soon."""
         await self.topics.persist_async()
         self._register_now.set()
+
+    def master_available(self) -> bool:
+        """A slave's view: its HA link to the master is up (a master is its own master)."""
+        if not self.config.is_slave:
+            return True
+        return self.ha_client is not None and self.ha_client.status.connected
+
+    def slave_read_allowed(self) -> bool:
+        """A slave serves pulls when slaveReadEnable, or when its master is gone."""
+        return (not self.config.is_slave or self.config.slave_read_enable
+                or not self.master_available())
 
     # -- shared request checks -------------------------------------------------------------
     def check_queue(self, topic: str, queue_id: int) -> TopicConfig:

@@ -219,6 +219,21 @@ class TopicConfigManager(ConfigManager[Table]):
         self._changed()
         log.info("%s topic config %s", "updated" if old else "created", config)
 
+    def copy_from_master(self, configs: list[TopicConfig], version: DataVersion) -> bool:
+        """Slave side: the table becomes the master's when its data version differs (as
+        RocketMQ's SlaveSynchronize); True when it changed (the caller persists it)."""
+        if version == self.data_version:
+            return False
+        for config in configs:
+            problem = config_problem(config)
+            if problem is not None:
+                raise ValueError(f"the master's topic config is unusable: {problem}")
+        self.table = {c.topic_name: c for c in configs}
+        self.data_version = version
+        log.info("copied %d topic configs from the master (data version %d:%d)",
+                 len(configs), version.timestamp, version.counter)
+        return True
+
     def delete(self, topic: str) -> bool:
         if self.table.pop(topic, None) is None:
             return False

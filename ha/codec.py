@@ -44,6 +44,36 @@ def encode_heartbeat(phy_offset: int) -> bytes:
     return FRAME_HEADER.pack(phy_offset, 0)
 
 
+class FrameSpan(NamedTuple):
+    """A whole frame inside a buffer: its body is buffer[body_start:body_start + body_size]."""
+
+    phy_offset: int
+    body_start: int
+    body_size: int
+
+
+def scan_frames(view: memoryview, start: int, end: int, max_body_size: int
+                ) -> tuple[list[FrameSpan], int, int]:
+    """The whole frames in view[start:end], parsed in place (nothing copied).
+
+    Returns (frames, where the unparsed rest starts, bytes the first incomplete frame needs
+    in all: its header and body, or a header's size when even that is incomplete).
+    """
+    frames: list[FrameSpan] = []
+    unpack = FRAME_HEADER.unpack_from
+    pos = start
+    while end - pos >= FRAME_HEADER_SIZE:
+        offset, size = unpack(view, pos)
+        if offset < 0 or size < 0 or size > max_body_size:
+            raise HACodecError(f"bad frame header: offset {offset}, body size {size}")
+        body_end = pos + FRAME_HEADER_SIZE + size
+        if body_end > end:
+            return frames, pos, FRAME_HEADER_SIZE + size
+        frames.append(FrameSpan(offset, pos + FRAME_HEADER_SIZE, size))
+        pos = body_end
+    return frames, pos, FRAME_HEADER_SIZE
+
+
 class FrameParser:
     """Turns byte chunks, split anywhere, into whole frames.
 

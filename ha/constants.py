@@ -14,7 +14,7 @@ SLAVE_TIMEOUT = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long for a 
 HA_WRITE_HIGH_WATER = 1024 * 1024
 # Master: how often a transfer loop looks for new data when nobody wakes it.
 HA_TRANSFER_POLL_INTERVAL = 100
-# Slave: the most bytes one socket read asks for.
-HA_READ_MAX_SIZE = 1024 * 1024
+# Slave: its receive buffer, the most bytes one socket read takes.
+HA_READ_MAX_SIZE = 8 * 1024 * 1024
 # Transfer rate in the status: bytes per second over this many seconds.
 HA_TRANSFER_RATE_WINDOW = 5

@@ -20,6 +20,7 @@ class HAStore(Protocol):
         """Committed bytes from `offset`, at most `max_bytes`, never crossing a file."""
         ...
 
-    def append_commitlog(self, offset: int, data: bytes) -> None:
-        """Slave side: puts `data` at exactly the max offset; ValueError on a mismatch."""
+    def append_commitlog(self, offset: int, data: bytes | memoryview) -> None:
+        """Slave side: puts `data` at exactly the max offset; ValueError on a mismatch.
+        `data` may be a view into the HA receive buffer: copy it, do not keep it."""
         ...

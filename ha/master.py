@@ -23,17 +23,22 @@ from ha.constants import (
     HA_SLAVE_FALLBEHIND_MAX,
     HA_TRANSFER_BATCH_SIZE,
     HA_TRANSFER_POLL_INTERVAL,
-    HA_TRANSFER_RATE_WINDOW,
     HA_WRITE_HIGH_WATER,
 )
 from ha.interface import HAStore
-from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from ha.rate import TransferRate
+from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SysFlag
 
 log = logging.getLogger(__name__)
 
 _RECORD_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _PHYSICAL_OFFSET_POS = 28  # TOTALSIZE 4, MAGIC 4, BODYCRC 4, QUEUEID 4, FLAG 4, QUEUEOFFSET 8
+_SYS_FLAG = struct.Struct(">i")
+_SYS_FLAG_POS = 36  # after PHYSICALOFFSET 8
+_STORE_TIMESTAMP = struct.Struct(">q")
+# STORETIMESTAMP follows SYSFLAG 4, BORNTIMESTAMP 8 and BORNHOST (8, or 20 when IPv6).
+_STORE_TIMESTAMP_POS = {False: 56, True: 68}
 _CLOSED_LINKS_KEPT = 16
 
 
@@ -50,6 +55,9 @@ class SlaveStatus:
     ack_offset: int = -1  # -1 until the slave's first report
     last_ack_time_ms: int = 0
     fall_behind_bytes: int = 0
+    # now - store time of the first record the slave lacks; 0 when it lacks none.
+    fall_behind_seconds: float = 0.0
+    transfer_from: int = -1  # the next commitlog offset sent on the link
     in_sync: bool = False
     transfer_rate: float = 0.0  # bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds
     problem: str = ""
@@ -71,6 +79,27 @@ def is_record_boundary(store: HAStore, offset: int) -> bool:
     return _PHYSICAL_OFFSET.unpack_from(head, _PHYSICAL_OFFSET_POS)[0] == offset
 
 
+def store_timestamp_at(store: HAStore, offset: int) -> int | None:
+    """STORETIMESTAMP (ms) of the record at `offset`, stepping over an end-of-file blank;
+    None when no whole record head starts there (end of data, or not a record)."""
+    for _ in range(2):  # a blank, then the first record of the next file
+        head = store.read_commitlog(offset, _STORE_TIMESTAMP_POS[True] + _STORE_TIMESTAMP.size)
+        if len(head) < _RECORD_HEAD.size:
+            return None
+        total, magic = _RECORD_HEAD.unpack_from(head)
+        if magic == BLANK_MAGIC_CODE and total >= _RECORD_HEAD.size:
+            offset += total
+            continue
+        if magic != MESSAGE_MAGIC_CODE or len(head) < _SYS_FLAG_POS + _SYS_FLAG.size:
+            return None
+        born_v6 = bool(_SYS_FLAG.unpack_from(head, _SYS_FLAG_POS)[0] & SysFlag.BORNHOST_V6)
+        pos = _STORE_TIMESTAMP_POS[born_v6]
+        if len(head) < pos + _STORE_TIMESTAMP.size:
+            return None
+        return int(_STORE_TIMESTAMP.unpack_from(head, pos)[0])
+    return None
+
+
 class HAConnection:
     """One slave link: acks in, frames out."""
 
@@ -85,10 +114,8 @@ class HAConnection:
         self.next_offset = -1  # next commitlog byte to send; -1 until the first report
         self.wake = asyncio.Event()
         self._reported = asyncio.Event()
-        self._sent: collections.deque[tuple[float, int]] = collections.deque()
-        self._sent_total = 0
+        self._sent = TransferRate(service.clock)
         self._link_tasks: list[asyncio.Task[None]] = []
-        self._connected_at = service.clock()
 
     async def run(self) -> None:
         self._link_tasks = tasks = [asyncio.create_task(self._read_acks()),
@@ -210,7 +237,7 @@ class HAConnection:
                     return
                 writer.write(b"".join(pieces))
                 self.next_offset = offset
-                self._count_sent(queued)
+                self._sent.add(queued)
                 await writer.drain()
                 last_write = clock()
                 continue
@@ -223,26 +250,9 @@ class HAConnection:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), max(wait, 0.0))
 
-    def _count_sent(self, n: int) -> None:
-        self._sent_total += n
-        self._sent.append((self.service.clock(), self._sent_total))
-        self._prune_sent()
-
-    def _prune_sent(self) -> float:
-        window_start = self.service.clock() - HA_TRANSFER_RATE_WINDOW
-        while len(self._sent) > 1 and self._sent[1][0] <= window_start:
-            self._sent.popleft()
-        return window_start
-
     def transfer_rate(self) -> float:
         """Bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds (or since connect)."""
-        window_start = self._prune_sent()
-        if not self._sent:
-            return 0.0
-        first_t, first_total = self._sent[0]
-        if first_t <= window_start:
-            return (self._sent_total - first_total) / HA_TRANSFER_RATE_WINDOW
-        return self._sent_total / max(self.service.clock() - self._connected_at, 1e-3)
+        return self._sent.rate()
 
 
 class HAService:
@@ -347,17 +357,33 @@ class HAService:
 
     def _status_of(self, conn: HAConnection) -> SlaveStatus:
         s = dataclasses.replace(conn.status)
-        ack = max(s.ack_offset, 0)
-        s.fall_behind_bytes = max(0, self.store.max_phy_offset - ack)
-        s.in_sync = (s.connected and not s.problem and s.ack_offset >= 0
-                     and s.fall_behind_bytes <= self.slave_fallbehind_max)
+        store = self.store
+        # Before its first report an empty slave lacks everything from the min offset.
+        ack = max(s.ack_offset, store.min_phy_offset)
+        s.fall_behind_bytes = max(0, store.max_phy_offset - ack)
+        s.fall_behind_seconds = self._fall_behind_seconds(ack, s.fall_behind_bytes)
+        s.transfer_from = conn.next_offset
+        s.in_sync = self._in_sync(s)
         s.transfer_rate = conn.transfer_rate() if s.connected else 0.0
         return s
+
+    def _fall_behind_seconds(self, ack: int, behind_bytes: int) -> float:
+        if behind_bytes <= 0:
+            return 0.0
+        stored = store_timestamp_at(self.store, ack)
+        if stored is None:  # not a record head: the status names the problem instead
+            return 0.0
+        return max(0.0, (self.wall_clock_ms() - stored) / 1000)
 
     def slave_statuses(self) -> list[SlaveStatus]:
         """Live links, then recently closed ones (their problem says why)."""
         return [self._status_of(c) for c in self.connections] + list(self.closed_links)
 
+    def _in_sync(self, s: SlaveStatus) -> bool:
+        """A live, healthy link whose slave is within haSlaveFallbehindMax of the master."""
+        return (s.connected and not s.problem and s.ack_offset >= 0
+                and self.store.max_phy_offset - s.ack_offset <= self.slave_fallbehind_max)
+
     def slave_ok(self) -> bool:
-        """SYNC_MASTER: some live slave is within haSlaveFallbehindMax of the master."""
-        return any(s.in_sync for s in map(self._status_of, self.connections))
+        """SYNC_MASTER (on every send, so no status copies): some slave is in sync."""
+        return any(self._in_sync(c.status) for c in self.connections)

@@ -3,6 +3,8 @@
 Connects to the master's HA address, reports its commitlog max offset (on connect, after
 applied frames that moved it, and every haSendHeartbeatInterval), appends frame bodies at
 exactly its max offset, drops a link silent for haHousekeepingInterval and reconnects.
+The socket reads straight into one large buffer (a BufferedProtocol) and frame bodies go
+to the store as views of it: no copy on the way, few large reads.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from ha.codec import Frame, FrameParser, HACodecError, encode_ack
+from ha.codec import FRAME_HEADER_SIZE, FrameSpan, HACodecError, encode_ack, scan_frames
 from ha.constants import (
     HA_CONNECT_RETRY_INTERVAL,
     HA_HOUSEKEEPING_INTERVAL,
@@ -22,10 +24,13 @@ from ha.constants import (
     HA_SEND_HEARTBEAT_INTERVAL,
 )
 from ha.interface import HAStore
+from ha.rate import TransferRate
 
 log = logging.getLogger(__name__)
 
 _MAX_FRAME_BODY = 64 * 1024 * 1024  # anything larger is garbage, not a frame
+_MIN_BUFFER = 64 * 1024
+_MIN_READ = 64 * 1024  # below this much free space the buffer is compacted first
 
 
 class HALinkError(Exception):
@@ -39,6 +44,7 @@ class HAClientStatus:
     reported_offset: int = -1  # the last ack sent
     master_offset: int = -1  # the offset of the last frame (or heartbeat) received
     last_read_time: float = 0.0  # clock() of the last bytes from the master
+    last_report_time: float = 0.0  # clock() of the last ack sent
     connect_count: int = 0
     last_error: str = ""
 
@@ -56,14 +62,19 @@ class HAClient:
                  housekeeping_interval: float = HA_HOUSEKEEPING_INTERVAL / 1000,
                  reconnect_interval: float = HA_CONNECT_RETRY_INTERVAL / 1000,
                  read_size: int = HA_READ_MAX_SIZE,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_connected: Callable[[], None] | None = None) -> None:
+        """`on_connected` runs on the loop each time a link to the master is up (the broker
+        then reconciles its consumer offsets with the master at once)."""
         self.store = store
         self.report_interval = report_interval
         self.housekeeping_interval = housekeeping_interval
         self.reconnect_interval = reconnect_interval
         self.read_size = read_size
         self.clock = clock
+        self.on_connected = on_connected
         self.status = HAClientStatus(master_address)
+        self.received = TransferRate(clock)
         self._task: asyncio.Task[None] | None = None
         self._link_task: asyncio.Task[None] | None = None
         self._address_changed = asyncio.Event()
@@ -114,6 +125,9 @@ class HAClient:
                 except (OSError, ValueError, HACodecError, HALinkError, TimeoutError) as e:
                     self.status.last_error = f"link to {address}: {e}"
                     log.warning("HA %s", self.status.last_error)
+                except Exception as e:  # a store failure: report it, keep retrying
+                    self.status.last_error = f"link to {address} failed: {e!r}"
+                    log.exception("HA link to %s failed", address)
                 finally:
                     self._link_task = None
                     self.status.connected = False
@@ -125,60 +139,70 @@ class HAClient:
 
     async def _link(self, address: str) -> None:
         host, port = split_address(address)
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port),
-                                                self.housekeeping_interval)
+        loop = asyncio.get_running_loop()
+        transport, link = await asyncio.wait_for(
+            loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port),
+            self.housekeeping_interval)
         self.status.connected = True
         self.status.connect_count += 1
         self.status.last_read_time = self.clock()
         log.info("HA connected to master %s, slave max offset %d", address,
                  self.store.max_phy_offset)
-        reporter = asyncio.create_task(self._report_loop(writer))
+        if self.on_connected is not None:
+            try:
+                self.on_connected()
+            except Exception:
+                log.exception("HA on_connected callback failed")
+        reporter = asyncio.create_task(self._report_loop(transport))
         try:
-            self._report(writer)
-            await self._read_frames(reader, writer)
+            self._report(transport)
+            await self._watch(link)
         finally:
             reporter.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reporter
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if link.closed.done():
+                link.closed.exception()  # retrieved here; raised above when it ended the link
+            else:
+                link.closed.set_result(None)  # so that connection_lost records nothing more
+            transport.close()
 
-    def _report(self, writer: asyncio.StreamWriter) -> None:
+    async def _watch(self, link: _LinkProtocol) -> None:
+        """Until the link fails; drops it when the master was silent too long."""
+        timeout = self.housekeeping_interval
+        while True:
+            idle = self.clock() - self.status.last_read_time
+            if idle >= timeout:
+                raise HALinkError(f"nothing from the master for {timeout:g} s: link dropped")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(link.closed), timeout - idle)
+
+    def _report(self, transport: asyncio.BaseTransport) -> None:
         offset = self.store.max_phy_offset
-        writer.write(encode_ack(offset))
+        transport.write(encode_ack(offset))  # type: ignore[attr-defined]
         self.status.reported_offset = offset
-        self._last_report = self.clock()
+        self._last_report = self.status.last_report_time = self.clock()
 
-    async def _report_loop(self, writer: asyncio.StreamWriter) -> None:
+    async def _report_loop(self, transport: asyncio.BaseTransport) -> None:
         while True:
             due = self._last_report + self.report_interval - self.clock()
             if due > 0:
                 await asyncio.sleep(due)
                 continue
-            self._report(writer)
-            await writer.drain()
+            self._report(transport)
 
-    async def _read_frames(self, reader: asyncio.StreamReader,
-                           writer: asyncio.StreamWriter) -> None:
-        parser = FrameParser(max_body_size=_MAX_FRAME_BODY)
-        timeout = self.housekeeping_interval
-        while True:
-            try:
-                chunk = await asyncio.wait_for(reader.read(self.read_size), timeout)
-            except TimeoutError:
-                raise HALinkError(f"nothing from the master for {timeout:g} s: "
-                                  "link dropped") from None
-            if not chunk:
-                raise HALinkError("the master closed the link")
-            self.status.last_read_time = self.clock()
-            moved = False
-            for frame in parser.feed(chunk):
-                moved = self._apply(frame) or moved
-            if moved:  # one report for the frames of this read, after they are applied
-                self._report(writer)
+    def on_frames(self, view: memoryview, frames: list[FrameSpan], received: int,
+                  transport: asyncio.BaseTransport) -> None:
+        """The whole frames of one read, applied in order; one report after them."""
+        self.status.last_read_time = self.clock()
+        self.received.add(received)
+        moved = False
+        for frame in frames:
+            moved = self._apply(view, frame) or moved
+        if moved:
+            self._report(transport)
 
-    def _apply(self, frame: Frame) -> bool:
+    def _apply(self, view: memoryview, frame: FrameSpan) -> bool:
         """Appends one frame's body; True when it moved the max offset."""
         expected = self.store.max_phy_offset
         self.status.master_offset = frame.phy_offset
@@ -186,7 +210,74 @@ class HAClient:
         if frame.phy_offset != expected and expected != 0:
             raise HALinkError(f"frame at offset {frame.phy_offset}, but the slave's commitlog "
                               f"ends at {expected}: link closed")
-        if frame.is_heartbeat:
+        if frame.body_size == 0:  # a heartbeat
             return False
-        self.store.append_commitlog(frame.phy_offset, frame.body)
+        self.store.append_commitlog(
+            frame.phy_offset, view[frame.body_start:frame.body_start + frame.body_size])
         return True
+
+
+class _LinkProtocol(asyncio.BufferedProtocol):
+    """The slave's end of one link: the socket reads straight into one large buffer, whose
+    whole frames are applied in place. Few large reads mean few hand-overs of the GIL
+    between this loop and the store's threads (each costs up to the switch interval)."""
+
+    def __init__(self, client: HAClient, buffer_size: int) -> None:
+        self.client = client
+        self.buffer = bytearray(max(buffer_size, _MIN_BUFFER))
+        self.view = memoryview(self.buffer)
+        self.start = 0  # first unparsed byte
+        self.end = 0  # end of the received bytes
+        self.needed = FRAME_HEADER_SIZE  # bytes the incomplete frame at `start` needs
+        self.transport: asyncio.BaseTransport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self.start == self.end:
+            self.start = self.end = 0
+        elif (len(self.buffer) - self.start < self.needed
+              or len(self.buffer) - self.end < _MIN_READ):
+            self._make_room()
+        return self.view[self.end:]
+
+    def _make_room(self) -> None:
+        """Moves the incomplete frame to the buffer start; grows the buffer for a frame
+        larger than it."""
+        pending = self.end - self.start
+        if self.needed > len(self.buffer):
+            bigger = bytearray(self.needed + _MIN_READ)
+            bigger[:pending] = self.view[self.start:self.end]
+            self.buffer, self.view = bigger, memoryview(bigger)
+        else:  # the pending bytes are at most one frame: the copy is small
+            self.buffer[:pending] = self.buffer[self.start:self.end]
+        self.start, self.end = 0, pending
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.end += nbytes
+        if self.closed.done():
+            return
+        try:
+            frames, self.start, self.needed = scan_frames(self.view, self.start, self.end,
+                                                          _MAX_FRAME_BODY)
+            assert self.transport is not None
+            self.client.on_frames(self.view, frames, nbytes, self.transport)
+        except Exception as e:  # a bad frame or a store that refused: the link is done
+            self._close(e)
+
+    def eof_received(self) -> bool:
+        self._close(HALinkError("the master closed the link"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._close(HALinkError(f"the master closed the link: {exc}" if exc
+                                else "the master closed the link"))
+
+    def _close(self, error: BaseException) -> None:
+        """Ends the link with `error`; the client closes the transport once it recorded why."""
+        if not self.closed.done():
+            self.closed.set_exception(error)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()  # type: ignore[attr-defined]

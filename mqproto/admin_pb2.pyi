@@ -51,7 +51,7 @@ class GetRuntimeInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetRuntimeInfoResponse(_message.Message):
-    __slots__ = ("status", "table", "broker_name", "broker_id", "broker_role", "snapshot_timestamp", "commit_log_min_offset", "commit_log_max_offset", "dispatch_behind_bytes", "put_tps", "get_total_tps", "slave_ack_offsets", "earliest_message_store_timestamp")
+    __slots__ = ("status", "table", "broker_name", "broker_id", "broker_role", "snapshot_timestamp", "commit_log_min_offset", "commit_log_max_offset", "dispatch_behind_bytes", "put_tps", "get_total_tps", "slave_ack_offsets", "earliest_message_store_timestamp", "ha_connection_info", "ha_client_info")
     class TableEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,8 @@ class GetRuntimeInfoResponse(_message.Message):
     GET_TOTAL_TPS_FIELD_NUMBER: _ClassVar[int]
     SLAVE_ACK_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     EARLIEST_MESSAGE_STORE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    HA_CONNECTION_INFO_FIELD_NUMBER: _ClassVar[int]
+    HA_CLIENT_INFO_FIELD_NUMBER: _ClassVar[int]
     status: _common_pb2.Status
     table: _containers.ScalarMap[str, str]
     broker_name: str
@@ -92,7 +94,9 @@ class GetRuntimeInfoResponse(_message.Message):
     get_total_tps: float
     slave_ack_offsets: _containers.ScalarMap[str, int]
     earliest_message_store_timestamp: int
-    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., table: _Optional[_Mapping[str, str]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., snapshot_timestamp: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., put_tps: _Optional[float] = ..., get_total_tps: _Optional[float] = ..., slave_ack_offsets: _Optional[_Mapping[str, int]] = ..., earliest_message_store_timestamp: _Optional[int] = ...) -> None: ...
+    ha_connection_info: _containers.RepeatedCompositeFieldContainer[HAConnectionRuntimeInfo]
+    ha_client_info: HAClientRuntimeInfo
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., table: _Optional[_Mapping[str, str]] = ..., broker_name: _Optional[str] = ..., broker_id: _Optional[int] = ..., broker_role: _Optional[str] = ..., snapshot_timestamp: _Optional[int] = ..., commit_log_min_offset: _Optional[int] = ..., commit_log_max_offset: _Optional[int] = ..., dispatch_behind_bytes: _Optional[int] = ..., put_tps: _Optional[float] = ..., get_total_tps: _Optional[float] = ..., slave_ack_offsets: _Optional[_Mapping[str, int]] = ..., earliest_message_store_timestamp: _Optional[int] = ..., ha_connection_info: _Optional[_Iterable[_Union[HAConnectionRuntimeInfo, _Mapping]]] = ..., ha_client_info: _Optional[_Union[HAClientRuntimeInfo, _Mapping]] = ...) -> None: ...
 
 class GetConsumeStatsRequest(_message.Message):
     __slots__ = ("consumer_group", "topic")
@@ -165,7 +169,7 @@ class HAConnectionRuntimeInfo(_message.Message):
     def __init__(self, addr: _Optional[str] = ..., slave_ack_offset: _Optional[int] = ..., diff: _Optional[int] = ..., fall_behind_seconds: _Optional[float] = ..., in_sync: _Optional[bool] = ..., transferred_byte_in_second: _Optional[int] = ..., transfer_from_where: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
 
 class HAClientRuntimeInfo(_message.Message):
-    __slots__ = ("master_addr", "connected", "max_offset", "transferred_byte_in_second", "last_read_timestamp", "last_write_timestamp", "state")
+    __slots__ = ("master_addr", "connected", "max_offset", "transferred_byte_in_second", "last_read_timestamp", "last_write_timestamp", "state", "connect_count")
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     CONNECTED_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
@@ -173,6 +177,7 @@ class HAClientRuntimeInfo(_message.Message):
     LAST_READ_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     LAST_WRITE_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_COUNT_FIELD_NUMBER: _ClassVar[int]
     master_addr: str
     connected: bool
     max_offset: int
@@ -180,7 +185,8 @@ class HAClientRuntimeInfo(_message.Message):
     last_read_timestamp: int
     last_write_timestamp: int
     state: str
-    def __init__(self, master_addr: _Optional[str] = ..., connected: _Optional[bool] = ..., max_offset: _Optional[int] = ..., transferred_byte_in_second: _Optional[int] = ..., last_read_timestamp: _Optional[int] = ..., last_write_timestamp: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+    connect_count: int
+    def __init__(self, master_addr: _Optional[str] = ..., connected: _Optional[bool] = ..., max_offset: _Optional[int] = ..., transferred_byte_in_second: _Optional[int] = ..., last_read_timestamp: _Optional[int] = ..., last_write_timestamp: _Optional[int] = ..., state: _Optional[str] = ..., connect_count: _Optional[int] = ...) -> None: ...
 
 class GetHAStatusResponse(_message.Message):
     __slots__ = ("status", "master", "master_commit_log_max_offset", "in_sync_slave_nums", "ha_connection_info", "ha_client_info")
@@ -242,3 +248,17 @@ class GetAllDelayOffsetResponse(_message.Message):
     status: _common_pb2.Status
     offset_table: _containers.ScalarMap[int, int]
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., offset_table: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class MergeConsumerOffsetRequest(_message.Message):
+    __slots__ = ("offset_table",)
+    OFFSET_TABLE_FIELD_NUMBER: _ClassVar[int]
+    offset_table: _containers.RepeatedCompositeFieldContainer[ConsumerOffsetEntry]
+    def __init__(self, offset_table: _Optional[_Iterable[_Union[ConsumerOffsetEntry, _Mapping]]] = ...) -> None: ...
+
+class MergeConsumerOffsetResponse(_message.Message):
+    __slots__ = ("status", "merged")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    MERGED_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    merged: int
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., merged: _Optional[int] = ...) -> None: ...

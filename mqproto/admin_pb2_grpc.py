@@ -74,6 +74,11 @@ class AdminServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_admin__pb2.GetAllDelayOffsetRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_admin__pb2.GetAllDelayOffsetResponse.FromString,
                 _registered_method=True)
+        self.MergeConsumerOffset = channel.unary_unary(
+                '/mqcluster.v1.AdminService/MergeConsumerOffset',
+                request_serializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -129,6 +134,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def MergeConsumerOffset(self, request, context):
+        """A slave reports the consumer offsets committed on it (while its master was
+        gone); the master keeps the larger offset per (topic@group, queue), so a
+        master that comes back never sends consumers back to older offsets.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -171,6 +185,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.GetAllDelayOffset,
                     request_deserializer=mqcluster_dot_v1_dot_admin__pb2.GetAllDelayOffsetRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_admin__pb2.GetAllDelayOffsetResponse.SerializeToString,
+            ),
+            'MergeConsumerOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.MergeConsumerOffset,
+                    request_deserializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -389,6 +408,33 @@ class AdminService:
             '/mqcluster.v1.AdminService/GetAllDelayOffset',
             mqcluster_dot_v1_dot_admin__pb2.GetAllDelayOffsetRequest.SerializeToString,
             mqcluster_dot_v1_dot_admin__pb2.GetAllDelayOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def MergeConsumerOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.AdminService/MergeConsumerOffset',
+            mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetRequest.SerializeToString,
+            mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetResponse.FromString,
             options,
             channel_credentials,
             insecure,

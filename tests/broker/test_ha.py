@@ -75,6 +75,10 @@ def nodes() -> Iterator[list[Node]]:
         n.close()
 
 
+def topic_list(node: Node) -> A.GetTopicListResponse:
+    return node.admin.GetTopicList(A.GetTopicListRequest(), timeout=RPC_TIMEOUT_S)
+
+
 def has_messages(node: Node, queue_id: int, count: int) -> bool:
     return node.max_offset(TOPIC, queue_id) == count
 
@@ -107,9 +111,11 @@ def test_sync_master_replicates_to_slave(processes: Processes, tmp_path: Path,
         tmp_path / "slave", brokerRole="SLAVE", brokerId=1, slaveReadEnable=True, **common)))
     slave = Node(slave_proc.address)
     nodes.append(slave)
-    slave.create_topic(TOPIC, QUEUES)  # topic configs are not copied from the master yet
     wait_until(lambda: master.ha_status().in_sync_slave_nums == 1, timeout=15,
                message="the slave in sync")
+    # The slave copied the master's topic configs (nobody created the topic on it).
+    wait_until(lambda: topic_list(slave) == topic_list(master), timeout=15,
+               message="the master's topic configs on the slave")
 
     def send(i: int) -> tuple[int, int]:
         r = master.messaging.SendMessage(M.SendMessageRequest(

@@ -65,7 +65,7 @@ class MemoryStore:
         pos = offset - start
         return bytes(data[pos:pos + max_bytes])
 
-    def append_commitlog(self, offset: int, data: bytes) -> None:
+    def append_commitlog(self, offset: int, data: bytes | memoryview) -> None:
         if self.files and offset != self.max_phy_offset:
             raise ValueError(f"replicated data at {offset}, commitlog ends at "
                              f"{self.max_phy_offset}")
@@ -74,7 +74,7 @@ class MemoryStore:
         self._write(offset, data)
         self.appends.append((offset, len(data)))
 
-    def _write(self, offset: int, data: bytes) -> None:
+    def _write(self, offset: int, data: bytes | memoryview) -> None:
         if not self.files or len(self.files[-1][1]) == self.file_size:
             self.files.append((offset, bytearray()))
         start, buf = self.files[-1]

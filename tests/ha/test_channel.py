@@ -94,6 +94,19 @@ async def test_frames_are_batched_never_cross_a_file_and_heartbeats_when_idle() 
         writer.close()
 
 
+async def test_slave_buffer_smaller_than_a_frame_grows_and_split_frames_apply() -> None:
+    # 200 KiB files, frames of up to 150 KiB, a slave buffer of 64 KiB: every frame arrives
+    # in pieces and needs the buffer grown; the copy is still byte-identical.
+    m, s = MemoryStore(200 * 1024), MemoryStore(200 * 1024)
+    m.fill(1_000_000, body_size=7000)
+    async with master(m, transfer_batch_size=150 * 1024) as service, \
+            slave(s, service.port, read_size=64 * 1024) as client:
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        assert s.content() == m.content()
+        assert max(size for _, size in s.appends) > 64 * 1024
+        assert client.status.last_error == "" and client.status.connect_count == 1
+
+
 async def test_empty_slave_gets_whole_retained_log_from_min_offset() -> None:
     m, s = MemoryStore(FILE), MemoryStore(FILE)
     m.fill(6 * FILE)

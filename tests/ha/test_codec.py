@@ -13,6 +13,7 @@ from ha.codec import (
     encode_ack,
     encode_frame,
     encode_heartbeat,
+    scan_frames,
 )
 
 
@@ -77,3 +78,23 @@ def test_bad_headers_are_errors() -> None:
         FrameParser(max_body_size=10).feed(encode_frame(0, b"x" * 11))
     with pytest.raises(HACodecError):
         AckParser().feed(encode_ack(-1))
+
+
+def test_scan_frames_parses_in_place_and_says_what_the_tail_needs() -> None:
+    stream = encode_frame(0, b"x" * 10) + encode_heartbeat(10) + encode_frame(10, b"y" * 5)
+    buf = bytearray(b"??" + stream)  # frames need not start at the buffer start
+    view = memoryview(buf)
+    frames, rest, needed = scan_frames(view, 2, len(buf), 1000)
+    assert [(f.phy_offset, bytes(view[f.body_start:f.body_start + f.body_size]))
+            for f in frames] == [(0, b"x" * 10), (10, b""), (10, b"y" * 5)]
+    assert (rest, needed) == (len(buf), FRAME_HEADER_SIZE)
+    # Cut inside the last body: two whole frames; the third needs its header and body.
+    cut = len(buf) - 3
+    frames, rest, needed = scan_frames(view, 2, cut, 1000)
+    assert len(frames) == 2 and needed == FRAME_HEADER_SIZE + 5
+    assert rest == 2 + len(encode_frame(0, b"x" * 10)) + FRAME_HEADER_SIZE
+    # Cut inside a header.
+    frames, rest, needed = scan_frames(view, 2, 2 + 5, 1000)
+    assert (frames, rest, needed) == ([], 2, FRAME_HEADER_SIZE)
+    with pytest.raises(HACodecError):
+        scan_frames(view, 2, len(buf), 9)  # a body over the limit is garbage, not a frame

@@ -1,0 +1,145 @@
+"""A slave's copy of its master's tables (RocketMQ's SlaveSynchronize, SPEC §4).
+
+Every slaveSynchronizeInterval (10 s), and at once when the HA link to the master comes
+up, a slave:
+1. reports to the master the consumer offsets committed on it that the master has not
+   taken yet (MergeConsumerOffset: the master keeps the larger offset per queue), so a
+   master that comes back after its slave served consumers learns their progress;
+2. copies the master's topic configs (when their data version changed), consumer offsets
+   (never lowering one still to be reported) and delay offsets.
+
+The master's admin address is the one the name servers answer the slave's registration
+with; without it (no name server, or no live master) there is nothing to do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+
+from broker.admin import topic_config_from_proto
+from broker.topic_config import DataVersion
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
+
+if TYPE_CHECKING:
+    from broker.controller import BrokerController
+
+log = logging.getLogger(__name__)
+A = admin_pb2
+
+
+class MasterRefused(Exception):
+    """The master answered a sync call with a status other than SUCCESS."""
+
+
+def _checked(response: object, call: str) -> None:
+    status: common_pb2.Status = response.status  # type: ignore[attr-defined]
+    if status.code != common_pb2.SUCCESS:
+        raise MasterRefused(f"{call}: {common_pb2.ResponseCode.Name(status.code)} "
+                            f"{status.remark}")
+
+
+class SlaveSynchronizer:
+    """Runs on the broker's loop; `run` until cancelled, `wake` for a sync now."""
+
+    def __init__(self, broker: BrokerController, interval_s: float, timeout_s: float) -> None:
+        self.broker = broker
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.sync_count = 0  # successful rounds
+        self.last_error = ""
+        self._wake = asyncio.Event()
+        self._channel: grpc.aio.Channel | None = None
+        self._channel_addr = ""
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        try:
+            while True:
+                self._wake.clear()
+                await self.sync_all()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    async def _stub(self, addr: str) -> admin_pb2_grpc.AdminServiceStub:
+        """A stub on a channel to `addr`; the channel to a previous master is closed."""
+        if self._channel is None or self._channel_addr != addr:
+            await self.close()
+            self._channel = grpc.aio.insecure_channel(addr)
+            self._channel_addr = addr
+        return admin_pb2_grpc.AdminServiceStub(self._channel)
+
+    async def sync_all(self) -> bool:
+        """One round; False when there is no master to copy from or a call failed."""
+        addr = self.broker.master_addr
+        if not addr:
+            return False
+        stub = await self._stub(addr)
+        try:
+            await self._report_local_commits(stub)
+            await self._copy_topic_configs(stub)
+            await self._copy_consumer_offsets(stub)
+            await self._copy_delay_offsets(stub)
+        except (grpc.aio.AioRpcError, MasterRefused, ValueError) as e:
+            error = (f"{e.code().name} {e.details()}" if isinstance(e, grpc.aio.AioRpcError)
+                     else str(e))
+            if error != self.last_error:  # once per streak of the same failure
+                log.warning("sync from master %s failed: %s", addr, error)
+            self.last_error = error
+            return False
+        if self.last_error:
+            log.info("sync from master %s OK again", addr)
+            self.last_error = ""
+        self.sync_count += 1
+        return True
+
+    async def _report_local_commits(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:
+        offsets = self.broker.offsets
+        entries = offsets.local_commit_entries()
+        if not entries:
+            return
+        response = await stub.MergeConsumerOffset(A.MergeConsumerOffsetRequest(offset_table=[
+            A.ConsumerOffsetEntry(topic=t, consumer_group=g, queue_id=q, offset=o)
+            for t, g, q, o in entries]), timeout=self.timeout_s)
+        _checked(response, "MergeConsumerOffset")
+        offsets.forget_local_commits(entries)
+        log.info("reported %d consumer offsets committed on this slave to the master "
+                 "(%d moved forward there)", len(entries), response.merged)
+
+    async def _copy_topic_configs(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:
+        response = await stub.GetTopicList(A.GetTopicListRequest(), timeout=self.timeout_s)
+        _checked(response, "GetTopicList")
+        version = DataVersion(response.data_version.timestamp, response.data_version.counter)
+        topics = self.broker.topics
+        if topics.copy_from_master([topic_config_from_proto(c) for c in response.topic_configs],
+                                   version):
+            await topics.persist_async()
+
+    async def _copy_consumer_offsets(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:
+        response = await stub.GetAllConsumerOffset(A.GetAllConsumerOffsetRequest(),
+                                                   timeout=self.timeout_s)
+        _checked(response, "GetAllConsumerOffset")
+        # Persisted by the periodic consumer offset task (the table is marked dirty).
+        self.broker.offsets.copy_from_master(
+            (e.topic, e.consumer_group, e.queue_id, e.offset) for e in response.offset_table)
+
+    async def _copy_delay_offsets(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:
+        response = await stub.GetAllDelayOffset(A.GetAllDelayOffsetRequest(),
+                                                timeout=self.timeout_s)
+        _checked(response, "GetAllDelayOffset")
+        delay = self.broker.delay_offsets
+        if delay.copy_from_master(dict(response.offset_table)):
+            await delay.persist_async()

@@ -1,0 +1,96 @@
+"""Fall-behind in seconds (SPEC §5): now - store time of the first record the slave lacks,
+read from the master's real commitlog at the slave's ack offset."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from ha.codec import encode_ack
+from ha.master import HAService, store_timestamp_at
+from store.config import StoreConfig
+from store.constants import BrokerRole
+from store.message import Message
+from store.message_store import DefaultMessageStore
+from tests.ha.conftest import wait_until
+
+pytestmark = pytest.mark.timeout(30)
+FILE = 64 * 1024
+BORN = 1_700_000_000_000  # store time of the first record (ms)
+
+
+def test_store_timestamp_at_records_blanks_and_the_end(tmp_path: Path) -> None:
+    clock = [BORN]
+    store = DefaultMessageStore(StoreConfig(
+        store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
+        mapped_file_size_commit_log=FILE), clock_ms=lambda: clock[0])
+    store.load()
+    store.start()
+    try:
+        offsets, stamps = [], []
+        for i in range(200):  # 200 x ~1 KiB: several files, each ending with a blank
+            clock[0] = BORN + 1000 * i
+            r = store.put_message(Message("FB", b"x" * 1000, queue_id=0))
+            assert r.ok and r.append is not None
+            offsets.append(r.append.commit_log_offsets[0])
+            stamps.append(clock[0])
+        assert [store_timestamp_at(store, o) for o in offsets] == stamps
+        # The end of file 0 holds a blank: the first record lacked is file 1's first.
+        first_in_file_1 = offsets.index(FILE)
+        end_of_records = _record_end(store, offsets[first_in_file_1 - 1])
+        assert end_of_records < FILE  # a blank fills the rest of file 0
+        assert store_timestamp_at(store, end_of_records) == stamps[first_in_file_1]
+        assert store_timestamp_at(store, store.max_phy_offset) is None
+        assert store_timestamp_at(store, offsets[3] + 1) is None  # not a record head
+    finally:
+        store.shutdown()
+
+
+def _record_end(store: DefaultMessageStore, offset: int) -> int:
+    size = int.from_bytes(store.read_commitlog(offset, 4), "big")
+    return offset + size
+
+
+async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
+    clock = [BORN]
+    store = DefaultMessageStore(StoreConfig(
+        store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
+        mapped_file_size_commit_log=FILE), clock_ms=lambda: clock[0])
+    store.load()
+    store.start()
+    now = [BORN]
+    service = HAService(store, host="127.0.0.1", heartbeat_interval=0.05,
+                        poll_interval=0.01, wall_clock_ms=lambda: now[0])
+    await service.start()
+    try:
+        offsets = []
+        for i in range(10):
+            clock[0] = BORN + 1000 * i
+            r = store.put_message(Message("FB", b"y" * 100, queue_id=0))
+            assert r.append is not None
+            offsets.append(r.append.commit_log_offsets[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        try:
+            # A slave holding records 0..3 lacks record 4, stored at BORN + 4 s.
+            writer.write(encode_ack(offsets[4]))
+            await writer.drain()
+            await wait_until(lambda: bool(service.slave_statuses())
+                             and service.slave_statuses()[0].ack_offset == offsets[4])
+            now[0] = BORN + 12_500
+            (status,) = service.slave_statuses()
+            assert status.fall_behind_bytes == store.max_phy_offset - offsets[4]
+            assert status.fall_behind_seconds == pytest.approx(8.5)
+            assert status.in_sync and status.transfer_from >= offsets[4]
+            # Caught up: no bytes and no seconds behind.
+            assert await reader.read(65536)  # the master streams what the slave lacks
+            writer.write(encode_ack(store.max_phy_offset))
+            await writer.drain()
+            await wait_until(lambda: service.slave_statuses()[0].fall_behind_bytes == 0)
+            assert service.slave_statuses()[0].fall_behind_seconds == 0.0
+        finally:
+            writer.close()
+    finally:
+        await service.stop()
+        store.shutdown()
