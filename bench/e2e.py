@@ -106,19 +106,8 @@ def bench_sync(producer: Producer, n: int) -> dict[str, float]:
 
 def bench_batch(producer: Producer, n: int, threads: int, size: int = 32) -> float:
     batch = [Message(TOPIC, BODY) for _ in range(size)]
-    calls = max(1, n // size // threads)
-
-    def run() -> None:
-        for _ in range(calls):
-            producer.send_batch(batch)
-
-    workers = [threading.Thread(target=run) for _ in range(threads)]
-    started = time.perf_counter()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return calls * threads * size / (time.perf_counter() - started)
+    return size * grpc_floor.calls_per_second(lambda: producer.send_batch(batch), n // size,
+                                              threads)
 
 
 def bench_async(producer: Producer, n: int) -> float:

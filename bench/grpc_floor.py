@@ -46,7 +46,7 @@ async def _serve() -> None:
     await server.wait_for_termination()
 
 
-def _rate(call: Callable[[], Any], calls: int, threads: int) -> float:
+def calls_per_second(call: Callable[[], Any], calls: int, threads: int) -> float:
     """Calls per second with `threads` threads making `calls` calls in all."""
     each = max(1, calls // threads)
 
@@ -79,8 +79,8 @@ def measure(body: bytes, calls: int = 2000, batch_threads: int = 2) -> dict[str,
             batch = messaging_pb2.SendBatchRequest(topic="BenchTopic", messages=[
                 messaging_pb2.Message(topic="BenchTopic", body=body) for _ in range(32)])
             stub.SendMessage(one)  # connect
-            unary = _rate(lambda: stub.SendMessage(one), calls, 1)
-            batches = _rate(lambda: stub.SendBatch(batch), calls // 2, batch_threads)
+            unary = calls_per_second(lambda: stub.SendMessage(one), calls, 1)
+            batches = calls_per_second(lambda: stub.SendBatch(batch), calls // 2, batch_threads)
         return {"floor_unary_calls_s": unary, "floor_batch32_msgs_s": batches * 32}
     finally:
         server.kill()

@@ -5,29 +5,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from mqclient.constants import MASTER_ID
+from mqclient.route import BrokerGroup
 
 
 class AdminError(Exception):
     """An admin operation failed; the message is one line for a person."""
-
-
-@dataclasses.dataclass(frozen=True)
-class BrokerGroup:
-    """A broker group (BrokerData): id 0 is its master, ids > 0 its slaves."""
-
-    cluster: str
-    broker_name: str
-    addrs: dict[int, str]
-
-    @property
-    def master_addr(self) -> str | None:
-        return self.addrs.get(MASTER_ID)
-
-    @property
-    def read_addr(self) -> str:
-        """The master, or its first slave while the master is gone."""
-        return self.addrs[min(self.addrs)]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -41,6 +41,11 @@ class BrokerGroup:
     def master_addr(self) -> str | None:
         return self.addrs.get(MASTER_ID)
 
+    @property
+    def read_addr(self) -> str:
+        """The master, or its first slave while the master is gone."""
+        return self.addrs[min(self.addrs)]
+
     def pull_addrs(self, preferred_id: int) -> list[str]:
         """Addresses to pull from, best first: the preferred id, the master, then slaves."""
         order = [preferred_id, MASTER_ID, *sorted(self.addrs)]
