@@ -279,7 +279,8 @@ class DispatchRequest:
     prepared_transaction_offset: int
 
 
-_TOPICS: dict[bytes, str] = {}
+# Topic bytes of records checked so far -> the topic (valid UTF-8 matching TOPIC_PATTERN).
+KNOWN_TOPICS: dict[bytes, str] = {}
 _TOPIC_RE = re.compile(TOPIC_PATTERN)
 
 
@@ -331,7 +332,7 @@ def check_record(
     if props_len < 0 or p + 3 + topic_len + props_len != end:
         raise CorruptRecord(f"bad properties length {props_len} at {pos}")
     raw_topic = bytes(buf[p + 1 : p + 1 + topic_len])
-    topic = _TOPICS.get(raw_topic)
+    topic = KNOWN_TOPICS.get(raw_topic)
     if topic is None:
         try:
             topic = raw_topic.decode()
@@ -339,8 +340,8 @@ def check_record(
             raise CorruptRecord(f"topic is not UTF-8 at {pos}") from e
         if not _TOPIC_RE.match(topic):
             raise CorruptRecord(f"invalid topic {topic!r} at {pos}")
-        if len(_TOPICS) < 100_000:
-            _TOPICS[raw_topic] = topic
+        if len(KNOWN_TOPICS) < 100_000:
+            KNOWN_TOPICS[raw_topic] = topic
     props_pos = p + 3 + topic_len
     if props_len:
         # No checksum covers the properties: at least they must end a pair and be UTF-8.
@@ -366,15 +367,22 @@ def parse_dispatch(
     if isinstance(checked, int):
         return checked
     total, queue_id, queue_offset, phys, topic, fields, props_pos = checked
-    end = pos + total
-    props = decode_properties(buf[props_pos:end]) if props_pos < end else {}
+    return dispatch_request(topic, queue_id, phys, total, fields[10], queue_offset, fields[7],
+                            fields[13], buf[props_pos : pos + total])
+
+
+def dispatch_request(topic: str, queue_id: int, phys: int, total: int, store_ts: int,
+                     queue_offset: int, sys_flag: int, prepared_transaction_offset: int,
+                     properties: bytes | memoryview) -> DispatchRequest:
+    """The dispatch request of a checked record, from its fields and raw properties."""
+    props = decode_properties(properties) if len(properties) else {}
     tags = props.get("TAGS")
     code = tags_code(tags) if tags else 0
-    store_ts = fields[10]
     if topic == "SCHEDULE_TOPIC_XXXX" and "DELAY" in props:
         code = store_ts + delay_level_ms(int(props["DELAY"]))
     return DispatchRequest(topic, queue_id, phys, total, code, store_ts, queue_offset,
-                           props.get("KEYS", ""), props.get("UNIQ_KEY"), fields[7], fields[13])
+                           props.get("KEYS", ""), props.get("UNIQ_KEY"), sys_flag,
+                           prepared_transaction_offset)
 
 
 def delay_level_ms(level: int) -> int:

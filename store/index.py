@@ -13,10 +13,10 @@ Entry 0 is never used, so 0 means "no entry". A file is full when indexCount rea
 index_num; the next key goes to a new file.
 
 Write order, so that a reader in another thread never follows a half-written entry: the entry,
-then its slot, then indexCount; the header is rewritten once per message after its keys. After
-a process crash the newest file may hold entries past its header's indexCount (the message being
-indexed when it died): `load` unlinks them from their chains and zeroes them, and since the
-header's endPhyOffset predates that message, the dispatcher indexes it again.
+then its slot, then indexCount; the header is rewritten once per batch of messages, after their
+keys. After a process crash the newest file may hold entries past its header's indexCount (the
+messages being indexed when it died): `load` unlinks them from their chains and zeroes them,
+and since the header's endPhyOffset predates them, the dispatcher indexes them again.
 
 Times in entries have one-second resolution, so a query matches an entry when its second
 [beginTimestamp + timeDiff*1000, +999] overlaps the asked range: the result may hold a message
@@ -350,50 +350,63 @@ class IndexService:
         Messages at or below the newest indexed offset are skipped, as RocketMQ's buildIndex
         does, so re-dispatching after a restart does not index a message twice.
         """
-        if phy_offset <= self._last_phy:
-            return
+        self.build_index_batch([(topic, keys, phy_offset, store_timestamp_ms)])
+
+    def build_index_batch(self, messages: Iterable[tuple[str, Iterable[str], int, int]]) -> None:
+        """build_index for many messages (topic, keys, phy offset, store time), in commitlog
+        order; the header is written once, after their entries and slots."""
+        last_phy = self._last_phy
         f = self._cur
         if f is None:
             f = self._roll()
-        mm = f._mm
+        mm, base, slot_num, limit = f._mm, self._entries_base, self._hash_slot_num, self._index_num
         count = first = f._count
-        prefix = topic + "#"
-        for key in keys:
-            if not key:
+        begin_ts, slot_count = f._begin_ts, f._slot_count
+        end_ts = end_phy = -1
+        for topic, keys, phy_offset, store_timestamp_ms in messages:
+            if phy_offset <= last_phy:
                 continue
-            if count >= self._index_num:
-                if count != first:  # the message goes on in the next file
-                    f._end_ts, f._end_phy = store_timestamp_ms, phy_offset
-                    f._write_header()
-                f = self._roll()
-                mm = f._mm
-                count = first = f._count
-            h = _crc32c((prefix + key).encode()) & _INT_MAX
-            slot_pos = INDEX_HEADER_SIZE + h % self._hash_slot_num * HASH_SLOT_SIZE
-            prev = _unpack_slot(mm, slot_pos)[0]
-            if prev >= count:  # never in a sound file; keeps chains pointing backwards
-                prev = INVALID_INDEX
-            if count > 1:
-                diff = (store_timestamp_ms - f._begin_ts) // 1000
-                if not 0 <= diff <= _INT_MAX:
-                    diff = 0 if diff < 0 else _INT_MAX
-            else:
-                f._begin_ts = store_timestamp_ms
-                f._begin_phy = phy_offset
-                diff = 0
-            _pack_entry(mm, self._entries_base + count * INDEX_SIZE, h, phy_offset, diff, prev)
-            _pack_slot(mm, slot_pos, count)
-            if not prev:
-                f._slot_count += 1
-            count += 1
-            f._count = count
+            prefix = topic + "#"
+            for key in keys:
+                if not key:
+                    continue
+                if count >= limit:  # full: seal it, the message goes on in the next file
+                    if count != first:
+                        f._count, f._slot_count = count, slot_count
+                        f._end_ts, f._end_phy = end_ts, end_phy
+                        f._write_header()
+                    f = self._roll()
+                    mm = f._mm
+                    count = first = f._count
+                    begin_ts, slot_count = f._begin_ts, f._slot_count
+                h = _crc32c((prefix + key).encode()) & _INT_MAX
+                slot_pos = INDEX_HEADER_SIZE + h % slot_num * HASH_SLOT_SIZE
+                prev = _unpack_slot(mm, slot_pos)[0]
+                if prev >= count:  # never in a sound file; keeps chains pointing backwards
+                    prev = INVALID_INDEX
+                if count > 1:
+                    diff = (store_timestamp_ms - begin_ts) // 1000
+                    if not 0 <= diff <= _INT_MAX:
+                        diff = 0 if diff < 0 else _INT_MAX
+                else:
+                    f._begin_ts = begin_ts = store_timestamp_ms
+                    f._begin_phy = phy_offset
+                    diff = 0
+                # The entry, then its slot; indexCount (the header) after the whole batch.
+                _pack_entry(mm, base + count * INDEX_SIZE, h, phy_offset, diff, prev)
+                _pack_slot(mm, slot_pos, count)
+                if not prev:
+                    slot_count += 1
+                count += 1
+                end_ts, end_phy = store_timestamp_ms, phy_offset
+            last_phy = phy_offset
         if count != first:  # the header, last (IndexFile._write_header, inlined)
-            f._end_ts = store_timestamp_ms
-            f._end_phy = phy_offset
-            _pack_header(mm, 0, f._begin_ts, store_timestamp_ms, f._begin_phy, phy_offset,
-                         f._slot_count, count)
+            f._count, f._slot_count = count, slot_count
+            f._end_ts, f._end_phy = end_ts, end_phy
+            _pack_header(mm, 0, f._begin_ts, end_ts, f._begin_phy, end_phy, slot_count, count)
             f._dirty = True
-            self._last_phy = phy_offset
+        if end_phy >= 0:
+            self._last_phy = end_phy
 
     def _roll(self) -> IndexFile:
         with self._lock:

@@ -173,13 +173,11 @@ class AllocateMappedFileService:
         self.warm = warm
         self._lock = threading.Lock()
         self._pending: dict[Path, tuple[threading.Thread, list[MappedFile | BaseException]]] = {}
+        self._shut_down = False
 
-    def get(self, path: Path, next_path: Path, size: int, write_buffer: bool) -> MappedFile:
-        mf = self._take(path, size, write_buffer)
-        self._prepare(next_path, size, write_buffer)
-        return mf
-
-    def _take(self, path: Path, size: int, write_buffer: bool) -> MappedFile:
+    def get(self, path: Path, size: int, write_buffer: bool) -> MappedFile:
+        """The prepared file for `path`, or (none prepared, or preparing it failed) a new
+        cold one."""
         with self._lock:
             pending = self._pending.pop(path, None)
         if pending is not None:
@@ -192,7 +190,8 @@ class AllocateMappedFileService:
                 return mf
         return MappedFile(path, size, write_buffer=write_buffer, warm=False)
 
-    def _prepare(self, path: Path, size: int, write_buffer: bool) -> None:
+    def prepare(self, path: Path, size: int, write_buffer: bool) -> None:
+        """Starts preparing `path` now (unless already under way, or shut down)."""
         if not self.warm:
             return
         result: list[MappedFile | BaseException] = []
@@ -206,16 +205,12 @@ class AllocateMappedFileService:
                 result.append(e)
 
         thread = threading.Thread(target=run, name="AllocateMappedFile", daemon=True)
-        with self._lock:
-            self._pending[path] = (thread, result)
-        thread.start()
-
-    def prepare(self, path: Path, size: int, write_buffer: bool) -> None:
-        """Starts preparing `path` now (unless already under way)."""
-        with self._lock:
-            if path in self._pending:
+        with self._lock:  # started under the lock: `get` in another thread may join it at once
+            if self._shut_down or path in self._pending:
                 return
-        self._prepare(path, size, write_buffer)
+            self._pending[path] = (thread, result)
+            thread.start()
+
 
     def wait_prepared(self) -> None:
         with self._lock:
@@ -225,6 +220,7 @@ class AllocateMappedFileService:
 
     def shutdown(self) -> None:
         with self._lock:
+            self._shut_down = True
             pending = list(self._pending.values())
             self._pending.clear()
         for thread, result in pending:
@@ -246,6 +242,10 @@ class MappedFileQueue:
         self.allocator = allocator
         self.files: list[MappedFile] = []
         self.flushed_where = 0
+        self._prepared_offset = -1  # the file prepare_next_file last asked the allocator for
+        # Truncation stops zeroing a file's tail after this many zero bytes in a row (None:
+        # zero it to the end); longer than any record, so no stale one hides behind the run.
+        self.zero_run_proof: int | None = None
 
     def load(self) -> None:
         """Maps every file of the directory (positions set to full; recovery fixes the last)."""
@@ -296,13 +296,21 @@ class MappedFileQueue:
         return self.create_file(create_offset)
 
     def prepare_next_file(self) -> None:
-        """Has the allocator warm the file the next append will need."""
+        """Has the allocator warm the file after the last one once the last is half written
+        (the first file when there is none). Sooner, its zero-fill would compete with the
+        appends for a file's worth of time while the last file still has plenty of room."""
         if self.allocator is None:
             return
-        last = self.last_file()
-        if last is not None and not last.is_full:
+        last = self.files[-1] if self.files else None
+        if last is None:
+            offset = 0
+        elif last.wrote_position < last.file_size // 2:
             return
-        offset = last.file_tail_offset if last is not None else 0
+        else:
+            offset = last.file_tail_offset
+        if offset == self._prepared_offset:
+            return
+        self._prepared_offset = offset
         path = self.store_path / offset_file_name(offset)
         if not path.exists():
             self.store_path.mkdir(parents=True, exist_ok=True)
@@ -312,8 +320,7 @@ class MappedFileQueue:
         self.store_path.mkdir(parents=True, exist_ok=True)
         path = self.store_path / offset_file_name(offset)
         if self.allocator is not None:
-            next_path = self.store_path / offset_file_name(offset + self.mapped_file_size)
-            mf = self.allocator.get(path, next_path, self.mapped_file_size, self.write_buffer)
+            mf = self.allocator.get(path, self.mapped_file_size, self.write_buffer)
         else:
             mf = MappedFile(path, self.mapped_file_size, write_buffer=self.write_buffer)
         if not self.files:
@@ -367,7 +374,7 @@ class MappedFileQueue:
                 if pos == 0 and keep:
                     mf.destroy()
                     continue
-                _zero_range(mf, pos)
+                _zero_range(mf, pos, self.zero_run_proof)
                 mf.set_positions(pos)
                 keep.append(mf)
             else:
@@ -398,12 +405,22 @@ class MappedFileQueue:
             mf.close()
 
 
-def _zero_range(mf: MappedFile, pos: int) -> None:
-    """Zeroes [pos, end of file) so a later scan sees the end of data, not stale bytes."""
-    if pos >= mf.file_size:
-        return
+def _zero_range(mf: MappedFile, pos: int, zero_run_proof: int | None) -> None:
+    """Zeroes [pos, end of file) so a later scan sees the end of data, not stale bytes.
+
+    With `zero_run_proof`, stops once that many bytes in a row were zeros already: data is
+    written front to back, so nothing stale lies past such a run (rewriting a whole 1 GiB
+    file's zero tail at every start cost more than the scan itself)."""
     done = pos
+    zeros = 0
+    chunk = len(_ZERO_CHUNK)
     while done < mf.file_size:
-        n = min(len(_ZERO_CHUNK), mf.file_size - done)
-        os.pwrite(mf.fd, _ZERO_CHUNK[:n], done)
+        n = min(chunk, mf.file_size - done)
+        if zero_run_proof is not None and mf.mm[done : done + n] == _ZERO_CHUNK[:n]:
+            zeros += n
+            if zeros >= zero_run_proof:
+                return
+        else:
+            os.pwrite(mf.fd, _ZERO_CHUNK[:n], done)
+            zeros = 0
         done += n

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import collections
+import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -13,27 +14,23 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store import reading
+from store import reading, reput
 from store.checkpoint import StoreCheckpoint
-from store.codec import DispatchRequest, parse_dispatch
 from store.commitlog import AppendResult, CommitLog
 from store.config import StoreConfig
 from store.constants import (
-    TRANSACTION_TYPE_MASK,
     BrokerRole,
     FlushDiskType,
     PutMessageStatus,
-    SysFlag,
 )
 from store.consume_queue import ConsumeQueue
 from store.index import INDEX_DIR_NAME, IndexService
-from store.message import Message, topic_problem
+from store.message import Message
 from store.services import ServiceThread, monotonic
 from store.waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
 
-_CQ_TYPES = (0, int(SysFlag.TRANSACTION_COMMIT))  # prepared / rolled back records stay out
 ArrivingListener = Callable[[str, int, int], None]  # topic, queueId, max offset in queue
 INT = struct.Struct(">i")
 
@@ -46,6 +43,16 @@ class PutMessageResult:
     @property
     def ok(self) -> bool:
         return self.status is PutMessageStatus.PUT_OK
+
+
+def _release_puts(appended: list[tuple[asyncio.Future[PutMessageResult], PutMessageResult]],
+                  flushed: asyncio.Future[bool]) -> None:
+    ok = not flushed.cancelled() and flushed.result()
+    for fut, result in appended:
+        if not ok:
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        if not fut.done():
+            fut.set_result(result)
 
 
 def _wall_clock_ms() -> int:
@@ -69,6 +76,7 @@ class DefaultMessageStore:
         # f(committed_offset) after buffered appends became readable (write-buffer mode only;
         # otherwise an append is readable at once).
         self.commit_listeners = self.commitlog.commit_listeners
+        self.commit_listeners.append(self._on_commit)
         self.writeable = True
         self.not_writeable_reason = ""
         self.running = False
@@ -80,14 +88,20 @@ class DefaultMessageStore:
         self.disk_fall_behind: dict[str, int] = {}  # group -> bytes, from the last pull
         self._last_dispatched_ts = 0
         self._reput_idle = False
-        self._valid_topics: set[str] = set()
         self._reput_lock = threading.Lock()
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        # Under SYNC_FLUSH with the write buffer, appends become readable when the group
+        # commit service commits them, and _on_commit wakes the dispatch service then.
+        self._wake_reput_on_append = not (self._sync_flush and config.use_write_buffer)
         self._last_thorough_flush = monotonic()
         self._last_clean = 0.0
         self._services: list[ServiceThread] = []
         self.recovered_from_crash = False
         self.load_problem = ""
+        # Puts of each event loop waiting for its next iteration (SYNC_FLUSH, see
+        # put_messages_async).
+        self._pending_puts: dict[asyncio.AbstractEventLoop, list[
+            tuple[list[Message], asyncio.Future[PutMessageResult]]]] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
     @property
@@ -174,39 +188,33 @@ class DefaultMessageStore:
         shutil.rmtree(self.root, ignore_errors=True)
 
     # -- put -------------------------------------------------------------------------------
-    def _check_put(self, msgs: list[Message]) -> tuple[PutMessageStatus, str] | None:
+    def _check_put(self) -> tuple[PutMessageStatus, str] | None:
+        """The store-wide checks of SPEC §2.7; the commitlog checks each message."""
         if self.shutdown_done or not self.running:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "message store is not running"
         if self.role is BrokerRole.SLAVE:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, "a slave does not accept writes"
         if not self.writeable:
             return PutMessageStatus.SERVICE_NOT_AVAILABLE, self.not_writeable_reason
-        held = self.commitlog.lock_held_ms(self.clock_ms())
-        if held > self.config.os_page_cache_busy_time_out_mills:
-            return PutMessageStatus.OS_PAGECACHE_BUSY, f"put lock held for {held} ms"
-        valid = self._valid_topics
-        for m in msgs:
-            if m.topic not in valid:
-                problem = topic_problem(m.topic)
-                if problem is not None:
-                    return PutMessageStatus.MESSAGE_ILLEGAL, problem
-                valid.add(m.topic)
-            if m.queue_id < 0:
-                return PutMessageStatus.MESSAGE_ILLEGAL, f"bad queue id {m.queue_id}"
+        if self.commitlog.begin_time_in_lock:  # someone is appending: for how long?
+            held = self.commitlog.lock_held_ms(self.clock_ms())
+            if held > self.config.os_page_cache_busy_time_out_mills:
+                return PutMessageStatus.OS_PAGECACHE_BUSY, f"put lock held for {held} ms"
         return None
 
     def append(self, msgs: list[Message]) -> PutMessageResult:
         """Appends without waiting for disk; see put_messages / put_messages_async."""
-        problem = self._check_put(msgs)
-        if problem is not None:
-            status, reason = problem
-            return PutMessageResult(status, AppendResult(status, error=reason))
+        if not self.running or self.role is BrokerRole.SLAVE or not self.writeable or (
+                self.commitlog.begin_time_in_lock):
+            problem = self._check_put()
+            if problem is not None:
+                status, reason = problem
+                return PutMessageResult(status, AppendResult(status, error=reason))
         result = self.commitlog.put_messages(msgs)
         if result.status is PutMessageStatus.PUT_OK:
             self.put_count += len(msgs)
-            if self._reput_idle:
-                self._reput_idle = False
-                self._reput_service.wake()
+            if self._reput_idle and self._wake_reput_on_append:
+                self._wake_reput()
         return PutMessageResult(result.status, result)
 
     def put_message(self, msg: Message) -> PutMessageResult:
@@ -223,14 +231,71 @@ class DefaultMessageStore:
         return result
 
     async def put_messages_async(self, msgs: list[Message]) -> PutMessageResult:
-        """As put_messages, but awaits the flush on the running event loop."""
-        result = self.append(msgs)
-        if result.ok and self._sync_flush:
-            assert result.append is not None
-            if not await self.flush_waiters.wait_async(result.append.end_offset,
-                                                       self.config.sync_flush_timeout / 1000):
-                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
-        return result
+        """As put_messages, but awaits the flush on the running event loop.
+
+        Under SYNC_FLUSH the puts of one loop iteration are appended together, at the next
+        one: one encode / lock / copy and one flush wait for all of them, instead of one per
+        caller (the loop thread, not the disk, bounded many concurrent writers)."""
+        if not self._sync_flush:
+            return self.append(msgs)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[PutMessageResult] = loop.create_future()
+        pending = self._pending_puts.get(loop)
+        if pending is None:
+            pending = self._pending_puts[loop] = []
+            loop.call_soon(self._append_pending, loop)
+        pending.append((msgs, fut))
+        return await fut
+
+    def _append_pending(self, loop: asyncio.AbstractEventLoop) -> None:
+        requests = self._pending_puts.pop(loop)
+        try:
+            if len(requests) == 1:
+                results = [self.append(requests[0][0])]
+            else:
+                results = self.append_groups([msgs for msgs, _ in requests])
+            appended: list[tuple[asyncio.Future[PutMessageResult], PutMessageResult]] = []
+            end = 0
+            ok = PutMessageStatus.PUT_OK
+            for (_, fut), result in zip(requests, results, strict=True):
+                if result.status is ok:
+                    appended.append((fut, result))
+                    end = max(end, result.append.end_offset)  # type: ignore[union-attr]
+                elif not fut.done():
+                    fut.set_result(result)
+            if appended:
+                flushed = self.flush_waiters.wait_async(end, self.config.sync_flush_timeout / 1000)
+                flushed.add_done_callback(functools.partial(_release_puts, appended))
+        except Exception as e:  # never leave a caller waiting
+            log.exception("appending %d coalesced puts failed", len(requests))
+            for _, fut in requests:
+                if not fut.done():
+                    fut.set_exception(e)
+
+    def append_groups(self, groups: list[list[Message]]) -> list[PutMessageResult]:
+        """append() for several callers' message lists at once (see put_messages_async)."""
+        problem = self._check_put()
+        if problem is not None:
+            status, reason = problem
+            return [PutMessageResult(status, AppendResult(status, error=reason)) for _ in groups]
+        results = self.commitlog.put_message_groups(groups)
+        out = []
+        for msgs, r in zip(groups, results, strict=True):
+            if r.status is PutMessageStatus.PUT_OK:
+                self.put_count += len(msgs)
+            out.append(PutMessageResult(r.status, r))
+        if self._reput_idle and self._wake_reput_on_append:
+            self._wake_reput()
+        return out
+
+    def _wake_reput(self) -> None:
+        self._reput_idle = False
+        self._reput_service.wake()
+
+    def _on_commit(self, committed: int) -> None:
+        """Buffered appends became readable: the dispatch service may be asleep."""
+        if self._reput_idle and self._services:
+            self._wake_reput()
 
     # -- flush services --------------------------------------------------------------------
     def _flush_commitlog_step(self) -> float:
@@ -272,7 +337,10 @@ class DefaultMessageStore:
 
     # -- dispatch ("reput") ----------------------------------------------------------------
     def _reput_step(self) -> float:
-        if self.commitlog.queue.write_buffer:
+        # Buffered appends become readable when committed. With a flush waiter the group
+        # commit service is about to commit (and wakes this service): committing here too
+        # would only contend with it for the GIL just before its fdatasync.
+        if self.commitlog.queue.write_buffer and not (self._sync_flush and len(self.flush_waiters)):
             self.commitlog.commit()
         if self.do_reput():
             self._reput_idle = False
@@ -283,80 +351,7 @@ class DefaultMessageStore:
     def do_reput(self) -> int:
         """Dispatches committed records past reput_from_offset; returns how many."""
         with self._reput_lock:
-            return self._do_reput()
-
-    def _do_reput(self) -> int:
-        count = 0
-        touched: dict[tuple[str, int], ConsumeQueue] = {}
-        hints = self.commitlog.dispatch_hints
-        while self.reput_from_offset < self.commitlog.max_offset:
-            if hints:
-                count += self._dispatch_hints(hints, touched)
-                if self.reput_from_offset >= self.commitlog.max_offset:
-                    break
-            if self.reput_from_offset < self.commitlog.min_offset:
-                log.warning("reput offset %d below commitlog min %d: skipping ahead",
-                            self.reput_from_offset, self.commitlog.min_offset)
-                self.reput_from_offset = self.commitlog.min_offset
-            got = self.commitlog.read_file_data(self.reput_from_offset)
-            if got is None:
-                break
-            mf, data = got
-            base = self.reput_from_offset
-            pos = 0
-            while True:
-                r = parse_dispatch(data, pos, check_crc=False)
-                if r == 0:
-                    break
-                if isinstance(r, int):  # end-of-file blank
-                    pos = mf.file_tail_offset - base
-                    break
-                self.dispatch(r, touched)
-                pos += r.msg_size
-                count += 1
-            if pos == 0:
-                break
-            self.reput_from_offset = base + pos
-        if touched:
-            self._notify_arriving(touched)
-        return count
-
-    def _dispatch_hints(self, hints: collections.deque[DispatchRequest],
-                        touched: dict[tuple[str, int], ConsumeQueue]) -> int:
-        """Dispatches requests the append path left, while they line up with reput_from."""
-        count = 0
-        end = self.commitlog.max_offset
-        offset = self.reput_from_offset
-        dispatch = self.dispatch
-        while hints:
-            r = hints[0]
-            if r.commit_log_offset < offset:  # already dispatched (or truncated away)
-                hints.popleft()
-                continue
-            if r.commit_log_offset != offset or offset + r.msg_size > end:
-                break
-            hints.popleft()
-            dispatch(r, touched)
-            offset += r.msg_size
-            count += 1
-        self.reput_from_offset = offset
-        return count
-
-    def dispatch(self, r: DispatchRequest, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
-        if r.sys_flag & TRANSACTION_TYPE_MASK in _CQ_TYPES:
-            key = (r.topic, r.queue_id)
-            cq = self.consume_queues.get(key)
-            if cq is None:
-                cq = self._new_consume_queue(r.topic, r.queue_id)
-            cq.put(r.commit_log_offset, r.msg_size, r.tags_code, r.queue_offset)
-            touched[key] = cq
-        if self.config.message_index_enable:  # the index skips records it already has
-            keys = r.keys.split() if r.keys else []
-            if r.uniq_key:
-                keys.append(r.uniq_key)
-            if keys:
-                self.index.build_index(r.topic, keys, r.commit_log_offset, r.store_timestamp)
-        self._last_dispatched_ts = r.store_timestamp
+            return reput.do_reput(self)
 
     def _notify_arriving(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
         for (topic, queue_id), cq in touched.items():

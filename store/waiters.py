@@ -8,9 +8,11 @@ single call_soon_threadsafe per advance, so a group of many waiting sends costs 
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 import threading
+import weakref
 from collections.abc import Callable
 
 
@@ -37,6 +39,8 @@ class OffsetWaiters:
         self._heap: list[tuple[int, int, _Waiting]] = []
         self._seq = itertools.count()
         self.reached = 0
+        self._watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watchdog] = (
+            weakref.WeakKeyDictionary())
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -65,10 +69,14 @@ class OffsetWaiters:
         """A future of the running loop: True when reached, False on timeout."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[bool] = loop.create_future()
-        if not self._add(_Waiting(offset, self._clock() + timeout_s, loop, fut)):
+        w = _Waiting(offset, self._clock() + timeout_s, loop, fut)
+        if not self._add(w):
             fut.set_result(True)
         else:  # times out even if nothing ever advances again
-            loop.call_later(timeout_s, _time_out, fut)
+            dog = self._watchdogs.get(loop)
+            if dog is None:
+                dog = self._watchdogs[loop] = _Watchdog()
+            dog.watch(loop, fut, loop.time() + timeout_s)
         return fut
 
     def advance(self, reached: int) -> int:
@@ -104,6 +112,46 @@ class OffsetWaiters:
         _complete(done)
 
 
+class _Watchdog:
+    """Times out the futures of one loop with a single timer armed for the earliest
+    deadline, instead of a timer per wait: asyncio keeps timers in a heap ordered by a
+    Python-level comparison, which cost more than the rest of a wait at thousands a second.
+    Touched only from its loop's thread; holds no reference to the loop but its timer."""
+
+    __slots__ = ("waits", "timer", "__weakref__")
+
+    def __init__(self) -> None:
+        self.waits: collections.deque[tuple[float, asyncio.Future[bool]]] = collections.deque()
+        self.timer: asyncio.TimerHandle | None = None
+
+    def watch(self, loop: asyncio.AbstractEventLoop, fut: asyncio.Future[bool],
+              deadline: float) -> None:
+        waits = self.waits
+        while waits and waits[0][1].done():  # waits end mostly in the order they began
+            waits.popleft()
+        waits.append((deadline, fut))
+        timer = self.timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self.timer = loop.call_at(deadline, self._fire, loop)
+
+    def _fire(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.timer = None
+        now = loop.time()
+        keep: collections.deque[tuple[float, asyncio.Future[bool]]] = collections.deque()
+        for deadline, fut in self.waits:
+            if fut.done():
+                continue
+            if deadline <= now:
+                fut.set_result(False)
+            else:
+                keep.append((deadline, fut))
+        self.waits = keep
+        if keep:
+            self.timer = loop.call_at(min(d for d, _ in keep), self._fire, loop)
+
+
 def _complete(done: list[_Waiting]) -> None:
     by_loop: dict[asyncio.AbstractEventLoop, list[_Waiting]] = {}
     for w in done:
@@ -116,11 +164,6 @@ def _complete(done: list[_Waiting]) -> None:
             loop.call_soon_threadsafe(_set_results, ws)
         except RuntimeError:  # loop closed: nobody is waiting any more
             pass
-
-
-def _time_out(fut: asyncio.Future[bool]) -> None:
-    if not fut.done():
-        fut.set_result(False)
 
 
 def _set_results(ws: list[_Waiting]) -> None:

@@ -3,8 +3,10 @@
     python tests/store/crash_writer.py STORE_DIR
 
 Opens the store with SYNC_FLUSH and small files, then a few threads append messages over 2 topics
-x 8 queues with tags, KEYS and UNIQ_KEY. After each put that returned PUT_OK it prints (and
-flushes) one line:
+x 8 queues with tags, KEYS and UNIQ_KEY (put_message), and one more thread runs an event loop
+whose concurrent tasks put batches of 1-3 messages (put_messages_async: the store appends the
+puts of one loop iteration together). After each message of a put that returned PUT_OK it
+prints (and flushes) one line:
 
     ACK <key> <topic> <queueId> <queueOffset> <offsetMsgId>
 
@@ -13,6 +15,7 @@ The key determines the body (see `body_for`), so the parent can check what it re
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 import threading
@@ -28,7 +31,8 @@ from store.message_store import DefaultMessageStore  # noqa: E402
 
 TOPICS = ("CrashA", "CrashB")
 QUEUES = 8
-THREADS = 4
+THREADS = 3
+ASYNC_TASKS = 8
 
 
 def crash_config(store_dir: str | os.PathLike) -> StoreConfig:
@@ -64,6 +68,13 @@ def main() -> None:
     prefix = os.urandom(4).hex()
     out_lock = threading.Lock()
 
+    def ack(key: str, topic: str, queue_id: int, queue_offset: int, phys: int) -> None:
+        line = (f"ACK {key} {topic} {queue_id} {queue_offset} "
+                f"{encode_offset_msg_id(config.store_host, phys)}\n")
+        with out_lock:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+
     def worker(w: int) -> None:
         n = 0
         while True:
@@ -71,15 +82,29 @@ def main() -> None:
             msg, topic, queue_id = message_for(key, n)
             r = store.put_message(msg)
             if r.ok and r.append is not None:
-                phys = r.append.commit_log_offsets[0]
-                line = (f"ACK {key} {topic} {queue_id} {r.append.queue_offsets[0]} "
-                        f"{encode_offset_msg_id(config.store_host, phys)}\n")
-                with out_lock:
-                    sys.stdout.write(line)
-                    sys.stdout.flush()
+                ack(key, topic, queue_id, r.append.queue_offsets[0],
+                    r.append.commit_log_offsets[0])
             n += 1
 
+    async def async_writer(w: int) -> None:
+        n = 0
+        while True:
+            sent = []
+            for _ in range(1 + n % 3):
+                key = f"{prefix}-a{w}-{n}"
+                sent.append((key, *message_for(key, n)))
+                n += 1
+            r = await store.put_messages_async([m for _, m, _, _ in sent])
+            if r.ok and r.append is not None:
+                for (key, _, topic, queue_id), qoff, phys in zip(
+                        sent, r.append.queue_offsets, r.append.commit_log_offsets, strict=True):
+                    ack(key, topic, queue_id, qoff, phys)
+
+    async def async_writers() -> None:
+        await asyncio.gather(*(async_writer(w) for w in range(ASYNC_TASKS)))
+
     threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(THREADS)]
+    threads.append(threading.Thread(target=asyncio.run, args=(async_writers(),), daemon=True))
     for t in threads:
         t.start()
     for t in threads:
