@@ -351,13 +351,15 @@ class CommitLog:
         except ValueError:  # the file was deleted while reading
             return b""
 
-    def read_file_data(self, offset: int) -> tuple[MappedFile, bytes] | None:
-        """All committed bytes of the file holding `offset`, from `offset` on."""
+    def read_file_data(self, offset: int, max_bytes: int | None = None
+                       ) -> tuple[MappedFile, bytes] | None:
+        """Committed bytes of the file holding `offset`, from `offset` on (at most
+        `max_bytes`; by default to the end of the file's committed data)."""
         mf = self.queue.find_by_offset(offset)
         if mf is None:
             return None
         try:
-            return mf, mf.read(offset - mf.file_from_offset, mf.file_size)
+            return mf, mf.read(offset - mf.file_from_offset, max_bytes or mf.file_size)
         except ValueError:
             return None
 

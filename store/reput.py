@@ -15,8 +15,9 @@ import logging
 import mmap
 from typing import TYPE_CHECKING
 
-from store.codec import DispatchRequest, parse_dispatch
+from store.codec import SIZE_MAGIC, DispatchRequest, parse_dispatch
 from store.commitlog import NO_QUEUE_OFFSET_BIT, AppendedBatch
+from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from store.consume_queue import ConsumeQueue
 from store.scanning import ScannedRecord
 from store.scanning import dispatch_request as scanned_request
@@ -32,6 +33,7 @@ QueueEntries = list[int]
 IndexItem = tuple[str, "list[str] | tuple[str, ...]", int, int]  # topic, keys, phy, store ts
 # Records gathered before they are written: bounds memory and the time a reader waits.
 MAX_GATHERED = 4096
+REPUT_CHUNK_BYTES = 8 * 1024 * 1024  # commitlog bytes read per dispatch pass
 
 
 class Gathered:
@@ -144,6 +146,8 @@ def do_reput(store: DefaultMessageStore) -> int:
     appended = commitlog.appended
     touched: dict[QueueKey, ConsumeQueue] = {}
     gathered = Gathered(store)
+    # Read a bounded chunk, not the rest of the file, per pass (it is copied out).
+    chunk = max(REPUT_CHUNK_BYTES, 2 * store.config.max_message_size)
     while store.reput_from_offset < commitlog.max_offset:
         if appended:
             while _take_appended(store, appended, gathered, touched):
@@ -154,13 +158,23 @@ def do_reput(store: DefaultMessageStore) -> int:
             log.warning("reput offset %d below commitlog min %d: skipping ahead",
                         store.reput_from_offset, commitlog.min_offset)
             store.reput_from_offset = commitlog.min_offset
-        got = commitlog.read_file_data(store.reput_from_offset)
+        got = commitlog.read_file_data(store.reput_from_offset, chunk)
         if got is None:
             break
         mf, data = got
         base = store.reput_from_offset
         pos = 0
+        limit = len(data)
         while True:
+            if pos + 8 <= limit:
+                total, magic = SIZE_MAGIC.unpack_from(data, pos)
+                if magic == BLANK_MAGIC_CODE:  # end-of-file blank (maybe past this chunk)
+                    pos = mf.file_tail_offset - base
+                    break
+                if magic == MESSAGE_MAGIC_CODE and pos + total > limit:
+                    # Cut off by the chunk, or not all here yet (a slave's data ends
+                    # wherever its last frame ended): dispatch it on a later pass.
+                    break
             r = parse_dispatch(data, pos, check_crc=False)
             if r == 0:
                 break

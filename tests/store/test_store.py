@@ -321,6 +321,24 @@ def test_empty_slave_store_starts_at_the_masters_first_file(make_store: MakeStor
     assert got.status is S.FOUND and got.decoded()[0].body.startswith(b"message-599|")
 
 
+def test_slave_dispatches_a_record_split_across_appends_once_it_is_whole(
+        make_store: MakeStore, tmp_path) -> None:
+    master = make_store(root=tmp_path / "m")
+    for i in range(3):
+        master.put_message(msg(i))
+    wait_dispatched(master)
+    data = master.read_commitlog(0, 1 << 20)
+    slave = make_store(start=False, root=tmp_path / "s", broker_role=BrokerRole.SLAVE)
+    cut = len(data) - 100  # inside the third record, as a frame boundary may fall
+    slave.append_commitlog(0, data[:cut])
+    assert slave.do_reput() == 2  # the cut record waits; no CorruptRecord
+    assert slave.get_max_offset_in_queue("TopicA", 0) == 2
+    slave.append_commitlog(cut, data[cut:])
+    assert slave.do_reput() == 1
+    got = slave.get_message("g", "TopicA", 0, 2, 1)
+    assert got.status is S.FOUND and got.decoded()[0].body.startswith(b"message-2|")
+
+
 def test_async_flush_wait_times_out_without_any_advance() -> None:
     from store.waiters import OffsetWaiters
 
