@@ -13,7 +13,7 @@ from typing import Protocol
 
 import grpc
 
-from mqclient.constants import ADMIN_CALL_TIMEOUT_S
+from mqclient.constants import ADMIN_CALL_TIMEOUT_S, MASTER_ID
 from mqclient.instance import ClientInstance
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqproto import common_pb2, messaging_pb2
@@ -60,48 +60,63 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
     async def load(self) -> None:
         pass
 
-    def _admin_addr(self, mq: MessageQueue) -> str:
+    def _offset_addrs(self, mq: MessageQueue) -> list[str]:
+        """Where the group's offsets live, best first: the master, then its slaves (a slave
+        keeps the offsets committed on it while its master is gone and hands them back)."""
         route = self.instance.find_route(mq.topic)
         group = route.brokers.get(mq.broker_name) if route is not None else None
-        addr = group.admin_addr() if group is not None else None
-        if addr is None:
+        addrs = group.pull_addrs(MASTER_ID) if group is not None else []
+        if not addrs:
             raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} of {mq} is gone")
-        return addr
+        return addrs
 
     async def read_from_store(self, mq: MessageQueue) -> int:
-        """The group's committed offset, -1 when it has none; MQClientError when the broker
-        cannot tell."""
-        stub = self.instance.channels.messaging(self._admin_addr(mq))
-        try:
-            r = await stub.QueryConsumerOffset(messaging_pb2.QueryConsumerOffsetRequest(
-                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id),
-                timeout=ADMIN_CALL_TIMEOUT_S)
-        except grpc.RpcError as e:
-            raise MQClientError("UNAVAILABLE", f"offset of {mq}: "
-                                f"{e.code().name}") from None  # type: ignore[attr-defined]
-        if r.status.code == common_pb2.SUCCESS:
-            self._persisted[mq] = r.offset
-            return r.offset
-        if r.status.code == common_pb2.QUERY_NOT_FOUND:
-            return -1
-        raise MQClientError(code_name(r.status.code), r.status.remark)
+        """The group's committed offset, -1 when it has none; MQClientError when no broker
+        of the group can tell."""
+        request = messaging_pb2.QueryConsumerOffsetRequest(
+            consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
+        failures = []
+        for addr in self._offset_addrs(mq):
+            stub = self.instance.channels.messaging(addr)
+            try:
+                r = await stub.QueryConsumerOffset(request, timeout=ADMIN_CALL_TIMEOUT_S)
+            except grpc.RpcError as e:
+                failures.append(f"{addr} {e.code().name}")  # type: ignore[attr-defined]
+                continue
+            if r.status.code == common_pb2.SUCCESS:
+                self._persisted[mq] = r.offset
+                return r.offset
+            if r.status.code == common_pb2.QUERY_NOT_FOUND:
+                return -1
+            raise MQClientError(code_name(r.status.code), r.status.remark)
+        raise MQClientError("UNAVAILABLE", f"offset of {mq}: {', '.join(failures)}")
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
-        """Commits the offsets of `mqs` that moved since they were last committed."""
+        """Commits the offsets of `mqs` that moved since they were last committed, to the
+        master or, while it does not answer, to a slave."""
         async def commit(mq: MessageQueue, offset: int) -> None:
+            request = messaging_pb2.UpdateConsumerOffsetRequest(
+                consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
+                commit_offset=offset)
             try:
-                stub = self.instance.channels.messaging(self._admin_addr(mq))
-                r = await stub.UpdateConsumerOffset(messaging_pb2.UpdateConsumerOffsetRequest(
-                    consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                    commit_offset=offset), timeout=ADMIN_CALL_TIMEOUT_S)
-            except (grpc.RpcError, MQClientError) as e:
+                addrs = self._offset_addrs(mq)
+            except MQClientError as e:
                 log.warning("offset %d of %s not committed: %s", offset, mq, e)
                 return
-            if r.status.code == common_pb2.SUCCESS:
-                self._persisted[mq] = offset
-            else:
-                log.warning("offset %d of %s refused: %s %s", offset, mq,
-                            code_name(r.status.code), r.status.remark)
+            for addr in addrs:
+                stub = self.instance.channels.messaging(addr)
+                try:
+                    r = await stub.UpdateConsumerOffset(request, timeout=ADMIN_CALL_TIMEOUT_S)
+                except grpc.RpcError as e:
+                    log.warning("offset %d of %s not committed to %s: %s", offset, mq, addr,
+                                e.code().name)  # type: ignore[attr-defined]
+                    continue
+                if r.status.code == common_pb2.SUCCESS:
+                    self._persisted[mq] = offset
+                else:
+                    log.warning("offset %d of %s refused by %s: %s %s", offset, mq, addr,
+                                code_name(r.status.code), r.status.remark)
+                return
 
         todo = [(mq, self.offsets[mq]) for mq in mqs
                 if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import grpc
 
 from mqclient.allocate import AllocateStrategy
-from mqclient.constants import ADMIN_CALL_TIMEOUT_S
+from mqclient.constants import ADMIN_CALL_TIMEOUT_S, MASTER_ID
 from mqclient.instance import ClientInstance
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.offset_store import OffsetStore
@@ -93,10 +93,12 @@ class Rebalancer:
         """The group's consumers as a broker of the topic knows them (every consumer
         heartbeats to every broker), sorted."""
         errors = []
-        for name in sorted(route.brokers):
-            addr = route.brokers[name].admin_addr()
-            if addr is None:
-                continue
+        # Masters first; a slave knows the group too (consumers heartbeat to it), which
+        # matters while a killed master is still in the route.
+        groups = [route.brokers[name] for name in sorted(route.brokers)]
+        addrs = [a for g in groups for i, a in sorted(g.addrs.items()) if i == MASTER_ID]
+        addrs += [a for g in groups for i, a in sorted(g.addrs.items()) if i != MASTER_ID]
+        for addr in addrs:
             try:
                 r = await self.instance.channels.messaging(addr).GetConsumerListByGroup(
                     messaging_pb2.GetConsumerListByGroupRequest(consumer_group=self.group),

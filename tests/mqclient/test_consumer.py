@@ -301,8 +301,11 @@ def test_offsets_are_committed_and_a_restart_resumes(cluster: Cluster,
         producer.shutdown()
 
 
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["stopped", "killed"])
 def test_reads_from_the_slave_when_the_master_is_gone(
-        cluster: Cluster, consumers: list[PushConsumer]) -> None:
+        cluster: Cluster, consumers: list[PushConsumer], signum: int) -> None:
+    """Stopped, the master leaves the route at once; killed, the name server keeps it for
+    120 s: either way the group reads on from the slave and commits its offsets there."""
     master = cluster.start_broker("broker-a", slaveSynchronizeInterval=300)
     slave = cluster.start_broker("broker-a", 1, slaveSynchronizeInterval=300)
     producer = create_topic(cluster, "TopicSlave", 2)
@@ -328,13 +331,16 @@ def test_reads_from_the_slave_when_the_master_is_gone(
         wait_until(lambda: sum(stub.GetMaxOffset(messaging_pb2.GetMaxOffsetRequest(
             topic="TopicSlave", queue_id=q), timeout=10).offset for q in range(2)) == 51,
             timeout=TIMEOUT_S, message="slave caught up")
-    master.stop(signal.SIGTERM)
+    master.stop(signum)
     again = Collector()
-    start_consumer(consumers, cluster, again.listener("b"), "TopicSlave",
-                   consume_from_where=FIRST)
+    c = start_consumer(consumers, cluster, again.listener("b"), "TopicSlave",
+                       consume_from_where=FIRST)
     again.wait_for(20, b"n")
     time.sleep(0.3)
     assert again.count(b"m") == 0 and again.count(b"n") == 20
+    consumers.remove(c)
+    c.shutdown()  # commits where it can: the slave
+    assert sum(committed_offset(slave.address, "CG", "TopicSlave", q) for q in range(2)) == 51
 
 
 def test_a_consumer_that_dies_is_replaced_at_once(cluster: Cluster,
