@@ -27,7 +27,7 @@ import pytest
 from broker.config import parse_config
 from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
-from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
 from tests.processes import stop_process
 
@@ -225,7 +225,8 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-__all__ = ["BrokerThread", "Process", "Processes", "broker_props", "wait_until", "write_conf"]
+__all__ = ["BrokerThread", "Node", "Process", "Processes", "broker_props", "wait_until",
+           "write_conf"]
 
 
 def pull_everything(messaging: messaging_pb2_grpc.MessagingServiceStub, topic: str,
@@ -243,3 +244,46 @@ def pull_everything(messaging: messaging_pb2_grpc.MessagingServiceStub, topic: s
         out.extend(r.messages)
         assert r.next_begin_offset > offset
         offset = r.next_begin_offset
+
+
+class Node:
+    """Stubs of one broker process (or in-process broker) at `address`."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.channel = grpc.insecure_channel(address)
+        self.messaging = messaging_pb2_grpc.MessagingServiceStub(self.channel)
+        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
+
+    def runtime(self) -> admin_pb2.GetRuntimeInfoResponse:
+        return self.admin.GetRuntimeInfo(admin_pb2.GetRuntimeInfoRequest(),
+                                         timeout=RPC_TIMEOUT_S)
+
+    def ha_status(self) -> admin_pb2.GetHAStatusResponse:
+        return self.admin.GetHAStatus(admin_pb2.GetHAStatusRequest(), timeout=RPC_TIMEOUT_S)
+
+    def create_topic(self, topic: str, queues: int) -> None:
+        r = self.admin.CreateOrUpdateTopic(admin_pb2.CreateOrUpdateTopicRequest(
+            topic_config=common_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues,
+                                                write_queue_nums=queues, perm=6)),
+            timeout=RPC_TIMEOUT_S)
+        assert r.status.code == common_pb2.SUCCESS, r.status
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        return self.messaging.GetMaxOffset(messaging_pb2.GetMaxOffsetRequest(
+            topic=topic, queue_id=queue_id), timeout=RPC_TIMEOUT_S).offset
+
+    def pull_all(self, topic: str, queue_id: int) -> list[Any]:
+        return pull_everything(self.messaging, topic, queue_id)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+@pytest.fixture
+def nodes() -> Iterator[list[Node]]:
+    """Node stubs the test opens (append them); closed after the test."""
+    opened: list[Node] = []
+    yield opened
+    for n in opened:
+        n.close()

@@ -12,14 +12,18 @@ import itertools
 import signal
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import Process, Processes, broker_props, wait_until, write_conf
-from tests.broker.test_ha import Node, topic_list
+from tests.broker.conftest import (
+    Node,
+    Process,
+    Processes,
+    broker_props,
+    wait_until,
+    write_conf,
+)
+from tests.broker.test_ha import topic_list
 
 M = messaging_pb2
 A = admin_pb2
@@ -30,14 +34,6 @@ QUEUES = 4
 BATCH = 32
 FILE_SIZE = 2 * 1024 * 1024
 GROUP = "FailoverGroup"
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    opened: list[Node] = []
-    yield opened
-    for n in opened:
-        n.close()
 
 
 def start_node(processes: Processes, nodes: list[Node], conf: Path) -> tuple[Process, Node]:

@@ -8,18 +8,15 @@ import functools
 import socket
 import struct
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import grpc
-import pytest
-
-from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+from mqproto import admin_pb2, common_pb2, messaging_pb2
 from tests.broker.conftest import (
     BrokerThread,
+    Node,
     Processes,
     broker_props,
-    pull_everything,
     wait_until,
     write_conf,
 )
@@ -32,47 +29,6 @@ TOPIC = "HATopic"
 QUEUES = 4
 MESSAGES = 2000
 COMMITLOG_FILE_SIZE = 256 * 1024  # several files: frames never cross one
-
-
-class Node:
-    """Stubs of one broker process."""
-
-    def __init__(self, address: str) -> None:
-        self.address = address
-        self.channel = grpc.insecure_channel(address)
-        self.messaging = messaging_pb2_grpc.MessagingServiceStub(self.channel)
-        self.admin = admin_pb2_grpc.AdminServiceStub(self.channel)
-
-    def runtime(self) -> A.GetRuntimeInfoResponse:
-        return self.admin.GetRuntimeInfo(A.GetRuntimeInfoRequest(), timeout=RPC_TIMEOUT_S)
-
-    def ha_status(self) -> A.GetHAStatusResponse:
-        return self.admin.GetHAStatus(A.GetHAStatusRequest(), timeout=RPC_TIMEOUT_S)
-
-    def create_topic(self, topic: str, queues: int) -> None:
-        r = self.admin.CreateOrUpdateTopic(A.CreateOrUpdateTopicRequest(
-            topic_config=C.TopicConfig(topic_name=topic, read_queue_nums=queues,
-                                       write_queue_nums=queues, perm=6)),
-            timeout=RPC_TIMEOUT_S)
-        assert r.status.code == C.SUCCESS, r.status
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        return self.messaging.GetMaxOffset(M.GetMaxOffsetRequest(
-            topic=topic, queue_id=queue_id), timeout=RPC_TIMEOUT_S).offset
-
-    def pull_all(self, topic: str, queue_id: int) -> list[M.Message]:
-        return pull_everything(self.messaging, topic, queue_id)
-
-    def close(self) -> None:
-        self.channel.close()
-
-
-@pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    opened: list[Node] = []
-    yield opened
-    for n in opened:
-        n.close()
 
 
 def topic_list(node: Node) -> A.GetTopicListResponse:
