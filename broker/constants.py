@@ -25,6 +25,8 @@ SCHEDULE_TOPIC_QUEUE_NUMS = 18
 
 # Periods (ms) of the broker's own services; all configurable in broker.conf.
 REGISTER_NAME_SERVER_PERIOD_MS = 30_000
+# A slave that registered before its master re-registers this often until it learns it.
+FIND_MASTER_REGISTER_PERIOD_S = 2.0
 REGISTER_BROKER_TIMEOUT_MS = 6_000
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 # A slave copies topic configs, consumer and delay offsets from its master this often

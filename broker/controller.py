@@ -24,6 +24,7 @@ from broker.admin import AdminServicer, topic_config_to_proto
 from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
 from broker.constants import (
+    FIND_MASTER_REGISTER_PERIOD_S,
     PERM_READ_WRITE,
     SHUTDOWN_GRACE_S,
     STATS_SAMPLE_INTERVAL_S,
@@ -289,9 +290,13 @@ class BrokerController:
         self.stats.sample()
 
     async def _register_loop(self) -> None:
-        """Registers every registerNameServerPeriod, and at once after a topic change."""
-        period = self.config.register_name_server_period / 1000
+        """Registers every registerNameServerPeriod, and at once after a topic change; a
+        slave that has not learnt its master yet (it registered first) asks again sooner."""
         while True:
+            period = self.config.register_name_server_period / 1000
+            if (self.config.is_slave and not self.master_addr
+                    and not self.config.ha_master_address):
+                period = min(period, FIND_MASTER_REGISTER_PERIOD_S)
             sleeper = asyncio.ensure_future(self._sleep(period))
             woken = asyncio.ensure_future(self._register_now.wait())
             try:

@@ -119,6 +119,24 @@ def test_sync_master_replicates_to_slave(processes: Processes, tmp_path: Path,
     assert r.status.code == C.SERVICE_NOT_AVAILABLE
 
 
+def test_a_slave_started_before_its_master_finds_it_within_seconds(
+        processes: Processes, tmp_path: Path, nodes: list[Node]) -> None:
+    """The name server has no master to tell a slave about when the slave registers first;
+    the slave must not wait a whole 30 s registration period to ask again."""
+    namesrv = processes.namesrv()
+    common = {"namesrvAddr": namesrv.address}
+    slave = Node(processes.broker(write_conf(tmp_path / "slave.conf", broker_props(
+        tmp_path / "slave", brokerRole="SLAVE", brokerId=1, **common))).address)
+    nodes.append(slave)
+    master = Node(processes.broker(write_conf(tmp_path / "master.conf", broker_props(
+        tmp_path / "master", **common))).address)
+    nodes.append(master)
+    started = time.monotonic()
+    wait_until(lambda: slave.ha_status().ha_client_info.connected, timeout=20,
+               message="the slave linked to its master")
+    assert time.monotonic() - started < 10
+
+
 def test_async_master_does_not_wait_and_reports_no_slaves(
         start_broker: Callable[..., BrokerThread]) -> None:
     b = start_broker(brokerRole="ASYNC_MASTER")

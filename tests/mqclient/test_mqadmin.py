@@ -273,7 +273,13 @@ def test_ha_status_shows_each_master_with_its_slave(capsys: pytest.CaptureFixtur
     assert line[1] == master and line[4] == str(status["master_commit_log_max_offset"])
     assert line[7] == "True"
 
-    everything = ok_json(capsys, running, "haStatus", "-c", CLUSTER)
+    def all_linked() -> list[dict[str, Any]] | None:
+        listing = ok_json(capsys, running, "haStatus", "-c", CLUSTER)
+        linked = all(len(s["slaves"]) == 1 if s["master"] else s["master_link"]["connected"]
+                     for s in listing)
+        return listing if linked else None
+
+    everything = wait_until(all_linked, timeout=WAIT_S, message="every slave linked")
     assert [(s["broker_name"], s["master"]) for s in everything] == [
         ("broker-a", True), ("broker-a", False), ("broker-b", True), ("broker-b", False)]
     for s in everything:
