@@ -86,7 +86,8 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             broker_id=request.broker_id,
             ha_server_addr=request.ha_server_addr,
             data_version=data_version_from_proto(request.data_version),
-            topic_configs=[topic_config_from_proto(tc) for tc in request.topic_configs],
+            # Converted only if read: only a master with a new data version reads them.
+            topic_configs=(topic_config_from_proto(tc) for tc in request.topic_configs),
         )
         return namesrv_pb2.RegisterBrokerResponse(
             status=ok_status(),

@@ -129,7 +129,6 @@ class RouteInfoManager:
         """
         self._add_to_cluster(cluster_name, broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
-        register_first = broker_data is None
         if broker_data is None:
             broker_data = BrokerData(cluster_name, broker_name)
             self.broker_addr_table[broker_name] = broker_data
@@ -145,7 +144,8 @@ class RouteInfoManager:
             # A new address for an existing id replaces the old one.
             self.broker_live_table.pop(old_addr, None)
         broker_data.broker_addrs[broker_id] = broker_addr
-        register_first = register_first or old_addr != broker_addr
+        # A new group has no old address either: both are a first registration.
+        register_first = old_addr != broker_addr
 
         prev_live = self.broker_live_table.get(broker_addr)
         if broker_id == MASTER_ID and topic_configs is not None:
@@ -283,16 +283,14 @@ class RouteInfoManager:
         queue_datas = self.topic_queue_table.get(topic)
         if not queue_datas:
             return None
+        names = sorted(queue_datas)
         broker_datas = [
-            self.broker_addr_table[name].copy()
-            for name in sorted(queue_datas)
-            if name in self.broker_addr_table
+            self.broker_addr_table[name].copy() for name in names if name in self.broker_addr_table
         ]
         if not broker_datas:
             return None
         return TopicRouteData(
-            queue_datas=[queue_datas[name] for name in sorted(queue_datas)],
-            broker_datas=broker_datas,
+            queue_datas=[queue_datas[name] for name in names], broker_datas=broker_datas
         )
 
     def get_all_cluster_info(self) -> ClusterInfo:
