@@ -14,10 +14,8 @@ SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S = 5.0
 SCAN_NOT_ACTIVE_BROKER_INTERVAL_S = 10.0
 
 # Permission bits of topics and queues (PermName).
-PERM_PRIORITY = 0x8
 PERM_READ = 0x4
 PERM_WRITE = 0x2
-PERM_INHERIT = 0x1
 
 # Seconds a stopping name server lets in-flight RPCs finish.
 SHUTDOWN_GRACE_S = 1.0
