@@ -10,34 +10,11 @@ import grpc
 import pytest
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID, PERM_READ, PERM_WRITE
+from nameserver.constants import MASTER_ID
 from nameserver.controller import NamesrvController, split_host_port
 from nameserver.routeinfo import DataVersion
 from tests.nameserver.fake_time import FakeTime
-
-CLUSTER = "DefaultCluster"
-TOPIC = "TopicTest"
-MASTER_A = "127.0.0.1:10911"
-SLAVE_A = "127.0.0.1:10921"
-
-
-def register_request(
-    broker_addr: str, broker_id: int, queues: int = 4
-) -> namesrv_pb2.RegisterBrokerRequest:
-    return namesrv_pb2.RegisterBrokerRequest(
-        cluster_name=CLUSTER,
-        broker_name="broker-a",
-        broker_addr=broker_addr,
-        broker_id=broker_id,
-        ha_server_addr=broker_addr.replace(":109", ":119"),
-        data_version=common_pb2.DataVersion(timestamp=1, counter=1),
-        topic_configs=[
-            common_pb2.TopicConfig(
-                topic_name=TOPIC, read_queue_nums=queues, write_queue_nums=queues,
-                perm=PERM_READ | PERM_WRITE,
-            )
-        ],
-    )
+from tests.nameserver.registration import CLUSTER, MASTER_A, SLAVE_A, TOPIC, register_request
 
 
 @contextlib.asynccontextmanager
