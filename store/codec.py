@@ -18,6 +18,7 @@ from store.constants import (
     BLANK_MAGIC_CODE,
     DELAY_LEVELS_MS,
     MESSAGE_MAGIC_CODE,
+    SCHEDULE_TOPIC,
     TOPIC_PATTERN,
 )
 
@@ -378,7 +379,7 @@ def dispatch_request(topic: str, queue_id: int, phys: int, total: int, store_ts:
     props = decode_properties(properties) if len(properties) else {}
     tags = props.get("TAGS")
     code = tags_code(tags) if tags else 0
-    if topic == "SCHEDULE_TOPIC_XXXX" and "DELAY" in props:
+    if topic == SCHEDULE_TOPIC and "DELAY" in props:
         code = store_ts + delay_level_ms(int(props["DELAY"]))
     return DispatchRequest(topic, queue_id, phys, total, code, store_ts, queue_offset,
                            props.get("KEYS", ""), props.get("UNIQ_KEY"), sys_flag,

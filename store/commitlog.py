@@ -65,7 +65,7 @@ class AppendResult:
 #    (topic, queue id) = the message's queue)
 EncodedMessage = tuple[Message, int, int, bytes, int, bytes, int, str, "str | None", int,
                        tuple[str, int]]
-E_MSG, E_SYS_FLAG, E_TOTAL, E_CODE, E_KEYS, E_UNIQ, E_DELAY, E_QUEUE = 0, 1, 4, 6, 7, 8, 9, 10
+E_SYS_FLAG, E_TOTAL, E_QUEUE = 1, 4, 10
 
 # A batch of appended records, left for the dispatch service:
 #   (commitlog offset of the first record, offset after the last one, store timestamp,

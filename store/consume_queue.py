@@ -17,9 +17,9 @@ ENTRY = struct.Struct(">qiq")
 BLANK_SIZE = 0x7FFFFFFF
 
 
-RECOVER_BLOCK = 4096
+RECOVER_BLOCK = 4096  # entries whose sizes recovery unpacks at once
 # Truncation stops zeroing after this many zero bytes in a row (see MappedFileQueue).
-ZERO_RUN_PROOF = 1 << 20  # entries whose sizes recovery unpacks at once
+ZERO_RUN_PROOF = 1 << 20
 
 
 @functools.lru_cache(maxsize=8)
@@ -120,25 +120,6 @@ class ConsumeQueue:
                 self.max_physic_offset = last[0] + last[1]
 
     # -- writing ---------------------------------------------------------------------------
-    def put(self, offset: int, size: int, tags_code: int, queue_offset: int) -> bool:
-        """Writes entry `queue_offset`; already present entries are skipped (re-dispatch)."""
-        pos = queue_offset * CQ_STORE_UNIT_SIZE
-        if pos < self._max_pos:
-            return True
-        if pos > self._max_pos:
-            self._fill_gap(pos)
-        mf = self._current
-        if mf is None or pos >= mf.file_tail_offset:
-            mf = self.queue.last_file_for_append(pos)
-            self._current = mf
-        ENTRY.pack_into(mf.mm, pos - mf.file_from_offset, offset, size, tags_code)
-        mf.wrote_position = mf.committed_position = pos + CQ_STORE_UNIT_SIZE - mf.file_from_offset
-        self._max_pos = pos + CQ_STORE_UNIT_SIZE
-        self.max_physic_offset = offset + size
-        if mf.wrote_position >= mf.file_size:
-            self._current = None
-        return True
-
     def put_entries(self, first_index: int, flat: list[int], start: int = 0) -> None:
         """Writes entries first_index, first_index + 1, ... from `flat[start:]`, which holds
         (commitlog offset, size, tags code) of each in a row: one pack and one copy per file
