@@ -124,10 +124,8 @@ class _QueueCheck:
 
     def points_at(self, queue_offset: int, phys: int, gathered: Gathered,
                   touched: dict[tuple[str, int], ConsumeQueue]) -> bool:
-        """Entry `queue_offset` (below next_offset) points at `phys`, or has expired."""
-        i = queue_offset - self.block_start
-        if 0 <= i < len(self.block):
-            return self.block[i] == phys
+        """Entry `queue_offset` (below next_offset, outside the block the caller looked in
+        first) points at `phys`, or has expired; reads the block from that entry on."""
         cq = self.store.consume_queues.get(self.key)
         if cq is None or queue_offset >= cq.max_offset_in_queue:
             gathered.write(touched)  # the entry is gathered, not yet written

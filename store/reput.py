@@ -176,10 +176,7 @@ def do_reput(store: DefaultMessageStore) -> int:
                     # wherever its last frame ended): dispatch it on a later pass.
                     break
             r = parse_dispatch(data, pos, check_crc=False)
-            if r == 0:
-                break
-            if isinstance(r, int):  # end-of-file blank
-                pos = mf.file_tail_offset - base
+            if isinstance(r, int):  # the end of data (blanks are handled above)
                 break
             gathered.add_request(r)
             pos += r.msg_size
