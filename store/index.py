@@ -48,17 +48,17 @@ INDEX_DIR_NAME = "index"
 
 IndexEntry = tuple[int, int, int, int]  # key_hash, phy_offset, time_diff, prev
 
-_HEADER = struct.Struct(">qqqqii")
-_ENTRY = struct.Struct(">iqiI")
+INDEX_HEADER = struct.Struct(">qqqqii")
+INDEX_ENTRY = struct.Struct(">iqiI")
 _SLOT = struct.Struct(">I")
-_pack_header = _HEADER.pack_into
-_pack_entry = _ENTRY.pack_into
-_unpack_entry = _ENTRY.unpack_from
+_pack_header = INDEX_HEADER.pack_into
+_pack_entry = INDEX_ENTRY.pack_into
+_unpack_entry = INDEX_ENTRY.unpack_from
 _pack_slot = _SLOT.pack_into
 _unpack_slot = _SLOT.unpack_from
 
 _INT_MAX = 0x7FFFFFFF
-_NAME = re.compile(r"^\d{17}$")
+INDEX_FILE_NAME = re.compile(r"^\d{17}$")
 _TMP_SUFFIX = ".tmp"
 _ZERO_ENTRY = bytes(INDEX_SIZE)
 _ENTRIES_PER_READ = 4096
@@ -96,22 +96,23 @@ def _now_ms() -> int:
 
 
 class IndexFile:
-    """One mapped index file. The public properties are read-only views for inspection tools;
-    IndexService writes the private attributes directly (they mirror the header)."""
+    """One mapped index file. The public attributes mirror the header; only IndexService
+    changes them (inspection tools read them)."""
 
-    __slots__ = ("_path", "_mm", "_slot_num", "_index_num", "_entries_base", "_begin_ts",
-                 "_end_ts", "_begin_phy", "_end_phy", "_slot_count", "_count", "_dirty")
+    __slots__ = ("path", "_mm", "_slot_num", "_index_num", "_entries_base", "begin_timestamp",
+                 "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
+                 "index_count", "_dirty")
 
     def __init__(self, path: Path, mm: mmap.mmap, hash_slot_num: int, index_num: int) -> None:
-        self._path = path
+        self.path = path
         self._mm = mm
         self._slot_num = hash_slot_num
         self._index_num = index_num
         self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
-        (self._begin_ts, self._end_ts, self._begin_phy, self._end_phy, self._slot_count,
-         self._count) = _HEADER.unpack_from(mm, 0)
-        if not 1 <= self._count <= index_num:
-            raise ValueError(f"{path}: indexCount {self._count} outside 1..{index_num}")
+        (self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
+         self.hash_slot_count, self.index_count) = INDEX_HEADER.unpack_from(mm, 0)
+        if not 1 <= self.index_count <= index_num:
+            raise ValueError(f"{path}: indexCount {self.index_count} outside 1..{index_num}")
         self._dirty = False
 
     @classmethod
@@ -121,7 +122,7 @@ class IndexFile:
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.ftruncate(fd, index_file_size(hash_slot_num, index_num))
-            os.pwrite(fd, _HEADER.pack(0, 0, 0, 0, 0, 1), 0)
+            os.pwrite(fd, INDEX_HEADER.pack(0, 0, 0, 0, 0, 1), 0)
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -145,57 +146,36 @@ class IndexFile:
             mm.close()
             raise
 
-    # -- read-only view ----------------------------------------------------------------------
-    @property
-    def path(self) -> Path:
-        return self._path
-
-    @property
-    def begin_timestamp(self) -> int:
-        return self._begin_ts
-
-    @property
-    def end_timestamp(self) -> int:
-        return self._end_ts
-
-    @property
-    def begin_phy_offset(self) -> int:
-        return self._begin_phy
-
-    @property
-    def end_phy_offset(self) -> int:
-        return self._end_phy
-
-    @property
-    def hash_slot_count(self) -> int:
-        return self._slot_count
-
-    @property
-    def index_count(self) -> int:
-        return self._count
-
+    # -- reading ---------------------------------------------------------------------------
     @property
     def is_full(self) -> bool:
-        return self._count >= self._index_num
+        return self.index_count >= self._index_num
 
     def entries(self) -> Iterator[IndexEntry]:
         """(key_hash, phy_offset, time_diff, prev) of entries 1 .. indexCount-1, in order."""
         pos = self._entries_base + INDEX_SIZE
-        end = self._entries_base + self._count * INDEX_SIZE
+        end = self._entries_base + self.index_count * INDEX_SIZE
         while pos < end:
             stop = min(end, pos + _ENTRIES_PER_READ * INDEX_SIZE)
-            yield from _ENTRY.iter_unpack(self._mm[pos:stop])
+            yield from INDEX_ENTRY.iter_unpack(self._mm[pos:stop])
             pos = stop
 
     def __repr__(self) -> str:
-        return (f"IndexFile({self._path.name}, count={self._count}, "
-                f"phy=[{self._begin_phy}, {self._end_phy}], ts=[{self._begin_ts}, {self._end_ts}])")
+        return (f"IndexFile({self.path.name}, count={self.index_count}, "
+                f"phy=[{self.begin_phy_offset}, {self.end_phy_offset}], "
+                f"ts=[{self.begin_timestamp}, {self.end_timestamp}])")
 
     # -- internals ---------------------------------------------------------------------------
     def _write_header(self) -> None:
-        _pack_header(self._mm, 0, self._begin_ts, self._end_ts, self._begin_phy, self._end_phy,
-                     self._slot_count, self._count)
+        _pack_header(self._mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+                     self.end_phy_offset, self.hash_slot_count, self.index_count)
         self._dirty = True
+
+    def _count_in(self, count: int, slot_count: int, end_ts: int, end_phy: int) -> None:
+        """After a batch's entries and slots: its counts and ends, into the header last."""
+        self.index_count, self.hash_slot_count = count, slot_count
+        self.end_timestamp, self.end_phy_offset = end_ts, end_phy
+        self._write_header()
 
     def _slot_pos(self, h: int) -> int:
         return INDEX_HEADER_SIZE + h % self._slot_num * HASH_SLOT_SIZE
@@ -210,55 +190,56 @@ class IndexFile:
                 if prev >= n:
                     prev = INVALID_INDEX
                 _pack_slot(mm, slot_pos, prev)
-                if prev == INVALID_INDEX and n < self._count:
-                    self._slot_count -= 1
+                if prev == INVALID_INDEX and n < self.index_count:
+                    self.hash_slot_count -= 1
         mm[base + first * INDEX_SIZE : base + end * INDEX_SIZE] = bytes((end - first) * INDEX_SIZE)
         self._dirty = True
 
     def _repair_tail(self) -> int | None:
         """Drops entries written past indexCount by a process that died while indexing;
         returns the phyOffset of the first one dropped (None if there were none)."""
-        mm, base, end = self._mm, self._entries_base, self._count
+        mm, base, end = self._mm, self._entries_base, self.index_count
         while end < self._index_num:
             pos = base + end * INDEX_SIZE
             if mm[pos : pos + INDEX_SIZE] == _ZERO_ENTRY:
                 break
             end += 1
-        if end == self._count:
+        if end == self.index_count:
             return None
-        first_phy = _unpack_entry(mm, base + self._count * INDEX_SIZE)[1]
-        self._unlink_entries(self._count, end)
+        first_phy = _unpack_entry(mm, base + self.index_count * INDEX_SIZE)[1]
+        self._unlink_entries(self.index_count, end)
         return first_phy
 
     def _truncate(self, phy_offset: int) -> None:
         """Drops the entries with phyOffset >= phy_offset (a suffix: entries are appended in
         commitlog order); the file keeps at least its first entry."""
         mm, base = self._mm, self._entries_base
-        lo, hi = 1, self._count  # first entry to drop: smallest n with phy(n) >= phy_offset
+        lo, hi = 1, self.index_count  # first entry to drop: smallest n with phy(n) >= phy_offset
         while lo < hi:
             mid = (lo + hi) // 2
             if _unpack_entry(mm, base + mid * INDEX_SIZE)[1] >= phy_offset:
                 hi = mid
             else:
                 lo = mid + 1
-        if lo >= self._count:
+        if lo >= self.index_count:
             return
-        self._unlink_entries(lo, self._count)
-        self._count = lo
+        self._unlink_entries(lo, self.index_count)
+        self.index_count = lo
         _, phy, diff, _ = _unpack_entry(mm, base + (lo - 1) * INDEX_SIZE)
-        self._end_phy = phy
+        self.end_phy_offset = phy
         # Only the second is known: keep an upper bound so time-range queries still find it.
-        self._end_ts = min(self._end_ts, self._begin_ts + diff * 1000 + 999)
+        self.end_timestamp = min(self.end_timestamp, self.begin_timestamp + diff * 1000 + 999)
         self._write_header()
 
     def _select(self, h: int, begin_ms: int, end_ms: int, max_num: int, out: list[int],
                 seen: set[int]) -> None:
         """Appends to `out` the offsets of chain entries with hash `h` in the time range,
         newest first, until `out` holds max_num."""
-        count = self._count  # entries >= count may be in the middle of being written
+        count = self.index_count  # entries >= count may be in the middle of being written
         if count <= 1:
             return
-        mm, base, begin_ts, limit = self._mm, self._entries_base, self._begin_ts, self._index_num
+        mm, base, limit = self._mm, self._entries_base, self._index_num
+        begin_ts = self.begin_timestamp
         n = _unpack_slot(mm, self._slot_pos(h))[0]
         while INVALID_INDEX < n < limit:
             kh, phy, diff, prev = _unpack_entry(mm, base + n * INDEX_SIZE)
@@ -286,7 +267,7 @@ class IndexFile:
 
     def _destroy(self) -> None:
         self._mm.close()
-        self._path.unlink(missing_ok=True)
+        self.path.unlink(missing_ok=True)
 
 
 class IndexService:
@@ -320,10 +301,11 @@ class IndexService:
             self.index_dir.mkdir(parents=True, exist_ok=True)
             for tmp in self.index_dir.glob("*" + _TMP_SUFFIX):  # creation cut short by a crash
                 tmp.unlink()
+            paths = sorted(p for p in self.index_dir.iterdir() if INDEX_FILE_NAME.match(p.name))
             files: list[IndexFile] = []
             dropped: list[int] = []
             try:
-                for path in sorted(p for p in self.index_dir.iterdir() if _NAME.match(p.name)):
+                for path in paths:
                     f = IndexFile.open(path, self._hash_slot_num, self._index_num)
                     files.append(f)
                     phy = f._repair_tail()
@@ -360,8 +342,8 @@ class IndexService:
         if f is None:
             f = self._roll()
         mm, base, slot_num, limit = f._mm, self._entries_base, self._hash_slot_num, self._index_num
-        count = first = f._count
-        begin_ts, slot_count = f._begin_ts, f._slot_count
+        count = first = f.index_count
+        begin_ts, slot_count = f.begin_timestamp, f.hash_slot_count
         end_ts = end_phy = -1
         for topic, keys, phy_offset, store_timestamp_ms in messages:
             if phy_offset <= last_phy:
@@ -372,13 +354,11 @@ class IndexService:
                     continue
                 if count >= limit:  # full: seal it, the message goes on in the next file
                     if count != first:
-                        f._count, f._slot_count = count, slot_count
-                        f._end_ts, f._end_phy = end_ts, end_phy
-                        f._write_header()
+                        f._count_in(count, slot_count, end_ts, end_phy)
                     f = self._roll()
                     mm = f._mm
-                    count = first = f._count
-                    begin_ts, slot_count = f._begin_ts, f._slot_count
+                    count = first = f.index_count
+                    begin_ts, slot_count = f.begin_timestamp, f.hash_slot_count
                 h = _crc32c((prefix + key).encode()) & _INT_MAX
                 slot_pos = INDEX_HEADER_SIZE + h % slot_num * HASH_SLOT_SIZE
                 prev = _unpack_slot(mm, slot_pos)[0]
@@ -389,8 +369,8 @@ class IndexService:
                     if not 0 <= diff <= _INT_MAX:
                         diff = 0 if diff < 0 else _INT_MAX
                 else:
-                    f._begin_ts = begin_ts = store_timestamp_ms
-                    f._begin_phy = phy_offset
+                    f.begin_timestamp = begin_ts = store_timestamp_ms
+                    f.begin_phy_offset = phy_offset
                     diff = 0
                 # The entry, then its slot; indexCount (the header) after the whole batch.
                 _pack_entry(mm, base + count * INDEX_SIZE, h, phy_offset, diff, prev)
@@ -400,11 +380,8 @@ class IndexService:
                 count += 1
                 end_ts, end_phy = store_timestamp_ms, phy_offset
             last_phy = phy_offset
-        if count != first:  # the header, last (IndexFile._write_header, inlined)
-            f._count, f._slot_count = count, slot_count
-            f._end_ts, f._end_phy = end_ts, end_phy
-            _pack_header(mm, 0, f._begin_ts, end_ts, f._begin_phy, end_phy, slot_count, count)
-            f._dirty = True
+        if count != first:
+            f._count_in(count, slot_count, end_ts, end_phy)
         if end_phy >= 0:
             self._last_phy = end_phy
 
@@ -436,10 +413,10 @@ class IndexService:
         with self._lock:
             newest = self._cur
             for f in reversed(self._files):
-                if f._count <= 1 or f._begin_ts > end_ms:
+                if f.index_count <= 1 or f.begin_timestamp > end_ms:
                     continue
                 # The newest file's endTimestamp lags its entries while a message is indexed.
-                if f._end_ts < begin_ms and f is not newest:
+                if f.end_timestamp < begin_ms and f is not newest:
                     continue
                 f._select(h, begin_ms, end_ms, max_num, out, seen)
                 if len(out) >= max_num:
@@ -448,14 +425,14 @@ class IndexService:
 
     def max_phy_offset(self) -> int:
         with self._lock:
-            return max((f._end_phy for f in self._files), default=0)
+            return max((f.end_phy_offset for f in self._files), default=0)
 
     def last_timestamp_ms(self) -> int:
         """endTimestamp of the newest file holding an entry (0 if none)."""
         with self._lock:
             for f in reversed(self._files):
-                if f._count > 1:
-                    return f._end_ts
+                if f.index_count > 1:
+                    return f.end_timestamp
             return 0
 
     def files(self) -> list[IndexFile]:
@@ -473,10 +450,10 @@ class IndexService:
     def _truncate_locked(self, phy_offset: int) -> None:
         kept: list[IndexFile] = []
         for f in self._files:
-            if f._begin_phy >= phy_offset:
+            if f.begin_phy_offset >= phy_offset:
                 f._destroy()
                 continue
-            if f._count > 1 and f._end_phy >= phy_offset:
+            if f.index_count > 1 and f.end_phy_offset >= phy_offset:
                 f._truncate(phy_offset)
             kept.append(f)
         self._files = kept
@@ -488,7 +465,7 @@ class IndexService:
         with self._lock:
             if len(self._files) <= 1:
                 return 0
-            expired = [f for f in self._files[:-1] if f._end_phy < min_phy_offset]
+            expired = [f for f in self._files[:-1] if f.end_phy_offset < min_phy_offset]
             for f in expired:
                 f._destroy()
             self._files = [f for f in self._files if f not in expired]
@@ -510,4 +487,4 @@ class IndexService:
             self._loaded = False
 
     def _newest_phy(self) -> int:
-        return max((f._end_phy for f in self._files if f._count > 1), default=-1)
+        return max((f.end_phy_offset for f in self._files if f.index_count > 1), default=-1)

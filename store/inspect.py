@@ -22,12 +22,16 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from store.codec import INT, CorruptRecord, DispatchRequest, header_struct, parse_dispatch
-from store.constants import CQ_STORE_UNIT_SIZE, TRANSACTION_TYPE_MASK, SysFlag
+from store.codec import INT, CorruptRecord, DispatchRequest, parse_dispatch
+from store.commitlog import NO_QUEUE_OFFSET_BIT
+from store.constants import CQ_STORE_UNIT_SIZE
 from store.consume_queue import BLANK_SIZE, ENTRY
 from store.index import (
     HASH_SLOT_SIZE,
     INDEX_DIR_NAME,
+    INDEX_ENTRY,
+    INDEX_FILE_NAME,
+    INDEX_HEADER,
     INDEX_HEADER_SIZE,
     INDEX_SIZE,
     MAX_HASH_SLOT_NUM,
@@ -36,11 +40,7 @@ from store.index import (
 )
 from store.message import topic_problem
 
-_NOT_DISPATCHED = (int(SysFlag.TRANSACTION_PREPARED), int(SysFlag.TRANSACTION_ROLLBACK))
-_INDEX_HEADER = struct.Struct(">qqqqii")
-_INDEX_ENTRY = struct.Struct(">iqiI")
 _OFFSET_NAME = re.compile(r"^\d{20}$")
-_INDEX_NAME = re.compile(r"^\d{17}$")
 _MAX_LISTED = 50
 _MAX_GEOMETRY_TRIES = 2_000_000
 Buffer = mmap.mmap | bytes
@@ -188,7 +188,7 @@ def scan_commitlog(rep: Report, root: Path, size_arg: int | None) -> dict[int, R
             off = start + pos
             try:
                 r = parse_dispatch(view, pos, check_crc=True)
-                why = _record_problem(view, pos, off, r) if not isinstance(r, int) else ""
+                why = _record_problem(off, r) if not isinstance(r, int) else ""
             except (CorruptRecord, ValueError, IndexError, struct.error) as e:
                 r, why = 0, str(e)
             if why:  # with abort and nothing after it, a write the crash cut short
@@ -206,7 +206,7 @@ def scan_commitlog(rep: Report, root: Path, size_arg: int | None) -> dict[int, R
             if isinstance(r, int):  # end-of-file blank: continue in the next file
                 break
             keys = r.keys.split() + ([r.uniq_key] if r.uniq_key else [])
-            dispatchable = r.sys_flag & TRANSACTION_TYPE_MASK not in _NOT_DISPATCHED
+            dispatchable = not r.sys_flag & NO_QUEUE_OFFSET_BIT
             records[off] = Record(r.msg_size, r.topic, r.queue_id, r.queue_offset, r.tags_code,
                                   dispatchable, frozenset(key_hash(r.topic, k) for k in keys))
             rep.queue(r.topic, r.queue_id)["records"] += 1
@@ -226,19 +226,11 @@ def scan_commitlog(rep: Report, root: Path, size_arg: int | None) -> dict[int, R
     return records
 
 
-def _record_problem(view: memoryview | bytes, pos: int, off: int, r: DispatchRequest) -> str:
-    """Checks parse_dispatch leaves out: the position, the topic, the properties' last byte."""
+def _record_problem(off: int, r: DispatchRequest) -> str:
+    """Checks parse_dispatch leaves out: the position, the topic's length."""
     if r.commit_log_offset != off:
         return f"PHYSICALOFFSET says {r.commit_log_offset}"
-    problem = topic_problem(r.topic)
-    if problem:
-        return problem
-    hsize = header_struct(r.sys_flag).size
-    (body_len,) = INT.unpack_from(view, pos + hsize - 4)
-    props_start = pos + hsize + body_len + 1 + len(r.topic.encode()) + 2
-    if props_start < pos + r.msg_size and view[pos + r.msg_size - 1] != 2:
-        return "properties do not end with \\x02 (a torn record?)"
-    return ""
+    return topic_problem(r.topic) or ""
 
 
 def _cl_location(rep: Report, offset: int) -> tuple[str, int]:
@@ -344,14 +336,14 @@ def _entry_problem(rep: Report, rec: Record | None, topic: str, qid: int, n: int
 def _geometry_fits(buf: Buffer, s: int, n: int) -> bool:
     """Whether the file reads sensibly with s slots: header phy offsets match the first and
     last entries, phy offsets never decrease, every chain link goes back within its slot."""
-    _, _, begin_phy, end_phy, _, count = _INDEX_HEADER.unpack_from(buf, 0)
+    _, _, begin_phy, end_phy, _, count = INDEX_HEADER.unpack_from(buf, 0)
     if n < 2 or not 1 <= count <= n or len(buf) != index_file_size(s, n):
         return False
     base = INDEX_HEADER_SIZE + s * HASH_SLOT_SIZE
-    if count > 1 and (_INDEX_ENTRY.unpack_from(buf, base + INDEX_SIZE)[1] != begin_phy or
-                      _INDEX_ENTRY.unpack_from(buf, base + (count - 1) * INDEX_SIZE)[1] != end_phy):
+    if count > 1 and (INDEX_ENTRY.unpack_from(buf, base + INDEX_SIZE)[1] != begin_phy or
+                      INDEX_ENTRY.unpack_from(buf, base + (count - 1) * INDEX_SIZE)[1] != end_phy):
         return False  # cheap test first: most candidates fail here
-    ents = list(_INDEX_ENTRY.iter_unpack(buf[base + INDEX_SIZE : base + count * INDEX_SIZE]))
+    ents = list(INDEX_ENTRY.iter_unpack(buf[base + INDEX_SIZE : base + count * INDEX_SIZE]))
     phys = [e[1] for e in ents]
     return (all(e[0] >= 0 for e in ents) and phys == sorted(phys)
             and all(_chain_ok(ents, i, s) for i in range(1, len(ents) + 1)))
@@ -364,7 +356,7 @@ def infer_index_geometry(bufs: list[Buffer]) -> tuple[int, int]:
     candidates = [MAX_HASH_SLOT_NUM, q // 21]  # the defaults; index_num = 4 x slots
     candidates += range(q % 5 or 5, q, 5)[:_MAX_GEOMETRY_TRIES]
     fullest = sorted((b for b in bufs if len(b) == size),
-                     key=lambda b: -_INDEX_HEADER.unpack_from(b, 0)[5])
+                     key=lambda b: -INDEX_HEADER.unpack_from(b, 0)[5])
     for buf in fullest[:3] if not r and q > 0 else []:
         for s in candidates:
             n, rest = divmod((q - s) * HASH_SLOT_SIZE, INDEX_SIZE)
@@ -376,7 +368,7 @@ def infer_index_geometry(bufs: list[Buffer]) -> tuple[int, int]:
 def check_index(rep: Report, root: Path, records: dict[int, Record],
                 geometry: tuple[int, int] | None) -> None:
     idx_dir = root / INDEX_DIR_NAME
-    paths = sorted(p for p in idx_dir.iterdir() if _INDEX_NAME.match(p.name)) \
+    paths = sorted(p for p in idx_dir.iterdir() if INDEX_FILE_NAME.match(p.name)) \
         if idx_dir.is_dir() else []
     rep.index_files = len(paths)
     if not paths:
@@ -391,12 +383,12 @@ def check_index(rep: Report, root: Path, records: dict[int, Record],
         if len(buf) != index_file_size(s, n):
             rep.problem(rel, 0, f"file size {len(buf)}, expected {index_file_size(s, n)}")
             continue
-        _, _, begin_phy, end_phy, _, count = _INDEX_HEADER.unpack_from(buf, 0)
+        _, _, begin_phy, end_phy, _, count = INDEX_HEADER.unpack_from(buf, 0)
         if not 1 <= count <= n:
             rep.problem(rel, 36, f"indexCount {count} outside 1..{n}")
             continue
         rep.index_entries += count - 1
-        ents = list(_INDEX_ENTRY.iter_unpack(buf[base + INDEX_SIZE : base + count * INDEX_SIZE]))
+        ents = list(INDEX_ENTRY.iter_unpack(buf[base + INDEX_SIZE : base + count * INDEX_SIZE]))
         if ents and (ents[0][1] != begin_phy or ents[-1][1] != end_phy):
             rep.problem(rel, 16, f"header phy offsets {begin_phy}..{end_phy} disagree with its "
                                  f"entries {ents[0][1]}..{ents[-1][1]}")

@@ -17,6 +17,7 @@ from store import index as index_module
 from store.index import (
     INDEX_HEADER_SIZE,
     INDEX_SIZE,
+    IndexFile,
     IndexService,
     index_file_name,
     index_file_size,
@@ -66,6 +67,12 @@ def expected(msgs: list[Msg], topic: str, key: str, max_num: int, begin: int, en
     return out[:max_num]
 
 
+def header_fields(f: IndexFile) -> tuple[Path, int, int, int, int, int, int]:
+    """A file's path and header fields."""
+    return (f.path, f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
+            f.index_count, f.hash_slot_count)
+
+
 def slot_of(key: str, topic: str = TOPIC, slots: int = SLOTS) -> int:
     return key_hash(topic, key) % slots
 
@@ -94,6 +101,16 @@ def random_msgs(rng: random.Random, n: int, keys: list[str], start_phy: int = 0,
     return msgs
 
 
+def random_service(tmp_path: Path, seed: int, keys: list[str], n: int, entries: int = ENTRIES
+                   ) -> tuple[IndexService, random.Random, list[Msg]]:
+    """A service holding n random messages over `keys`, and the generator to make more."""
+    rng = random.Random(seed)
+    msgs = random_msgs(rng, n, keys)
+    svc = new_service(tmp_path, entries=entries)
+    build(svc, msgs)
+    return svc, rng, msgs
+
+
 def assert_all_queries(svc: IndexService, msgs: list[Msg], keys: list[str],
                        below: int | None = None) -> None:
     end_ts = msgs[-1].ts + 10_000
@@ -101,6 +118,15 @@ def assert_all_queries(svc: IndexService, msgs: list[Msg], keys: list[str],
         for max_num in (1, 3, 1000):
             got = svc.query_offsets(TOPIC, key, max_num, 0, end_ts)
             assert got == expected(msgs, TOPIC, key, max_num, 0, end_ts, below), (key, max_num)
+
+
+def assert_all_queries_after_reload(tmp_path: Path, svc: IndexService, msgs: list[Msg],
+                                    keys: list[str], entries: int = ENTRIES) -> None:
+    """Closes `svc` and loads its files again: every query is still answered right."""
+    svc.close()
+    again = new_service(tmp_path, entries=entries)
+    assert_all_queries(again, msgs, keys)
+    again.close()
 
 
 # -- format ----------------------------------------------------------------------------------
@@ -137,8 +163,7 @@ def test_header_slot_and_entry_bytes(tmp_path: Path) -> None:
     assert data[base + 60 :] == bytes(len(data) - base - 60)
 
     (f,) = svc.files()
-    assert (f.path, f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset,
-            f.index_count, f.hash_slot_count) == (path, T0, T0 + 3_700, 100, 250, 3, 1)
+    assert header_fields(f) == (path, T0, T0 + 3_700, 100, 250, 3, 1)
     assert list(f.entries()) == [e1, e2]
     svc.close()
 
@@ -263,11 +288,8 @@ def test_time_diff_is_whole_seconds_and_range_has_no_misses(tmp_path: Path) -> N
 
 
 def test_random_workload_matches_model(tmp_path: Path) -> None:
-    rng = random.Random(1)
     keys = [f"key-{i}" for i in range(40)] + list(SAME_HASH)
-    msgs = random_msgs(rng, 400, keys)  # about 600 entries: a dozen files
-    svc = new_service(tmp_path)
-    build(svc, msgs)
+    svc, rng, msgs = random_service(tmp_path, 1, keys, 400)  # ~600 entries: a dozen files
     assert len(svc.files()) >= 10
     assert_all_queries(svc, msgs, keys)
     for _ in range(50):
@@ -310,20 +332,14 @@ def test_rolls_over_files_and_queries_across_them(tmp_path: Path) -> None:
 
 
 def test_reload_gives_the_same_answers(tmp_path: Path) -> None:
-    rng = random.Random(2)
     keys = [f"key-{i}" for i in range(30)]
-    msgs = random_msgs(rng, 150, keys)
-    svc = new_service(tmp_path)
-    build(svc, msgs)
+    svc, rng, msgs = random_service(tmp_path, 2, keys, 150)
     before = {k: svc.query_offsets(TOPIC, k, 1000, 0, 2**62) for k in keys}
-    headers = [(f.path, f.begin_timestamp, f.end_timestamp, f.begin_phy_offset,
-                f.end_phy_offset, f.index_count, f.hash_slot_count) for f in svc.files()]
+    headers = [header_fields(f) for f in svc.files()]
     svc.close()
 
     again = new_service(tmp_path)
-    assert [(f.path, f.begin_timestamp, f.end_timestamp, f.begin_phy_offset,
-             f.end_phy_offset, f.index_count, f.hash_slot_count)
-            for f in again.files()] == headers
+    assert [header_fields(f) for f in again.files()] == headers
     assert {k: again.query_offsets(TOPIC, k, 1000, 0, 2**62) for k in keys} == before
     assert again.max_phy_offset() == msgs[-1].phy
     more = random_msgs(rng, 60, keys, msgs[-1].phy + 1, msgs[-1].ts)
@@ -421,20 +437,17 @@ def test_reader_passes_over_an_entry_not_yet_counted(tmp_path: Path) -> None:
     svc.build_index(TOPIC, ["k"], 0, T0)
     svc.build_index(TOPIC, ["k"], 100, T0)
     (f,) = svc.files()
-    f._count -= 1  # as if the writer had not yet counted entry 2
+    f.index_count -= 1  # as if the writer had not yet counted entry 2
     assert svc.query_offsets(TOPIC, "k", 10, 0, 2**62) == [0]
-    f._count += 1
+    f.index_count += 1
     assert svc.query_offsets(TOPIC, "k", 10, 0, 2**62) == [100, 0]
     svc.close()
 
 
 # -- truncate and delete ---------------------------------------------------------------------
 def test_truncate_in_the_middle_of_a_file(tmp_path: Path) -> None:
-    rng = random.Random(3)
     keys = keys_in_one_slot(4) + ["x", "y"]
-    msgs = random_msgs(rng, 25, keys)  # fits one file
-    svc = new_service(tmp_path, entries=1000)
-    build(svc, msgs)
+    svc, rng, msgs = random_service(tmp_path, 3, keys, 25, entries=1000)  # fits one file
     cut = msgs[15].phy
     svc.truncate(cut)
     (f,) = svc.files()
@@ -454,18 +467,12 @@ def test_truncate_in_the_middle_of_a_file(tmp_path: Path) -> None:
     more = random_msgs(rng, 10, keys, cut, msgs[15].ts)  # dispatch resumes at the cut
     build(svc, more)
     assert_all_queries(svc, kept + more, keys)
-    svc.close()
-    again = new_service(tmp_path, entries=1000)
-    assert_all_queries(again, kept + more, keys)
-    again.close()
+    assert_all_queries_after_reload(tmp_path, svc, kept + more, keys, entries=1000)
 
 
 def test_truncate_across_files(tmp_path: Path) -> None:
-    rng = random.Random(4)
     keys = [f"key-{i}" for i in range(12)]
-    msgs = random_msgs(rng, 200, keys)
-    svc = new_service(tmp_path)
-    build(svc, msgs)
+    svc, rng, msgs = random_service(tmp_path, 4, keys, 200)
     files = svc.files()
     assert len(files) >= 5
     middle = files[2]
@@ -483,10 +490,7 @@ def test_truncate_across_files(tmp_path: Path) -> None:
     more = random_msgs(rng, 100, keys, cut, kept[-1].ts)
     build(svc, more)
     assert_all_queries(svc, kept + more, keys)
-    svc.close()
-    again = new_service(tmp_path)
-    assert_all_queries(again, kept + more, keys)
-    again.close()
+    assert_all_queries_after_reload(tmp_path, svc, kept + more, keys)
 
 
 def test_truncate_at_a_file_start_and_before_everything(tmp_path: Path) -> None:
