@@ -11,6 +11,7 @@ import asyncio
 import collections
 import heapq
 import itertools
+import math
 import threading
 import weakref
 from collections.abc import Callable
@@ -39,6 +40,10 @@ class OffsetWaiters:
         self._heap: list[tuple[int, int, _Waiting]] = []
         self._seq = itertools.count()
         self.reached = 0
+        # No wait in the heap expires before this (it may be earlier than the true minimum:
+        # released waits are not taken out of it), so advance scans for expired waits only
+        # when one can be there, not on every call.
+        self._next_deadline = math.inf
         self._watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Watchdog] = (
             weakref.WeakKeyDictionary())
 
@@ -51,6 +56,8 @@ class OffsetWaiters:
                 return False
             first = not self._heap
             heapq.heappush(self._heap, (w.offset, next(self._seq), w))
+            if w.deadline < self._next_deadline:
+                self._next_deadline = w.deadline
         # Only an empty -> non-empty change can find the advancing service asleep.
         if first and self.on_wait is not None:
             self.on_wait()
@@ -90,17 +97,20 @@ class OffsetWaiters:
                 w = heapq.heappop(heap)[2]
                 w.result = True
                 done.append(w)
-            if heap:
+            if heap and self._clock() >= self._next_deadline:
                 now = self._clock()
-                if any(item[2].deadline <= now for item in heap):
-                    keep = []
-                    for item in heap:
-                        if item[2].deadline <= now:
-                            done.append(item[2])
-                        else:
-                            keep.append(item)
-                    heapq.heapify(keep)
-                    self._heap = keep
+                keep = []
+                next_deadline = math.inf
+                for item in heap:
+                    deadline = item[2].deadline
+                    if deadline <= now:
+                        done.append(item[2])
+                    else:
+                        keep.append(item)
+                        next_deadline = min(next_deadline, deadline)
+                heapq.heapify(keep)
+                self._heap = keep
+                self._next_deadline = next_deadline
         if done:
             _complete(done)
         return len(done)
