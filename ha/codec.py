@@ -7,6 +7,7 @@ master -> slave: frames `phyOffset (8) | bodySize (4) | body`; bodySize 0 is a h
 from __future__ import annotations
 
 import struct
+import sys
 from typing import NamedTuple
 
 ACK = struct.Struct(">q")
@@ -95,25 +96,15 @@ class FrameParser:
             data: bytes | bytearray | memoryview = self._pending
         else:
             data = chunk
-        frames: list[Frame] = []
-        pos = 0
-        end = len(data)
-        unpack = FRAME_HEADER.unpack_from
+        limit = sys.maxsize if self.max_body_size is None else self.max_body_size
         with memoryview(data) as view:
-            while end - pos >= FRAME_HEADER_SIZE:
-                offset, size = unpack(view, pos)
-                if offset < 0 or size < 0 or (
-                        self.max_body_size is not None and size > self.max_body_size):
-                    raise HACodecError(f"bad frame header: offset {offset}, body size {size}")
-                body_end = pos + FRAME_HEADER_SIZE + size
-                if body_end > end:
-                    break
-                frames.append(Frame(offset, bytes(view[pos + FRAME_HEADER_SIZE:body_end])))
-                pos = body_end
-            rest = bytes(view[pos:]) if data is not self._pending and pos < end else b""
+            spans, pos, _ = scan_frames(view, 0, len(view), limit)
+            frames = [Frame(f.phy_offset, bytes(view[f.body_start:f.body_start + f.body_size]))
+                      for f in spans]
+            rest = bytes(view[pos:]) if data is not self._pending else b""
         if data is self._pending:
             del self._pending[:pos]
-        elif rest:
+        else:
             self._pending += rest
         return frames
 

@@ -281,7 +281,6 @@ class HAService:
         self.connections: list[HAConnection] = []
         self.closed_links: collections.deque[SlaveStatus] = collections.deque(
             maxlen=_CLOSED_LINKS_KEPT)
-        self.push_to_slave_max_offset = 0  # best ack of the live links (push2SlaveMaxOffset)
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -325,10 +324,8 @@ class HAService:
 
     # -- acks and status -------------------------------------------------------------------
     def acked(self) -> None:
-        """Recomputes the best ack of the live links and tells `on_ack` of it."""
+        """Tells `on_ack` of the best ack of the live links (push2SlaveMaxOffset)."""
         best = max((c.status.ack_offset for c in self.connections), default=0)
-        best = max(best, 0)
-        self.push_to_slave_max_offset = best
         if self.on_ack is not None and best > 0:
             self.on_ack(best)
 
