@@ -160,13 +160,13 @@ def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
     )
 
 
-def message_to_proto(ext: MessageExt, offset_msg_id: str) -> messaging_pb2.Message:
+def message_to_proto(ext: MessageExt) -> messaging_pb2.Message:
     props = ext.properties
     delay = props.get(MessageProperty.DELAY, "")
     real_qid = props.get(MessageProperty.REAL_QID, "")
     sp = messaging_pb2.SystemProperties(
         message_id=props.get(MessageProperty.UNIQ_KEY, ""),
-        offset_msg_id=offset_msg_id,
+        offset_msg_id=ext.msg_id,
         born_timestamp=ext.born_timestamp,
         born_host=format_host(ext.born_host),
         store_timestamp=ext.store_timestamp,

@@ -21,7 +21,6 @@ from broker.pull import PullProcessor
 from broker.send import SendProcessor
 from broker.status import RequestError, ok, rpc, status
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
-from store.codec import MessageExt, encode_offset_msg_id
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -29,10 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 M = messaging_pb2
 Context = grpc.aio.ServicerContext
-
-
-def _to_proto(ext: MessageExt) -> messaging_pb2.Message:
-    return message_to_proto(ext, encode_offset_msg_id(ext.store_host, ext.commit_log_offset))
 
 
 def _not_supported(what: str) -> RequestError:
@@ -73,7 +68,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         if ext is None:
             return M.QueryMessageByIdResponse(status=status(
                 common_pb2.QUERY_NOT_FOUND, f"no message with offsetMsgId {request.offset_msg_id}"))
-        return M.QueryMessageByIdResponse(status=ok(), message=_to_proto(ext))
+        return M.QueryMessageByIdResponse(status=ok(), message=message_to_proto(ext))
 
     @rpc(M.QueryMessageByKeyResponse)
     async def QueryMessageByKey(self, request: M.QueryMessageByKeyRequest,
@@ -89,7 +84,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
             found = [m for m in found if m.uniq_key == request.key]
         index = store.index
         response = M.QueryMessageByKeyResponse(
-            status=ok(), messages=[_to_proto(m) for m in found],
+            status=ok(), messages=[message_to_proto(m) for m in found],
             index_last_update_timestamp=index.last_timestamp_ms(),
             index_last_update_phy_offset=index.max_phy_offset())
         if not found:

@@ -25,7 +25,7 @@ from broker.constants import (
 from broker.convert import message_to_proto
 from broker.status import GET_STATUS_PROTO, RequestError, pull_code, status
 from mqproto import common_pb2, messaging_pb2
-from store.codec import decode_record, encode_offset_msg_id
+from store.codec import decode_record
 from store.reading import GetMessageResult, TagFilter
 
 if TYPE_CHECKING:
@@ -188,15 +188,13 @@ class PullProcessor:
     def _response(self, request: messaging_pb2.PullMessageRequest, result: GetMessageResult,
                   code: int, next_begin_offset: int) -> messaging_pb2.PullMessageResponse:
         broker = self.broker
-        messages = []
+        messages: list[messaging_pb2.Message] = []
         raw = b""
         if request.raw_records:
             raw = b"".join(result.messages)
         else:
-            for record in result.messages:
-                ext = decode_record(record, 0, check_crc=False)
-                messages.append(message_to_proto(
-                    ext, encode_offset_msg_id(ext.store_host, ext.commit_log_offset)))
+            messages = [message_to_proto(decode_record(record, 0, check_crc=False))
+                        for record in result.messages]
         if result.messages:
             broker.stats.record_get(request.consumer_group, request.topic,
                                     len(result.messages))

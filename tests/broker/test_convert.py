@@ -17,7 +17,6 @@ from mqproto import common_pb2, messaging_pb2
 from store.codec import (
     decode_record,
     encode_host,
-    encode_offset_msg_id,
     encode_properties,
     encode_record,
 )
@@ -79,7 +78,7 @@ def test_record_back_to_proto() -> None:
         prepared_transaction_offset=0, body=b"hello", topic=b"T",
         properties=encode_properties(props))
     ext = decode_record(record)
-    pb = message_to_proto(ext, encode_offset_msg_id(ext.store_host, ext.commit_log_offset))
+    pb = message_to_proto(ext)
     assert (pb.topic, pb.flag, pb.body, pb.tag, list(pb.keys)) == ("T", 4, b"hello", "TagA",
                                                                   ["k1", "k2"])
     assert dict(pb.user_properties) == {"color": "red"}
