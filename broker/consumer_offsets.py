@@ -46,6 +46,21 @@ def _encode_table(table: OffsetTable) -> dict[str, dict[str, int]]:
             for key, queues in sorted(table.items())}
 
 
+def _table_entries(table: OffsetTable) -> Iterator[Entry]:
+    for key, queues in table.items():
+        topic, group = split_offset_key(key)
+        for queue_id, offset in queues.items():
+            yield topic, group, queue_id, offset
+
+
+def _keep_larger(queues: dict[int, int], queue_id: int, offset: int) -> bool:
+    """Sets the queue's offset when `offset` is larger (or it has none); True when it did."""
+    if offset > queues.get(queue_id, -1):
+        queues[queue_id] = offset
+        return True
+    return False
+
+
 def _parse_table(data: Any) -> OffsetTable:
     table: OffsetTable = {}
     for key, queues in data.items():
@@ -126,21 +141,15 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         returns how many moved forward."""
         moved = 0
         for topic, group, queue_id, offset in entries:
-            queues = self.offset_table.setdefault(offset_key(topic, group), {})
-            if offset > queues.get(queue_id, -1):
-                queues[queue_id] = offset
-                moved += 1
+            moved += _keep_larger(self.offset_table.setdefault(offset_key(topic, group), {}),
+                                  queue_id, offset)
         if moved:
             self.dirty = True
         return moved
 
     def local_commit_entries(self) -> list[Entry]:
         """Slave side: the offsets consumers committed here that the master has not taken."""
-        out = []
-        for key, queues in self.local_commits.items():
-            topic, group = split_offset_key(key)
-            out.extend((topic, group, q, o) for q, o in queues.items())
-        return out
+        return list(_table_entries(self.local_commits))
 
     def forget_local_commits(self, reported: Iterable[Entry]) -> None:
         """Slave side: the master took `reported`; a queue committed again since stays."""
@@ -162,8 +171,7 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         for key, queues in self.local_commits.items():
             merged = table.setdefault(key, {})
             for queue_id, offset in queues.items():
-                if offset > merged.get(queue_id, -1):
-                    merged[queue_id] = offset
+                _keep_larger(merged, queue_id, offset)
         if table == self.offset_table:
             return False
         self.offset_table = table
@@ -174,12 +182,9 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         """The committed offset, -1 when the group committed none for this queue."""
         return self.offset_table.get(offset_key(topic, group), {}).get(queue_id, -1)
 
-    def entries(self) -> Iterator[tuple[str, str, int, int]]:
+    def entries(self) -> Iterator[Entry]:
         """(topic, group, queueId, offset) of every committed offset."""
-        for key, queues in self.offset_table.items():
-            topic, group = split_offset_key(key)
-            for queue_id, offset in queues.items():
-                yield topic, group, queue_id, offset
+        return _table_entries(self.offset_table)
 
     def groups(self) -> set[str]:
         return {split_offset_key(k)[1] for k in self.offset_table}
