@@ -20,7 +20,7 @@ from types import TracebackType
 
 import grpc
 
-from broker.admin import AdminServicer, topic_config_to_proto
+from broker.admin import AdminServicer, data_version_to_proto, topic_config_to_proto
 from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
 from broker.constants import (
@@ -37,7 +37,7 @@ from broker.registration import BrokerOuterAPI
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import RequestError
-from broker.topic_config import TopicConfig, TopicConfigManager
+from broker.topic_config import Clock, TopicConfig, TopicConfigManager
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
@@ -50,7 +50,6 @@ from store.waiters import OffsetWaiters
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
-Clock = Callable[[], int]
 
 
 def wall_clock_ms() -> int:
@@ -318,13 +317,11 @@ class BrokerController:
         if c.broker_permission != PERM_READ_WRITE:  # a read-only broker offers read-only queues
             for p in protos:
                 p.perm = c.broker_permission
-        version = self.topics.data_version
         return namesrv_pb2.RegisterBrokerRequest(
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
             broker_addr=self.broker_addr, broker_id=c.broker_id,
             ha_server_addr=self.ha_server_addr,
-            data_version=common_pb2.DataVersion(timestamp=version.timestamp,
-                                                counter=version.counter),
+            data_version=data_version_to_proto(self.topics.data_version),
             topic_configs=protos)
 
     async def register_broker_all(self) -> int:
