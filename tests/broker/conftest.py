@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import grpc
 import pytest
@@ -225,10 +225,6 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: floa
         time.sleep(interval)
 
 
-__all__ = ["BrokerThread", "Node", "Process", "Processes", "broker_props", "wait_until",
-           "write_conf"]
-
-
 def pull_everything(messaging: messaging_pb2_grpc.MessagingServiceStub, topic: str,
                     queue_id: int, sub: str = "*", group: str = "CG") -> list[Any]:
     """Everything in a queue from offset 0 (no waiting: the caller knows it is there)."""
@@ -244,6 +240,19 @@ def pull_everything(messaging: messaging_pb2_grpc.MessagingServiceStub, topic: s
         out.extend(r.messages)
         assert r.next_begin_offset > offset
         offset = r.next_begin_offset
+
+
+class HasAdmin(Protocol):
+    admin: admin_pb2_grpc.AdminServiceStub
+
+
+def create_topic(broker: HasAdmin, topic: str, queues: int) -> None:
+    """A read-write topic of `queues` queues on `broker` (stubs of one), by its admin."""
+    r = broker.admin.CreateOrUpdateTopic(admin_pb2.CreateOrUpdateTopicRequest(
+        topic_config=common_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues,
+                                            write_queue_nums=queues, perm=6)),
+        timeout=RPC_TIMEOUT_S)
+    assert r.status.code == common_pb2.SUCCESS, r.status
 
 
 class Node:
@@ -263,11 +272,7 @@ class Node:
         return self.admin.GetHAStatus(admin_pb2.GetHAStatusRequest(), timeout=RPC_TIMEOUT_S)
 
     def create_topic(self, topic: str, queues: int) -> None:
-        r = self.admin.CreateOrUpdateTopic(admin_pb2.CreateOrUpdateTopicRequest(
-            topic_config=common_pb2.TopicConfig(topic_name=topic, read_queue_nums=queues,
-                                                write_queue_nums=queues, perm=6)),
-            timeout=RPC_TIMEOUT_S)
-        assert r.status.code == common_pb2.SUCCESS, r.status
+        create_topic(self, topic, queues)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         return self.messaging.GetMaxOffset(messaging_pb2.GetMaxOffsetRequest(
@@ -287,3 +292,7 @@ def nodes() -> Iterator[list[Node]]:
     yield opened
     for n in opened:
         n.close()
+
+
+__all__ = ["RPC_TIMEOUT_S", "BrokerThread", "Node", "Process", "Processes", "broker_props",
+           "create_topic", "pull_everything", "wait_until", "write_conf"]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from mqproto import admin_pb2, common_pb2, messaging_pb2
 from tests.broker.conftest import (
+    RPC_TIMEOUT_S,
     Node,
     Process,
     Processes,
@@ -28,7 +29,6 @@ from tests.broker.test_ha import topic_list
 M = messaging_pb2
 A = admin_pb2
 C = common_pb2
-RPC_TIMEOUT_S = 10.0
 TOPIC = "FailoverTopic"
 QUEUES = 4
 BATCH = 32

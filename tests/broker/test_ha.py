@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mqproto import admin_pb2, common_pb2, messaging_pb2
 from tests.broker.conftest import (
+    RPC_TIMEOUT_S,
     BrokerThread,
     Node,
     Processes,
@@ -20,11 +21,11 @@ from tests.broker.conftest import (
     wait_until,
     write_conf,
 )
+from tests.broker.test_send_pull import send
 
 M = messaging_pb2
 A = admin_pb2
 C = common_pb2
-RPC_TIMEOUT_S = 10.0
 TOPIC = "HATopic"
 QUEUES = 4
 MESSAGES = 2000
@@ -140,8 +141,7 @@ def test_a_slave_started_before_its_master_finds_it_within_seconds(
 def test_async_master_does_not_wait_and_reports_no_slaves(
         start_broker: Callable[..., BrokerThread]) -> None:
     b = start_broker(brokerRole="ASYNC_MASTER")
-    r = b.messaging.SendMessage(M.SendMessageRequest(
-        message=M.Message(topic="Async", body=b"a"), queue_id=0), timeout=RPC_TIMEOUT_S)
+    r = send(b, "Async", b"a")
     assert r.status.code == C.SUCCESS, r.status
     ha = b.admin.GetHAStatus(A.GetHAStatusRequest(), timeout=RPC_TIMEOUT_S)
     assert ha.master and ha.in_sync_slave_nums == 0 and not ha.ha_connection_info
@@ -153,8 +153,7 @@ def test_async_master_does_not_wait_and_reports_no_slaves(
 def test_sync_master_answers_flush_slave_timeout_when_the_slave_stops_acking(
         start_broker: Callable[..., BrokerThread]) -> None:
     b = start_broker(brokerRole="SYNC_MASTER")
-    r = b.messaging.SendMessage(M.SendMessageRequest(
-        message=M.Message(topic="Sync", body=b"first"), queue_id=0), timeout=RPC_TIMEOUT_S)
+    r = send(b, "Sync", b"first")
     assert r.status.code == C.SLAVE_NOT_AVAILABLE, r.status
     host, _, port = b.controller.ha_server_addr.rpartition(":")
     max_offset = b.controller.store.max_phy_offset
@@ -164,8 +163,7 @@ def test_sync_master_answers_flush_slave_timeout_when_the_slave_stops_acking(
         wait_until(lambda: b.admin.GetHAStatus(A.GetHAStatusRequest()).in_sync_slave_nums == 1,
                    message="the fake slave in sync")
         begin = time.monotonic()
-        r = b.messaging.SendMessage(M.SendMessageRequest(
-            message=M.Message(topic="Sync", body=b"second"), queue_id=0), timeout=RPC_TIMEOUT_S)
+        r = send(b, "Sync", b"second")
         waited = time.monotonic() - begin
     assert r.status.code == C.FLUSH_SLAVE_TIMEOUT, r.status
     assert r.result.queue_offset == 1  # stored all the same

@@ -12,7 +12,7 @@ import pytest
 
 from broker.consumer_offsets import ConsumerOffsetManager
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread, broker_props, wait_until
+from tests.broker.conftest import BrokerThread, broker_props, create_topic, wait_until
 from tests.broker.test_offsets_admin import commit, query
 from tests.broker.test_send_pull import code, pull, send
 
@@ -84,12 +84,6 @@ def pair(tmp_path: Path) -> Iterator[Pair]:
         yield p
     finally:
         p.stop()
-
-
-def create_topic(b: BrokerThread, topic: str, queues: int) -> None:
-    r = b.admin.CreateOrUpdateTopic(A.CreateOrUpdateTopicRequest(topic_config=C.TopicConfig(
-        topic_name=topic, read_queue_nums=queues, write_queue_nums=queues, perm=6)))
-    assert r.status.code == C.SUCCESS, r.status
 
 
 def fill(pair: Pair, per_queue: int, queues: int = 2) -> None:

@@ -25,10 +25,12 @@ from mqproto import (
 )
 from tests.broker.conftest import (
     REPO_ROOT,
+    RPC_TIMEOUT_S,
     Process,
     Processes,
     broker_props,
     child_env,
+    create_topic,
     pull_everything,
     wait_until,
     write_conf,
@@ -37,7 +39,6 @@ from tests.processes import send_garbage
 
 M = messaging_pb2
 C = common_pb2
-RPC_TIMEOUT_S = 10.0
 TAGS = ("TagA", "TagB", "TagC")
 COMMITLOG_FILE_SIZE = 1024 * 1024  # 10,000 messages fill several files
 
@@ -91,13 +92,6 @@ def cluster(processes: Processes, tmp_path: Path, request: pytest.FixtureRequest
         yield c
     finally:
         c.close()
-
-
-def create_topic(c: Cluster, topic: str, queues: int) -> None:
-    r = c.admin.CreateOrUpdateTopic(admin_pb2.CreateOrUpdateTopicRequest(
-        topic_config=C.TopicConfig(topic_name=topic, read_queue_nums=queues,
-                                   write_queue_nums=queues, perm=6)), timeout=RPC_TIMEOUT_S)
-    assert r.status.code == C.SUCCESS, r.status
 
 
 def body(i: int) -> bytes:

@@ -21,13 +21,19 @@ FILE = 64 * 1024
 BORN = 1_700_000_000_000  # store time of the first record (ms)
 
 
-def test_store_timestamp_at_records_blanks_and_the_end(tmp_path: Path) -> None:
-    clock = [BORN]
+def started_store(tmp_path: Path, clock: list[int]) -> DefaultMessageStore:
+    """An ASYNC_MASTER store of small commitlog files, stamping records with clock[0]."""
     store = DefaultMessageStore(StoreConfig(
         store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
         mapped_file_size_commit_log=FILE), clock_ms=lambda: clock[0])
     store.load()
     store.start()
+    return store
+
+
+def test_store_timestamp_at_records_blanks_and_the_end(tmp_path: Path) -> None:
+    clock = [BORN]
+    store = started_store(tmp_path, clock)
     try:
         offsets, stamps = [], []
         for i in range(200):  # 200 x ~1 KiB: several files, each ending with a blank
@@ -55,11 +61,7 @@ def _record_end(store: DefaultMessageStore, offset: int) -> int:
 
 async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
     clock = [BORN]
-    store = DefaultMessageStore(StoreConfig(
-        store_path_root_dir=str(tmp_path), broker_role=BrokerRole.ASYNC_MASTER,
-        mapped_file_size_commit_log=FILE), clock_ms=lambda: clock[0])
-    store.load()
-    store.start()
+    store = started_store(tmp_path, clock)
     now = [BORN]
     service = HAService(store, host="127.0.0.1", heartbeat_interval=0.05,
                         poll_interval=0.01, wall_clock_ms=lambda: now[0])
