@@ -8,9 +8,7 @@ Every failure is an AdminError whose message is one line naming what failed and 
 
 from __future__ import annotations
 
-import ipaddress
 import random
-import struct
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -25,7 +23,6 @@ from mqclient.admin_types import (
     GroupSummary,
     HAStatus,
     MasterLink,
-    QueueData,
     QueueProgress,
     QueueStatus,
     SendResult,
@@ -33,7 +30,10 @@ from mqclient.admin_types import (
     StoredMessage,
     TopicRoute,
 )
+from mqclient.codec import format_host
 from mqclient.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
+from mqclient.message import SEND_STATUS_BY_CODE, code_name
+from mqclient.route import split_addresses
 from mqproto import (
     admin_pb2,
     admin_pb2_grpc,
@@ -43,6 +43,8 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
+from nameserver.routeinfo import QueueData
+from store import codec as store_codec
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"  # used when no address is given, as RocketMQ's tools do
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # MixAll.TOOLS_CONSUMER_GROUP: raw pulls of tools
@@ -51,27 +53,17 @@ DEFAULT_RPC_TIMEOUT_S = 5.0
 PULL_BATCH = 32
 QUERY_MAX_NUM = 64  # the broker answers at most this many messages per key query
 # Results that mean "stored" although the requested durability is missing (SPEC §2.7).
-STORED_CODES = frozenset({common_pb2.SUCCESS, common_pb2.FLUSH_DISK_TIMEOUT,
-                          common_pb2.FLUSH_SLAVE_TIMEOUT, common_pb2.SLAVE_NOT_AVAILABLE})
+STORED_CODES = frozenset(SEND_STATUS_BY_CODE)
 T = TypeVar("T")
 __all__ = ["AdminError", "MQAdmin", "decode_offset_msg_id", "parse_addresses"]
 
 
-def code_name(code: int) -> str:
-    try:
-        return common_pb2.ResponseCode.Name(code)
-    except ValueError:
-        return f"code {code}"
-
-
 def parse_addresses(text: str | Sequence[str], *, allow_empty: bool = False) -> list[str]:
     """`host:port;host:port` or a list -> addresses; AdminError when one is not HOST:PORT."""
-    items = text.split(";") if isinstance(text, str) else list(text)
-    addresses = [a.strip() for a in items if a.strip()]
-    for a in addresses:
-        host, sep, port = a.rpartition(":")
-        if not sep or not host or not port.isdigit() or int(port) > 0xFFFF:
-            raise AdminError(f"address {a!r} is not HOST:PORT")
+    try:
+        addresses = split_addresses(text)
+    except ValueError as e:
+        raise AdminError(str(e)) from None
     if not addresses and not allow_empty:
         raise AdminError("no address given")
     return addresses
@@ -81,15 +73,11 @@ def decode_offset_msg_id(offset_msg_id: str) -> tuple[str, int]:
     """offsetMsgId (SPEC §2.2: store host IP, port, commitlog offset in hex) ->
     (broker address, commitlog offset)."""
     try:
-        raw = bytes.fromhex(offset_msg_id)
+        store_host, offset = store_codec.decode_offset_msg_id(offset_msg_id)
     except ValueError:
-        raw = b""
-    if len(raw) not in (16, 28):
-        raise AdminError(f"{offset_msg_id!r} is not an offsetMsgId (32 or 56 hex digits)")
-    ip = ipaddress.ip_address(raw[:-12])
-    port, offset = struct.unpack(">iq", raw[-12:])
-    host = f"[{ip}]" if ip.version == 6 else str(ip)
-    return f"{host}:{port}", offset
+        raise AdminError(f"{offset_msg_id!r} is not an offsetMsgId (32 or 56 hex digits)"
+                         ) from None
+    return format_host(*store_host), offset
 
 
 def _message(pb: messaging_pb2.Message, broker_name: str) -> StoredMessage:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from mqclient.route import BrokerGroup
+from nameserver.routeinfo import QueueData  # the name server's own (pure) route entry
 
 
 class AdminError(Exception):
@@ -28,15 +29,6 @@ class ClusterInfo:
 
     def group_of_addr(self, addr: str) -> BrokerGroup | None:
         return next((g for g in self.groups.values() if addr in g.addrs.values()), None)
-
-
-@dataclasses.dataclass(frozen=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,8 +19,8 @@ from mqclient.constants import (
     POLL_NAME_SERVER_INTERVAL_S,
 )
 from mqclient.loop import Channels, ClientLoop
-from mqclient.message import MQClientError
-from mqclient.route import NameServerClient, TopicRoute, parse_namesrv_addr
+from mqclient.message import MessageQueue, MQClientError
+from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
@@ -120,8 +120,10 @@ class ClientInstance:
             except MQClientError as e:
                 log.warning("route of %s not refreshed: %s", topic, e)
 
-    def find_route(self, topic: str) -> TopicRoute | None:
-        return self.routes.get(topic)
+    def broker_group(self, mq: MessageQueue) -> BrokerGroup | None:
+        """The broker group serving `mq` in the cached route of its topic."""
+        route = self.routes.get(mq.topic)
+        return route.brokers.get(mq.broker_name) if route is not None else None
 
     def broker_addrs(self) -> set[str]:
         return {addr for route in list(self.routes.values())

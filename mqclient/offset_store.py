@@ -63,8 +63,7 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
     def _offset_addrs(self, mq: MessageQueue) -> list[str]:
         """Where the group's offsets live, best first: the master, then its slaves (a slave
         keeps the offsets committed on it while its master is gone and hands them back)."""
-        route = self.instance.find_route(mq.topic)
-        group = route.brokers.get(mq.broker_name) if route is not None else None
+        group = self.instance.broker_group(mq)
         addrs = group.pull_addrs(MASTER_ID) if group is not None else []
         if not addrs:
             raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} of {mq} is gone")

@@ -65,8 +65,7 @@ class PullService:
     def _addresses(self, mq: MessageQueue) -> list[tuple[str, bool]]:
         """(address, is master) to pull from, best first; addresses that failed recently
         go last."""
-        route = self.instance.find_route(mq.topic)
-        group = route.brokers.get(mq.broker_name) if route is not None else None
+        group = self.instance.broker_group(mq)
         if group is None:
             return []
         now = time.monotonic()
@@ -122,8 +121,6 @@ class PullService:
         code = response.status.code
         if code == common_pb2.SUCCESS:
             msgs = decode_records(response.raw_records, mq.broker_name)
-            if not msgs and response.messages:  # a broker without raw_records support
-                msgs = [MessageExt.from_proto(m, mq.broker_name) for m in response.messages]
             pq.next_offset = response.next_begin_offset
             if msgs:
                 pq.put(msgs)

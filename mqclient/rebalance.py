@@ -69,7 +69,7 @@ class Rebalancer:
         self.rebalance_count += 1
 
     async def _rebalance_topic(self, topic: str) -> None:
-        route = self.instance.find_route(topic) or await self.instance.update_route(topic)
+        route = self.instance.routes.get(topic) or await self.instance.update_route(topic)
         if route is None:
             log.warning("no route of subscribed topic %s yet", topic)
             return
@@ -127,7 +127,6 @@ class Rebalancer:
                 log.warning("queue %s not taken now: %s", mq, e)
                 continue
             pq = ProcessQueue(mq, offset)
-            pq.max_offset = offset - 1
             if self.locks_queues:
                 pq.locked, pq.last_lock_time = True, time.monotonic()
             self.offset_store.update(mq, offset, False)
@@ -161,33 +160,31 @@ class Rebalancer:
         where = self.consume_from_where
         if where is ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET:
             return 0  # the broker moves a pull below its minimum up to it
-        stub, request = self._queue_stub(mq)
+        addr = self._admin_addr(mq)
+        if addr is None:
+            raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} of {mq} is gone")
+        stub = self.instance.channels.messaging(addr)
         if where is ConsumeFromWhere.CONSUME_FROM_TIMESTAMP:
             r = await stub.SearchOffsetByTimestamp(messaging_pb2.SearchOffsetByTimestampRequest(
                 topic=mq.topic, queue_id=mq.queue_id, timestamp=self.consume_timestamp_ms),
                 timeout=ADMIN_CALL_TIMEOUT_S)
         else:
-            r = await stub.GetMaxOffset(request, timeout=ADMIN_CALL_TIMEOUT_S)
+            r = await stub.GetMaxOffset(messaging_pb2.GetMaxOffsetRequest(
+                topic=mq.topic, queue_id=mq.queue_id), timeout=ADMIN_CALL_TIMEOUT_S)
         if r.status.code != common_pb2.SUCCESS:
             raise MQClientError(code_name(r.status.code), r.status.remark)
         return int(r.offset)
 
-    def _queue_stub(self, mq: MessageQueue) -> tuple[object, messaging_pb2.GetMaxOffsetRequest]:
-        route = self.instance.find_route(mq.topic)
-        group = route.brokers.get(mq.broker_name) if route is not None else None
-        addr = group.admin_addr() if group is not None else None
-        if addr is None:
-            raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} of {mq} is gone")
-        return (self.instance.channels.messaging(addr),
-                messaging_pb2.GetMaxOffsetRequest(topic=mq.topic, queue_id=mq.queue_id))
+    def _admin_addr(self, mq: MessageQueue) -> str | None:
+        """The master of `mq`'s group, else a slave (findBrokerAddressInAdmin)."""
+        group = self.instance.broker_group(mq)
+        return group.admin_addr() if group is not None else None
 
     # -- orderly: broker-side queue locks ------------------------------------------------------
     def _by_broker(self, mqs: list[MessageQueue]) -> dict[str, list[MessageQueue]]:
         out: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
-            route = self.instance.find_route(mq.topic)
-            group = route.brokers.get(mq.broker_name) if route is not None else None
-            addr = group.admin_addr() if group is not None else None
+            addr = self._admin_addr(mq)
             if addr is not None:
                 out.setdefault(addr, []).append(mq)
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 import grpc
 
@@ -15,15 +16,24 @@ from mqproto import common_pb2, namesrv_pb2
 log = logging.getLogger(__name__)
 
 
-def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:
-    """`host:port;host:port` (RocketMQ's namesrvAddr) or a list -> addresses."""
-    items = namesrv_addr.split(";") if isinstance(namesrv_addr, str) else namesrv_addr
+def split_addresses(text: str | Sequence[str]) -> list[str]:
+    """`host:port;host:port` (RocketMQ's namesrvAddr) or a list -> addresses, blanks
+    dropped; ValueError naming the first that is not HOST:PORT."""
+    items = text.split(";") if isinstance(text, str) else text
     addresses = [a.strip() for a in items if a.strip()]
     for a in addresses:
         host, sep, port = a.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise MQClientError("ILLEGAL_ARGUMENT",
-                                f"name server address {a!r} is not HOST:PORT")
+        if not sep or not host or not port.isdigit() or int(port) > 0xFFFF:
+            raise ValueError(f"address {a!r} is not HOST:PORT")
+    return addresses
+
+
+def parse_namesrv_addr(namesrv_addr: str | list[str]) -> list[str]:
+    """split_addresses, at least one; MQClientError(ILLEGAL_ARGUMENT) when not."""
+    try:
+        addresses = split_addresses(namesrv_addr)
+    except ValueError as e:
+        raise MQClientError("ILLEGAL_ARGUMENT", f"name server {e}") from None
     if not addresses:
         raise MQClientError("ILLEGAL_ARGUMENT", "no name server address given")
     return addresses
@@ -57,9 +67,8 @@ class BrokerGroup:
         return out
 
     def admin_addr(self) -> str | None:
-        """Where offsets go: the master, else a slave (findBrokerAddressInAdmin)."""
-        ids = sorted(self.addrs)
-        return self.addrs[ids[0]] if ids else None
+        """Where offsets go: read_addr, None when the group has no live broker."""
+        return self.read_addr if self.addrs else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -70,7 +79,6 @@ class TopicRoute:
     publish_queues: tuple[MessageQueue, ...]
     # Readable queues of groups with any live broker (what consumers rebalance over).
     subscribe_queues: tuple[MessageQueue, ...]
-    order_topic: bool = False
 
     @classmethod
     def from_proto(cls, topic: str, data: namesrv_pb2.TopicRouteData,
