@@ -25,6 +25,8 @@ RESERVED_PROPERTY_NAMES = frozenset({
     "SHARDING_KEY", "MIN_OFFSET", "MAX_OFFSET",
 })
 
+_BODY_TYPES = (bytes, bytearray, memoryview)
+
 
 class MQClientError(Exception):
     """A send, pull or query that could not be done. `code` is a ResponseCode name of
@@ -73,7 +75,7 @@ class Message:
         """MQClientError(ILLEGAL_ARGUMENT) for what no broker would store (Validators)."""
         if not self.topic:
             raise MQClientError("ILLEGAL_ARGUMENT", "the message has no topic")
-        if not isinstance(self.body, bytes | bytearray | memoryview):
+        if not isinstance(self.body, _BODY_TYPES):
             raise MQClientError("ILLEGAL_ARGUMENT",
                                 f"the body must be bytes, not {type(self.body).__name__}")
         if len(self.body) == 0:
@@ -130,17 +132,6 @@ class MessageExt:
     def message_queue(self) -> MessageQueue:
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
-    @classmethod
-    def from_proto(cls, pb: messaging_pb2.Message, broker_name: str) -> MessageExt:
-        sp = pb.system_properties
-        return cls(topic=pb.topic, body=pb.body, tags=pb.tag, keys=list(pb.keys),
-                   properties=dict(pb.user_properties), msg_id=sp.message_id,
-                   offset_msg_id=sp.offset_msg_id, broker_name=broker_name,
-                   queue_id=sp.queue_id, queue_offset=sp.queue_offset,
-                   commit_log_offset=sp.commit_log_offset, born_timestamp=sp.born_timestamp,
-                   store_timestamp=sp.store_timestamp, born_host=sp.born_host,
-                   store_host=sp.store_host, reconsume_times=sp.reconsume_times, flag=pb.flag)
-
 
 class SendStatus(enum.Enum):
     """SEND_OK, or stored without the durability asked for (the other three)."""
@@ -170,8 +161,9 @@ class SendResult:
     @classmethod
     def from_entry(cls, status: SendStatus, entry: messaging_pb2.SendResultEntry,
                    mq: MessageQueue) -> SendResult:
-        return cls(status, entry.message_id, entry.offset_msg_id,
-                   MessageQueue(mq.topic, mq.broker_name, entry.queue_id), entry.queue_offset)
+        if entry.queue_id != mq.queue_id:  # the broker chose the queue
+            mq = MessageQueue(mq.topic, mq.broker_name, entry.queue_id)
+        return cls(status, entry.message_id, entry.offset_msg_id, mq, entry.queue_offset)
 
 
 class SendFuture(concurrent.futures.Future[Any]):

@@ -50,7 +50,7 @@ from mqclient.message import (
     code_name,
 )
 from mqclient.route import TopicRoute
-from mqproto import common_pb2, messaging_pb2
+from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +106,13 @@ class _Attempts:
     def give_up(self) -> MQClientError:
         return MQClientError("SEND_FAILED", f"send failed after {len(self.errors)} attempts: "
                              + "; ".join(self.errors))
+
+    def next_target(self, route: TopicRoute, mq: MessageQueue | None
+                     ) -> tuple[MessageQueue, str, float]:
+        """The queue of the next attempt (`mq` when given, else another broker than the
+        last), its master's address and the time left."""
+        target = mq or self.producer.selector.select(route.publish_queues, self.last_broker)
+        return target, _master_addr(route, target), self.remaining()
 
 
 class Producer:
@@ -244,22 +251,13 @@ class Producer:
         attempts = _Attempts(self, timeout_s or self.send_timeout_s)
         route = self.publish_route(topic)
         for _ in range(1 + retries):
-            target = mq or self.selector.select(route.publish_queues, attempts.last_broker)
-            addr = self._master_addr(route, target)
-            remaining = attempts.remaining()
+            target, addr, remaining = attempts.next_target(route, mq)
             started = time.monotonic()
             try:
-                stub = self.instance.channels.sync_messaging(addr)
-                if len(pbs) == 1:
-                    r = stub.SendMessage(self._request(pbs[0], target), timeout=remaining)
-                    if attempts.answered(target, started, r.status):
-                        return [SendResult.from_entry(SEND_STATUS_BY_CODE[r.status.code],
-                                                      r.result, target)]
-                else:
-                    rb = stub.SendBatch(self._batch_request(topic, pbs, target),
-                                        timeout=remaining)
-                    if attempts.answered(target, started, rb.status):
-                        return self._batch_results(rb, target)
+                r = self._call(self.instance.channels.sync_messaging(addr), topic, pbs, target,
+                               remaining)
+                if attempts.answered(target, started, r.status):
+                    return _results(r, target)
             except grpc.RpcError as e:
                 attempts.failed(target, started, e.code().name)  # type: ignore[attr-defined]
         raise attempts.give_up()
@@ -290,52 +288,46 @@ class Producer:
         attempts = _Attempts(self, self.send_timeout_s, born)
         route = await self.publish_route_async(topic)
         for _ in range(1 + self.retry_times):
-            target = self.selector.select(route.publish_queues, attempts.last_broker)
-            addr = self._master_addr(route, target)
-            remaining = attempts.remaining()
+            target, addr, remaining = attempts.next_target(route, None)
             started = time.monotonic()
-            stub = self.instance.channels.messaging(addr)
             try:
-                if len(pbs) == 1:
-                    r = await stub.SendMessage(self._request(pbs[0], target), timeout=remaining)
-                    if attempts.answered(target, started, r.status):
-                        return [SendResult.from_entry(SEND_STATUS_BY_CODE[r.status.code],
-                                                      r.result, target)]
-                else:
-                    rb = await stub.SendBatch(self._batch_request(topic, pbs, target),
-                                              timeout=remaining)
-                    if attempts.answered(target, started, rb.status):
-                        return self._batch_results(rb, target)
+                r = await self._call(self.instance.channels.messaging(addr), topic, pbs, target,
+                                     remaining)
+                if attempts.answered(target, started, r.status):
+                    return _results(r, target)
             except grpc.RpcError as e:
                 attempts.failed(target, started, e.code().name)  # type: ignore[attr-defined]
         raise attempts.give_up()
 
     # -- requests ------------------------------------------------------------------------------
-    @staticmethod
-    def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:
-        group = route.brokers.get(mq.broker_name)
-        addr = group.master_addr if group is not None else None
-        if addr is None:
-            raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} has no live master")
-        return addr
-
-    def _request(self, pb: messaging_pb2.Message, mq: MessageQueue
-                 ) -> messaging_pb2.SendMessageRequest:
-        return messaging_pb2.SendMessageRequest(
-            producer_group=self.group, message=pb, queue_id=mq.queue_id,
-            default_topic_queue_nums=self.default_topic_queue_nums)
-
-    def _batch_request(self, topic: str, pbs: list[messaging_pb2.Message], mq: MessageQueue
-                       ) -> messaging_pb2.SendBatchRequest:
-        return messaging_pb2.SendBatchRequest(
+    def _call(self, stub: messaging_pb2_grpc.MessagingServiceStub, topic: str,
+              pbs: list[messaging_pb2.Message], mq: MessageQueue, timeout: float) -> Any:
+        """SendMessage for one message, SendBatch for more: the response of a sync stub, an
+        awaitable of it for an asyncio stub."""
+        if len(pbs) == 1:
+            return stub.SendMessage(messaging_pb2.SendMessageRequest(
+                producer_group=self.group, message=pbs[0], queue_id=mq.queue_id,
+                default_topic_queue_nums=self.default_topic_queue_nums), timeout=timeout)
+        return stub.SendBatch(messaging_pb2.SendBatchRequest(
             producer_group=self.group, topic=topic, queue_id=mq.queue_id, messages=pbs,
-            default_topic_queue_nums=self.default_topic_queue_nums)
+            default_topic_queue_nums=self.default_topic_queue_nums), timeout=timeout)
 
-    @staticmethod
-    def _batch_results(r: messaging_pb2.SendBatchResponse, mq: MessageQueue
-                       ) -> list[SendResult]:
-        status = SEND_STATUS_BY_CODE[r.status.code]
-        return [SendResult.from_entry(status, entry, mq) for entry in r.results]
+
+def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:
+    group = route.brokers.get(mq.broker_name)
+    addr = group.master_addr if group is not None else None
+    if addr is None:
+        raise MQClientError("NO_ROUTE", f"broker group {mq.broker_name} has no live master")
+    return addr
+
+
+def _results(r: messaging_pb2.SendMessageResponse | messaging_pb2.SendBatchResponse,
+             mq: MessageQueue) -> list[SendResult]:
+    """The stored answer of _call, one result per message sent."""
+    status = SEND_STATUS_BY_CODE[r.status.code]
+    if isinstance(r, messaging_pb2.SendMessageResponse):
+        return [SendResult.from_entry(status, r.result, mq)]
+    return [SendResult.from_entry(status, entry, mq) for entry in r.results]
 
 
 def _run_callback(callback: SendCallback, future: SendFuture) -> None:
