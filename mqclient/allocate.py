@@ -19,8 +19,11 @@ class AllocateStrategy(Protocol):
                  cid_all: Sequence[str]) -> list[MessageQueue]: ...
 
 
-def _check(current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> bool:
-    return bool(current_cid) and bool(mq_all) and current_cid in cid_all
+def _index(current_cid: str, mq_all: Sequence[MessageQueue], cid_all: Sequence[str]) -> int:
+    """The current consumer's place in the list; -1 when it gets nothing."""
+    if not current_cid or not mq_all or current_cid not in cid_all:
+        return -1
+    return list(cid_all).index(current_cid)
 
 
 class AllocateAveragely:
@@ -31,9 +34,9 @@ class AllocateAveragely:
 
     def allocate(self, group: str, current_cid: str, mq_all: Sequence[MessageQueue],
                  cid_all: Sequence[str]) -> list[MessageQueue]:
-        if not _check(current_cid, mq_all, cid_all):
+        index = _index(current_cid, mq_all, cid_all)
+        if index < 0:
             return []
-        index = list(cid_all).index(current_cid)
         n, m = len(mq_all), len(cid_all)
         mod = n % m
         if n <= m:
@@ -52,7 +55,7 @@ class AllocateAveragelyByCircle:
 
     def allocate(self, group: str, current_cid: str, mq_all: Sequence[MessageQueue],
                  cid_all: Sequence[str]) -> list[MessageQueue]:
-        if not _check(current_cid, mq_all, cid_all):
+        index = _index(current_cid, mq_all, cid_all)
+        if index < 0:
             return []
-        index = list(cid_all).index(current_cid)
         return [mq for i, mq in enumerate(mq_all) if i % len(cid_all) == index]

@@ -57,15 +57,19 @@ class _ListenerRunner:
                   self.failure.value)
         return self.failure
 
+    def _failed(self, chunk: list[MessageExt]) -> ConsumeStatus:
+        """In an `except` block: logs the listener's exception."""
+        log.exception("listener failed on %d messages of %s", len(chunk),
+                      chunk[0].message_queue)
+        return self.failure
+
     def _call_sync(self, chunks: list[list[MessageExt]]) -> list[ConsumeStatus]:
         out = []
         for chunk in chunks:
             try:
                 out.append(self._status(self.listener(chunk)))
             except Exception:
-                log.exception("listener failed on %d messages of %s", len(chunk),
-                              chunk[0].message_queue)
-                out.append(self.failure)
+                out.append(self._failed(chunk))
         return out
 
     async def run(self, chunks: list[list[MessageExt]]) -> list[ConsumeStatus]:
@@ -78,9 +82,7 @@ class _ListenerRunner:
             try:
                 out.append(self._status(await self.listener(chunk)))
             except Exception:
-                log.exception("listener failed on %d messages of %s", len(chunk),
-                              chunk[0].message_queue)
-                out.append(self.failure)
+                out.append(self._failed(chunk))
         return out
 
 
