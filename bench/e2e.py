@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -25,15 +24,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench import grpc_floor
+from broker.constants import BOOT_SUCCESS_PREFIX
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
 from mqclient.message import MessageExt
+from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BODY = os.urandom(1024)
 TOPIC = "BenchTopic"
 QUEUES = 8
 BOOT_TIMEOUT_S = 30.0
-_BROKER_BOOT = re.compile(r"The broker\[[^,]+, (?P<addr>[^\]]+)\] boot success")
 
 
 def _spawn(args: list[str], log: Path, boot_prefix: str) -> tuple[subprocess.Popen[str], str]:
@@ -60,7 +60,7 @@ def cluster(work: Path, broker_extra: dict[str, str]) -> Iterator[str]:
     processes: list[subprocess.Popen[str]] = []
     try:
         ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0"], work / "ns.log",
-                          "The Name Server boot success")
+                          BOOT_SUCCESS_MESSAGE)
         processes.append(ns)
         namesrv = line.rpartition("listen=")[2]
         props = {
@@ -73,7 +73,7 @@ def cluster(work: Path, broker_extra: dict[str, str]) -> Iterator[str]:
         conf = work / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         broker, _ = _spawn(["-m", "broker", "-c", str(conf)], work / "broker.log",
-                           "The broker[")
+                           BOOT_SUCCESS_PREFIX)
         processes.append(broker)
         yield namesrv
     finally:
