@@ -7,11 +7,12 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from mqclient.cli.local_cluster import STATE_FILE, records_from_json, stop_processes
 
 
-def stop_process(process: subprocess.Popen[bytes], timeout: float) -> None:
+def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout`; closes its stdout."""
     if process.poll() is None:
         process.terminate()

@@ -366,7 +366,7 @@ def test_a_consumer_that_dies_is_replaced_at_once(cluster: Cluster,
                    message="the dead consumer's queues taken over")
         assert time.monotonic() - started < 10
     finally:
-        stop_process(child, 10)  # type: ignore[arg-type]
+        stop_process(child, 10)
 
 
 def test_received_messages_carry_what_was_sent(cluster: Cluster,

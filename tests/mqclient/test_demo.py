@@ -9,9 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.broker.conftest import REPO_ROOT
 from tests.processes import stop_local_cluster
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:
