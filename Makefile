@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py store/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(PY) -m mqclient.demo
 
+# The store's tests run twice: with its C fast paths and, with STORE_NATIVE=0, without them.
 test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
+	STORE_NATIVE=0 $(PY) -m pytest -q -p no:cacheprovider tests/store
 
 bench: $(STAMP)
 	$(PY) -m bench.store
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache build store/_native*.so

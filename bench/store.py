@@ -7,6 +7,7 @@ simulated crash, and measures the same disk raw as the reference. The last line 
 ASYNC_FLUSH, one writer, is measured twice: `append_async_msgs_s` hands the store lists of
 `--batch` messages per put_messages call (what the broker does for a batch send; the batch
 size is in `append_async_batch`), `append_async_single_msgs_s` one put_message per message.
+With the C fast paths built, `append_async_python_msgs_s` is the batch figure without them.
 SYNC_FLUSH: 1 and 32 concurrent asyncio writers, each awaiting put_messages_async of single
 messages (the store appends the puts of one loop iteration together).
 """
@@ -24,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+from store import native
 from store.config import StoreConfig
 from store.constants import FlushDiskType
 from store.message import Message
@@ -63,10 +65,17 @@ def wait_dispatched(store: DefaultMessageStore) -> None:
         time.sleep(0.0005)
 
 
-def bench_append_async(root: Path, n: int, file_size: int,
-                       batch: int) -> tuple[float, DefaultMessageStore]:
-    """One writer, `batch` messages per put_messages call (1: put_message per message)."""
-    store = open_store(root, FlushDiskType.ASYNC_FLUSH, file_size)
+def bench_append_async(root: Path, n: int, file_size: int, batch: int,
+                       pure_python: bool = False) -> tuple[float, DefaultMessageStore]:
+    """One writer, `batch` messages per put_messages call (1: put_message per message);
+    `pure_python`: without the store's C fast paths."""
+    lib = native.lib
+    if pure_python:
+        native.lib = None  # taken by the store's objects when they are made
+    try:
+        store = open_store(root, FlushDiskType.ASYNC_FLUSH, file_size)
+    finally:
+        native.lib = lib
     msgs = make_messages(n)
     t0 = time.perf_counter()
     if batch == 1:
@@ -200,8 +209,16 @@ def main() -> None:
                                          args.batch)
         results["append_async_msgs_s"] = rate
         results["append_async_batch"] = args.batch
+        results["native"] = native.lib is not None
         print(f"append ASYNC_FLUSH, 1 writer, put_messages of {args.batch} messages per call "
               f"(as a broker for a batch send): {rate:,.0f} msgs/s", flush=True)
+        if native.lib is not None:  # the same without the C fast paths, for comparison
+            py_rate, py_store = bench_append_async(base / "python", args.messages,
+                                                   args.file_size, args.batch, pure_python=True)
+            py_store.shutdown()
+            shutil.rmtree(base / "python")
+            results["append_async_python_msgs_s"] = py_rate
+            print(f"  the same in pure Python (STORE_NATIVE=0): {py_rate:,.0f} msgs/s", flush=True)
         rate = bench_read(store)
         results["read_msgs_s"] = rate
         print(f"getMessage, batches of 32: {rate:,.0f} msgs/s", flush=True)

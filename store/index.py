@@ -38,6 +38,8 @@ from pathlib import Path
 
 from crc32c import crc32c as _crc32c
 
+from store import native
+
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
 INDEX_SIZE = 20
@@ -292,6 +294,7 @@ class IndexService:
         self._cur: IndexFile | None = None  # newest file, the one written to
         self._last_phy = -1  # commitlog offset of the newest indexed message
         self._loaded = False
+        self._native = native.lib
 
     def load(self) -> None:
         """Maps the existing files in name (= creation) order; creates the directory."""
@@ -337,53 +340,32 @@ class IndexService:
     def build_index_batch(self, messages: Iterable[tuple[str, Iterable[str], int, int]]) -> None:
         """build_index for many messages (topic, keys, phy offset, store time), in commitlog
         order; the header is written once, after their entries and slots."""
-        last_phy = self._last_phy
+        items = messages if isinstance(messages, list) else list(messages)
+        index_keys = self._native.index_keys if self._native is not None else _index_keys
         f = self._cur
         if f is None:
             f = self._roll()
-        mm, base, slot_num, limit = f._mm, self._entries_base, self._hash_slot_num, self._index_num
-        count = first = f.index_count
-        begin_ts, slot_count = f.begin_timestamp, f.hash_slot_count
-        end_ts = end_phy = -1
-        for topic, keys, phy_offset, store_timestamp_ms in messages:
-            if phy_offset <= last_phy:
-                continue
-            prefix = topic + "#"
-            for key in keys:
-                if not key:
-                    continue
-                if count >= limit:  # full: seal it, the message goes on in the next file
-                    if count != first:
-                        f._count_in(count, slot_count, end_ts, end_phy)
-                    f = self._roll()
-                    mm = f._mm
-                    count = first = f.index_count
-                    begin_ts, slot_count = f.begin_timestamp, f.hash_slot_count
-                h = _crc32c((prefix + key).encode()) & _INT_MAX
-                slot_pos = INDEX_HEADER_SIZE + h % slot_num * HASH_SLOT_SIZE
-                prev = _unpack_slot(mm, slot_pos)[0]
-                if prev >= count:  # never in a sound file; keeps chains pointing backwards
-                    prev = INVALID_INDEX
-                if count > 1:
-                    diff = (store_timestamp_ms - begin_ts) // 1000
-                    if not 0 <= diff <= _INT_MAX:
-                        diff = 0 if diff < 0 else _INT_MAX
-                else:
-                    f.begin_timestamp = begin_ts = store_timestamp_ms
-                    f.begin_phy_offset = phy_offset
-                    diff = 0
-                # The entry, then its slot; indexCount (the header) after the whole batch.
-                _pack_entry(mm, base + count * INDEX_SIZE, h, phy_offset, diff, prev)
-                _pack_slot(mm, slot_pos, count)
-                if not prev:
-                    slot_count += 1
-                count += 1
-                end_ts, end_phy = store_timestamp_ms, phy_offset
-            last_phy = phy_offset
-        if count != first:
-            f._count_in(count, slot_count, end_ts, end_phy)
-        if end_phy >= 0:
-            self._last_phy = end_phy
+        first = f.index_count
+        # count, slot_count, begin_ts, begin_phy, end_ts, end_phy, last_phy (see _index_keys)
+        state = [first, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset, -1, -1,
+                 self._last_phy]
+        i = k = 0
+        while True:
+            i, k = index_keys(f._mm, self._entries_base, self._hash_slot_num, self._index_num,
+                              items, i, k, state)
+            f.begin_timestamp, f.begin_phy_offset = state[2], state[3]
+            if i >= len(items):
+                break
+            # Full: seal it; the message goes on in the next file.
+            if state[0] != first:
+                f._count_in(state[0], state[1], state[4], state[5])
+            f = self._roll()
+            first = f.index_count
+            state[:4] = first, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset
+        if state[0] != first:
+            f._count_in(state[0], state[1], state[4], state[5])
+        if state[5] >= 0:
+            self._last_phy = state[5]
 
     def _roll(self) -> IndexFile:
         with self._lock:
@@ -488,3 +470,48 @@ class IndexService:
 
     def _newest_phy(self) -> int:
         return max((f.end_phy_offset for f in self._files if f.index_count > 1), default=-1)
+
+
+def _index_keys(mm: mmap.mmap, base: int, slot_num: int, limit: int,
+                items: list[tuple[str, Iterable[str], int, int]], i: int, k: int,
+                state: list[int]) -> tuple[int, int]:
+    """Writes the entries and slots of items[i:] (from key k of the first one) into one file's
+    mapping; `state` = [count, slot_count, begin_ts, begin_phy, end_ts, end_phy, last_phy] goes
+    in and comes out updated (the header is the caller's). Items at or below last_phy are
+    skipped. Returns (len(items), 0) when done, or (item, key) where the file filled up."""
+    count, slot_count, begin_ts, begin_phy, end_ts, end_phy, last_phy = state
+    try:
+        for n in range(i, len(items)):
+            topic, keys, phy_offset, store_timestamp_ms = items[n]
+            if phy_offset <= last_phy:
+                continue
+            prefix = topic + "#"
+            first_key = k if n == i else 0
+            for j, key in enumerate(keys):
+                if j < first_key or not key:
+                    continue
+                if count >= limit:
+                    return n, j
+                h = _crc32c((prefix + key).encode()) & _INT_MAX
+                slot_pos = INDEX_HEADER_SIZE + h % slot_num * HASH_SLOT_SIZE
+                prev = _unpack_slot(mm, slot_pos)[0]
+                if prev >= count:  # never in a sound file; keeps chains pointing backwards
+                    prev = INVALID_INDEX
+                if count > 1:
+                    diff = (store_timestamp_ms - begin_ts) // 1000
+                    if not 0 <= diff <= _INT_MAX:
+                        diff = 0 if diff < 0 else _INT_MAX
+                else:
+                    begin_ts, begin_phy = store_timestamp_ms, phy_offset
+                    diff = 0
+                # The entry, then its slot; indexCount (the header) after the whole batch.
+                _pack_entry(mm, base + count * INDEX_SIZE, h, phy_offset, diff, prev)
+                _pack_slot(mm, slot_pos, count)
+                if not prev:
+                    slot_count += 1
+                count += 1
+                end_ts, end_phy = store_timestamp_ms, phy_offset
+            last_phy = phy_offset
+        return len(items), 0
+    finally:
+        state[:] = count, slot_count, begin_ts, begin_phy, end_ts, end_phy, last_phy

@@ -13,10 +13,11 @@ import bisect
 import collections
 import logging
 import mmap
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from store.codec import SIZE_MAGIC, DispatchRequest, parse_dispatch
-from store.commitlog import NO_QUEUE_OFFSET_BIT, AppendedBatch
+from store.commitlog import NO_QUEUE_OFFSET_BIT, AppendedBatch, EncodedMessage
 from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from store.consume_queue import ConsumeQueue
 from store.scanning import ScannedRecord
@@ -82,9 +83,9 @@ class Gathered:
 
     def add_batches(self, batches: list[AppendedBatch], from_offset: int) -> None:
         """Records appended by this process; those before `from_offset` are skipped."""
-        queues = self.queues
+        lib = self.store.commitlog.native
+        gather = lib.gather if lib is not None else _gather_records
         index_on = self.store.config.message_index_enable
-        index_items = self.index_items
         count = 0
         ts = 0
         for first, _, ts, encoded, phys_offsets, queue_offsets in batches:
@@ -93,24 +94,8 @@ class Gathered:
                 encoded, phys_offsets, queue_offsets = (
                     encoded[i:], phys_offsets[i:], queue_offsets[i:])
             count += len(encoded)
-            for e, phys, qoff in zip(encoded, phys_offsets, queue_offsets, strict=True):
-                _, sys_flag, _, _, size, _, code, keys, uniq, delay, key = e
-                if not sys_flag & NO_QUEUE_OFFSET_BIT:
-                    if delay:
-                        code = ts + delay
-                    q = queues.get(key)
-                    if q is not None and q[0] + len(q) // 3 == qoff:
-                        q += (phys, size, code)
-                    else:
-                        self.add_entry(key, qoff, phys, size, code)
-                if index_on and (keys or uniq):
-                    if keys:
-                        names = keys.split()
-                        if uniq:
-                            names.append(uniq)
-                        index_items.append((key[0], names, phys, ts))
-                    else:
-                        index_items.append((key[0], (uniq,), phys, ts))  # type: ignore[arg-type]
+            gather(encoded, phys_offsets, queue_offsets, ts, self.queues, self.index_items,
+                   index_on, self.add_entry)
         self.count += count
         self.pending += count
         if ts:
@@ -137,6 +122,32 @@ class Gathered:
         cq.put_entries(q[0], q, 1)
         if touched is not None:
             touched[key] = cq
+
+
+def _gather_records(encoded: list[EncodedMessage], phys_offsets: list[int],
+                    queue_offsets: list[int], ts: int, queues: dict[QueueKey, QueueEntries],
+                    index_items: list[IndexItem], index_on: bool,
+                    add_entry: Callable[[QueueKey, int, int, int, int], None]) -> None:
+    """Consume-queue entries (into `queues`, or `add_entry` when a record does not continue
+    its queue's gathered run) and index keys of appended records stored at time `ts`."""
+    for e, phys, qoff in zip(encoded, phys_offsets, queue_offsets, strict=True):
+        _, sys_flag, _, _, size, _, code, keys, uniq, delay, key = e
+        if not sys_flag & NO_QUEUE_OFFSET_BIT:
+            if delay:
+                code = ts + delay
+            q = queues.get(key)
+            if q is not None and q[0] + len(q) // 3 == qoff:
+                q += (phys, size, code)
+            else:
+                add_entry(key, qoff, phys, size, code)
+        if index_on and (keys or uniq):
+            if keys:
+                names = keys.split()
+                if uniq:
+                    names.append(uniq)
+                index_items.append((key[0], names, phys, ts))
+            else:
+                index_items.append((key[0], (uniq,), phys, ts))
 
 
 def do_reput(store: DefaultMessageStore) -> int:

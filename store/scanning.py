@@ -40,7 +40,7 @@ class CommitLogScan:
     Afterwards `end` is where valid data ends and `error` says why it ends there, if not at a
     clean end of data.
 
-    IPv4 records are checked inline (one unpack of the fields that matter); anything else
+    Plain IPv4 records are checked by scan_plain_records (or its C twin); anything else
     (IPv6 hosts, blanks, the end, damage) goes through codec.check_record, so the verdict is
     always check_record's.
     """
@@ -53,9 +53,8 @@ class CommitLogScan:
 
     def runs(self) -> Iterator[tuple[mmap.mmap, list[ScannedRecord]]]:
         offset = self.start_offset
-        unpack = _SCAN_V4.unpack_from
-        header_size = _SCAN_V4.size
-        magic_code = MESSAGE_MAGIC_CODE
+        lib = self.commitlog.native
+        scan_plain = lib.scan if lib is not None else scan_plain_records
         topics = KNOWN_TOPICS
         while True:
             mf = self.commitlog.queue.find_by_offset(offset)
@@ -65,7 +64,6 @@ class CommitLogScan:
             mm = mf.mm
             size = mf.file_size
             run: list[ScannedRecord] = []
-            add = run.append
             pos = offset - base
             with memoryview(mm) as data:
                 while True:
@@ -73,28 +71,10 @@ class CommitLogScan:
                         self.end = base + pos
                         yield mm, run
                         run = []
-                        add = run.append
-                    if pos + header_size <= size:
-                        (total, magic, crc, queue_id, queue_offset, phys, sys_flag,
-                         body_len) = unpack(mm, pos)
-                        end = pos + total
-                        p = pos + header_size + body_len
-                        if (magic == magic_code and not sys_flag & 0x30 and phys == base + pos
-                                and end <= size and body_len >= 0 and p + 3 <= end
-                                and queue_id >= 0 and queue_offset >= 0
-                                and crc32c(data[p - body_len : p]) & 0x7FFFFFFF == crc):
-                            topic_len = mm[p]
-                            props_pos = p + 3 + topic_len
-                            props_len = end - props_pos
-                            topic = topics.get(mm[p + 1 : p + 1 + topic_len])
-                            if (topic is not None and 0 <= props_len <= MAX_PROPERTIES_LENGTH
-                                    and mm[props_pos - 2] << 8 | mm[props_pos - 1] == props_len
-                                    and (not props_len or (mm[end - 1] == 2 and (
-                                        mm[props_pos:end].isascii()
-                                        or _is_utf8(mm[props_pos:end]))))):
-                                add((pos, phys, total, queue_id, queue_offset, topic, sys_flag))
-                                pos = end
-                                continue
+                    pos = scan_plain(mm, pos, size, base, topics, MAX_PROPERTIES_LENGTH,
+                                     SCAN_RUN - len(run), run)
+                    if len(run) >= SCAN_RUN:
+                        continue
                     # Not a plain valid IPv4 record: check_record's full verdict.
                     try:
                         r = check_record(data, pos)
@@ -117,8 +97,44 @@ class CommitLogScan:
                         if run:
                             yield mm, run
                         return
-                    add((pos, phys, total, queue_id, queue_offset, topic, fields[7]))
+                    run.append((pos, phys, total, queue_id, queue_offset, topic, fields[7]))
                     pos += total
+
+
+def scan_plain_records(mm: mmap.mmap, pos: int, size: int, base: int, topics: dict[bytes, str],
+                       max_props: int, max_records: int, run: list[ScannedRecord]) -> int:
+    """Adds to `run` the plain valid IPv4 records from `pos` on (at most max_records) of a file
+    of `size` bytes starting at commitlog offset `base`, whose topics are known; returns where
+    it stopped: at a record that is anything else (IPv6 hosts, a blank, the end, damage, a
+    topic not seen yet), for check_record to judge. One unpack of the fields that matter."""
+    unpack = _SCAN_V4.unpack_from
+    header_size = _SCAN_V4.size
+    magic_code = MESSAGE_MAGIC_CODE
+    add = run.append
+    with memoryview(mm) as data:
+        for _ in range(max_records):
+            if pos + header_size > size:
+                break
+            total, magic, crc, queue_id, queue_offset, phys, sys_flag, body_len = unpack(mm, pos)
+            end = pos + total
+            p = pos + header_size + body_len
+            if not (magic == magic_code and not sys_flag & 0x30 and phys == base + pos
+                    and end <= size and body_len >= 0 and p + 3 <= end
+                    and queue_id >= 0 and queue_offset >= 0
+                    and crc32c(data[p - body_len : p]) & 0x7FFFFFFF == crc):
+                break
+            topic_len = mm[p]
+            props_pos = p + 3 + topic_len
+            props_len = end - props_pos
+            topic = topics.get(mm[p + 1 : p + 1 + topic_len])
+            if not (topic is not None and 0 <= props_len <= max_props
+                    and mm[props_pos - 2] << 8 | mm[props_pos - 1] == props_len
+                    and (not props_len or (mm[end - 1] == 2 and (
+                        mm[props_pos:end].isascii() or _is_utf8(mm[props_pos:end]))))):
+                break
+            add((pos, phys, total, queue_id, queue_offset, topic, sys_flag))
+            pos = end
+    return pos
 
 
 def _is_utf8(data: bytes) -> bool:

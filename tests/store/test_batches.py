@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from store.codec import decode_record
 from store.constants import (
     CQ_STORE_UNIT_SIZE,
     FlushDiskType,
@@ -293,3 +294,25 @@ def test_next_file_prepared_by_one_thread_taken_by_another(tmp_path: Path) -> No
         sys.setswitchinterval(switch)
         allocator.shutdown()
     assert not errors, errors[:3]
+
+
+def test_one_batch_over_several_files_is_committed_from_the_write_buffer(
+        make_store: MakeStore) -> None:
+    """Write-buffer mode: a batch bigger than two files leaves data in three or more files'
+    buffers, and a commit must move all of it (it once took the last two files only, and the
+    dispatch service then waited forever at the first file's end)."""
+    store = make_store(start=False, transient_store_pool_enable=True, _store_kwargs=fixed_clock())
+    store.running = True
+    assert store.config.use_write_buffer
+    batch = [msg(i, queue_id=i % 2, size=9000) for i in range(40)]  # ~360 KiB, 64 KiB files
+    r = store.put_messages(batch)
+    assert r.ok
+    files = store.commitlog.queue.files
+    assert len(files) >= 5
+    assert store.commitlog.commit() == r.append.end_offset
+    assert all(mf.committed_position == mf.wrote_position for mf in files)
+    assert store.do_reput() == 40
+    assert store.get_max_offset_in_queue("TopicA", 0) == 20
+    last = store.get_message("g", "TopicA", 1, 19, 1)
+    assert last.status is GetMessageStatus.FOUND
+    assert decode_record(last.messages[0]).body == batch[39].body
