@@ -828,6 +828,183 @@ fail:
     return NULL;
 }
 
+/* -- decode_pulled: mqclient.codec.decode_records ------------------------------------------ */
+static PyObject *host_text(PyObject *hosts, PyObject *host_of, const uint8_t *raw, Py_ssize_t n) {
+    PyObject *key = PyBytes_FromStringAndSize((const char *)raw, n), *text;
+    if (key == NULL)
+        return NULL;
+    text = PyDict_GetItemWithError(hosts, key);
+    if (text != NULL)
+        Py_INCREF(text);
+    else if (!PyErr_Occurred())
+        text = PyObject_CallOneArg(host_of, key);
+    Py_DECREF(key);
+    return text;
+}
+
+static PyObject *hex_id(const uint8_t *host, Py_ssize_t host_len, long long phys) {
+    static const char digits[] = "0123456789ABCDEF";
+    uint8_t raw[28];
+    char text[56];
+    memcpy(raw, host, host_len);
+    put64(raw + host_len, (uint64_t)phys);
+    for (Py_ssize_t j = 0; j < host_len + 8; j++) {
+        text[2 * j] = digits[raw[j] >> 4];
+        text[2 * j + 1] = digits[raw[j] & 0xF];
+    }
+    return PyUnicode_DecodeASCII(text, 2 * (host_len + 8), NULL);
+}
+
+/* None (error cleared) when Python must decode: it raises the right error for bad records. */
+static PyObject *decode_pulled(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *broker, *cls, *hosts, *host_of, *out = NULL, *topic = NULL;
+    const uint8_t *last_topic_raw = NULL;
+    Py_ssize_t last_topic_len = -1;
+    if (!PyArg_ParseTuple(args, "y*OOO!O", &view, &broker, &cls, &PyDict_Type, &hosts,
+                          &host_of))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t pos = 0, end = view.len;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto fail;
+    while (pos < end) {
+        PyObject *a[17] = {NULL};
+        PyObject *tags = NULL, *keys = NULL, *uniq = NULL, *props = NULL, *msg;
+        Py_ssize_t header, total, body_len, born_len, store_len, p, rec_end;
+        int ok = 0;
+        if (pos + 40 > end)
+            goto fallback;
+        uint32_t sys_flag = get32(buf + pos + 36);
+        born_len = sys_flag & BORN_HOST_V6 ? 20 : 8;
+        store_len = sys_flag & STORE_HOST_V6 ? 20 : 8;
+        header = HEADER_V4 + born_len + store_len - 16;
+        if (pos + header > end)
+            goto fallback;
+        total = (int32_t)get32(buf + pos);
+        if ((int32_t)get32(buf + pos + 4) != MESSAGE_MAGIC_CODE || total <= header ||
+            pos + total > end)
+            goto fallback;
+        rec_end = pos + total;
+        const uint8_t *r = buf + pos;
+        if ((int64_t)get64(r + 28) < 0) /* Python's offsetMsgId refuses it */
+            goto fallback;
+        const uint8_t *born_host = r + 48, *store_host = r + 56 + born_len;
+        long long store_ts = (int64_t)get64(r + 48 + born_len);
+        const uint8_t *tail = store_host + store_len; /* RECONSUMETIMES PREPARED BODY length */
+        body_len = (int32_t)get32(tail + 12);
+        p = pos + header;
+        if (body_len < 0 || p + body_len + 3 > rec_end)
+            goto fallback;
+        Py_ssize_t topic_at = p + body_len, topic_len = buf[topic_at];
+        p = topic_at + 3 + topic_len;
+        if (p > rec_end)
+            goto fallback;
+        if (topic == NULL || topic_len != last_topic_len ||
+            memcmp(last_topic_raw, buf + topic_at + 1, topic_len) != 0) {
+            Py_XDECREF(topic);
+            topic = PyUnicode_DecodeUTF8((const char *)buf + topic_at + 1, topic_len, NULL);
+            if (topic == NULL)
+                goto fallback;
+            last_topic_raw = buf + topic_at + 1;
+            last_topic_len = topic_len;
+        }
+        props = PyDict_New();
+        if (props == NULL)
+            goto fail;
+        /* name \x01 value \x02 ...; a pair without \x01 is a name with an empty value */
+        while (p < rec_end) {
+            const uint8_t *pair = buf + p, *stop = memchr(pair, 2, rec_end - p), *sep;
+            Py_ssize_t pair_len = stop ? stop - pair : rec_end - p, name_len;
+            PyObject *name, *value, **special = NULL;
+            p += pair_len + 1;
+            if (pair_len == 0)
+                continue;
+            sep = memchr(pair, 1, pair_len);
+            name_len = sep ? sep - pair : pair_len;
+            if (name_len == 4 && memcmp(pair, "TAGS", 4) == 0)
+                special = &tags;
+            else if (name_len == 4 && memcmp(pair, "KEYS", 4) == 0)
+                special = &keys;
+            else if (name_len == 8 && memcmp(pair, "UNIQ_KEY", 8) == 0)
+                special = &uniq;
+            value = sep ? PyUnicode_DecodeUTF8((const char *)sep + 1, pair_len - name_len - 1,
+                                               NULL)
+                        : PyUnicode_FromStringAndSize("", 0);
+            if (value == NULL)
+                goto record_done;
+            if (special != NULL) {
+                Py_XSETREF(*special, value);
+                continue;
+            }
+            name = PyUnicode_DecodeUTF8((const char *)pair, name_len, NULL);
+            if (name == NULL || PyDict_SetItem(props, name, value) < 0) {
+                Py_XDECREF(name);
+                Py_DECREF(value);
+                goto record_done;
+            }
+            Py_DECREF(name);
+            Py_DECREF(value);
+        }
+        a[0] = topic;
+        Py_INCREF(topic);
+        a[1] = PyBytes_FromStringAndSize((const char *)buf + pos + header, body_len);
+        a[2] = tags ? tags : PyUnicode_FromStringAndSize("", 0);
+        tags = NULL;
+        a[3] = keys ? PyUnicode_Split(keys, NULL, -1) : PyList_New(0);
+        a[4] = props;
+        props = NULL;
+        a[5] = uniq ? uniq : PyUnicode_FromStringAndSize("", 0);
+        uniq = NULL;
+        a[6] = hex_id(store_host, store_len, (int64_t)get64(r + 28));
+        a[7] = broker;
+        Py_INCREF(broker);
+        a[8] = PyLong_FromLong((int32_t)get32(r + 12));
+        a[9] = PyLong_FromLongLong((int64_t)get64(r + 20));
+        a[10] = PyLong_FromLongLong((int64_t)get64(r + 28));
+        a[11] = PyLong_FromLongLong((int64_t)get64(r + 40));
+        a[12] = PyLong_FromLongLong(store_ts);
+        a[13] = host_text(hosts, host_of, born_host, born_len);
+        a[14] = host_text(hosts, host_of, store_host, store_len);
+        a[15] = PyLong_FromLong((int32_t)get32(tail));
+        a[16] = PyLong_FromLong((int32_t)get32(r + 16));
+        ok = 1;
+        for (int j = 0; j < 17; j++)
+            if (a[j] == NULL)
+                ok = 0;
+        if (ok) {
+            msg = PyObject_Vectorcall(cls, a, 17, NULL);
+            ok = msg != NULL && PyList_Append(out, msg) == 0;
+            Py_XDECREF(msg);
+        }
+    record_done:
+        for (int j = 0; j < 17; j++)
+            Py_XDECREF(a[j]);
+        Py_XDECREF(tags);
+        Py_XDECREF(keys);
+        Py_XDECREF(uniq);
+        Py_XDECREF(props);
+        if (!ok)
+            goto fallback;
+        pos = rec_end;
+    }
+    Py_XDECREF(topic);
+    PyBuffer_Release(&view);
+    return out;
+fallback:
+    PyErr_Clear();
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(topic);
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 /* -- crc32c (for tests) ------------------------------------------------------------------- */
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -855,6 +1032,9 @@ static PyMethodDef methods[] = {
     {"scan", scan, METH_VARARGS,
      "scan(mm, pos, size, base, topics, max_props, max_records, run): as "
      "scanning.scan_plain_records."},
+    {"decode_pulled", decode_pulled, METH_VARARGS,
+     "decode_pulled(raw, broker_name, message_class, host_texts, host_of): as "
+     "mqclient.codec.decode_records, or None."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as crc32c.crc32c."},
     {NULL, NULL, 0, NULL},
 };
