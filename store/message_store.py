@@ -45,13 +45,19 @@ class PutMessageResult:
         return self.status is PutMessageStatus.PUT_OK
 
 
-def _release_puts(appended: list[tuple[asyncio.Future[PutMessageResult], PutMessageResult]],
-                  flushed: asyncio.Future[bool]) -> None:
-    ok = not flushed.cancelled() and flushed.result()
-    for fut, result in appended:
-        if not ok:
-            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+def _release_puts(requests: list[tuple[list[Message], asyncio.Future[PutMessageResult]]],
+                  results: list[PutMessageResult], ok: bool) -> None:
+    """Completes the puts of one round once the flush covered them (ok) or timed out; those
+    that failed at append were completed then."""
+    if ok:
+        for (_, fut), result in zip(requests, results, strict=True):
+            if not fut.done():
+                fut.set_result(result)
+        return
+    for (_, fut), result in zip(requests, results, strict=True):
         if not fut.done():
+            if result.status is PutMessageStatus.PUT_OK:
+                result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
             fut.set_result(result)
 
 
@@ -90,6 +96,7 @@ class DefaultMessageStore:
         self._reput_idle = False
         self._reput_lock = threading.Lock()
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
+        self.commitlog.allocator.durable_fill = self._sync_flush
         # Under SYNC_FLUSH with the write buffer, appends become readable when the group
         # commit service commits them, and _on_commit wakes the dispatch service then.
         self._wake_reput_on_append = not (self._sync_flush and config.use_write_buffer)
@@ -230,22 +237,28 @@ class DefaultMessageStore:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
 
-    async def put_messages_async(self, msgs: list[Message]) -> PutMessageResult:
-        """As put_messages, but awaits the flush on the running event loop.
+    def put_messages_async(self, msgs: list[Message]) -> asyncio.Future[PutMessageResult]:
+        """As put_messages, but a future of the running event loop: await it for the result
+        (under SYNC_FLUSH it completes once the flush covered the messages).
 
         Under SYNC_FLUSH the puts of one loop iteration are appended together, at the next
         one: one encode / lock / copy and one flush wait for all of them, instead of one per
-        caller (the loop thread, not the disk, bounded many concurrent writers)."""
-        if not self._sync_flush:
-            return self.append(msgs)
+        caller (the loop thread, not the disk, bounded many concurrent writers). A plain
+        function, not a coroutine: one frame less to create and resume per put."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[PutMessageResult] = loop.create_future()
+        if not self._sync_flush:
+            try:
+                fut.set_result(self.append(msgs))
+            except Exception as e:  # raised where the caller awaits, as from a coroutine
+                fut.set_exception(e)
+            return fut
         pending = self._pending_puts.get(loop)
         if pending is None:
             pending = self._pending_puts[loop] = []
             loop.call_soon(self._append_pending, loop)
         pending.append((msgs, fut))
-        return await fut
+        return fut
 
     def _append_pending(self, loop: asyncio.AbstractEventLoop) -> None:
         requests = self._pending_puts.pop(loop)
@@ -254,18 +267,17 @@ class DefaultMessageStore:
                 results = [self.append(requests[0][0])]
             else:
                 results = self.append_groups([msgs for msgs, _ in requests])
-            appended: list[tuple[asyncio.Future[PutMessageResult], PutMessageResult]] = []
-            end = 0
             ok = PutMessageStatus.PUT_OK
+            last = None  # groups are appended in order: the last one appended ends furthest
             for (_, fut), result in zip(requests, results, strict=True):
                 if result.status is ok:
-                    appended.append((fut, result))
-                    end = max(end, result.append.end_offset)  # type: ignore[union-attr]
-                elif not fut.done():
+                    last = result.append
+                elif not fut.done():  # failed at once: nothing to wait for
                     fut.set_result(result)
-            if appended:
-                flushed = self.flush_waiters.wait_async(end, self.config.sync_flush_timeout / 1000)
-                flushed.add_done_callback(functools.partial(_release_puts, appended))
+            if last is not None:
+                self.flush_waiters.wait_callback(
+                    last.wrote_offset + last.wrote_bytes, self.config.sync_flush_timeout / 1000,
+                    functools.partial(_release_puts, requests, results))
         except Exception as e:  # never leave a caller waiting
             log.exception("appending %d coalesced puts failed", len(requests))
             for _, fut in requests:
@@ -340,12 +352,18 @@ class DefaultMessageStore:
         # Buffered appends become readable when committed. With a flush waiter the group
         # commit service is about to commit (and wakes this service): committing here too
         # would only contend with it for the GIL just before its fdatasync.
-        if self.commitlog.queue.write_buffer and not (self._sync_flush and len(self.flush_waiters)):
-            self.commitlog.commit()
-        if self.do_reput():
+        commitlog = self.commitlog
+        if commitlog.queue.write_buffer and not (self._sync_flush and len(self.flush_waiters)):
+            commitlog.commit()
+        end = commitlog.max_offset
+        done = self.do_reput()
+        # Idle first, then look again: what is appended or committed after this look finds
+        # the flag set and wakes the service, so no wake-up is lost and, when the pass got
+        # everything, no empty pass follows (it competed with the group commit for the GIL).
+        self._reput_idle = True
+        if self.reput_from_offset < commitlog.max_offset and (done or commitlog.max_offset != end):
             self._reput_idle = False
             return 0.0
-        self._reput_idle = True
         return 0.05
 
     def do_reput(self) -> int:
