@@ -30,6 +30,7 @@ M = messaging_pb2
 A = admin_pb2
 C = common_pb2
 TOPIC = "FailoverTopic"
+MIB = 1024 * 1024
 QUEUES = 4
 BATCH = 32
 FILE_SIZE = 2 * 1024 * 1024
@@ -310,14 +311,16 @@ def test_async_master_under_load_reports_bounded_fall_behind_that_returns_to_zer
             assert float(runtime.table["haSlaveFallBehindSecondsMax"]) >= 1.0
 
             # Resumed under the same load it catches up, then stays within bounds.
-            wait_until(lambda: link().fall_behind_seconds < 1.0, timeout=20,
-                       message="the slave catching up under load")
+            # (Seconds lead: the master appends tens of MB in one second.)
+            wait_until(lambda: link().fall_behind_seconds < 1.0 and link().diff < 64 * MIB,
+                       timeout=20, message="the slave catching up under load")
             samples = []
             for _ in range(20):
                 samples.append(link())
                 time.sleep(0.1)
-            assert max(s.fall_behind_seconds for s in samples) < 5.0, samples
-            assert max(s.diff for s in samples) < 64 * 1024 * 1024, samples
+            seen = [(s.diff, s.fall_behind_seconds) for s in samples]
+            assert max(s.fall_behind_seconds for s in samples) < 5.0, seen
+            assert max(s.diff for s in samples) < 128 * MIB, seen
             assert all(s.in_sync for s in samples)
         finally:
             stop_load.set()
