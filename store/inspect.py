@@ -261,12 +261,16 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
     size = _file_size((p for *_, files in queues for _, p in files), size_arg)
     size -= size % CQ_STORE_UNIT_SIZE
     entries: dict[tuple[str, int], dict[int, int]] = {}
+    queue_ends: dict[tuple[str, int], int] = {}  # number of the entry after the last good one
     dispatched_end = 0
     for topic, qid, files in queues:
         stats = rep.queue(topic, qid)
         got = entries[(topic, qid)] = {}
         ended = False
         expected: int | None = None
+        # A bad entry is reported when the next one shows it is not the last: a crash can cut
+        # the write of the last one (at a page boundary) and loading the store rewrites it.
+        last_bad: tuple[str, int, str] | None = None
         for start, path in files:
             rel = str(path.relative_to(root))
             buf = _open_checked(rep, rel, path, start, size, expected)
@@ -282,6 +286,10 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
                     continue
                 n = (start + pos) // CQ_STORE_UNIT_SIZE
                 stats["entries"] += 1
+                if last_bad is not None:
+                    stats["problems"] += 1
+                    rep.problem(*last_bad)
+                    last_bad = None
                 if sz == BLANK_SIZE:
                     stats["holes"] = stats.get("holes", 0) + 1
                     continue
@@ -289,19 +297,31 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
                     continue  # its commitlog file has expired
                 why = _entry_problem(rep, records.get(off), topic, qid, n, off, sz, code)
                 if why:
-                    stats["problems"] += 1
-                    rep.problem(rel, pos, f"entry {n} of {topic}/{qid}: {why}")
+                    last_bad = (rel, pos, f"entry {n} of {topic}/{qid}: {why}")
+                    queue_ends[(topic, qid)] = n
                 else:
                     got[n] = off
+                    queue_ends[(topic, qid)] = n + 1
                     dispatched_end = max(dispatched_end, off + sz)
+        if last_bad is not None:
+            if rep.abort:
+                rep.warnings.append(f"{last_bad[0]}: {last_bad[2]} (the last entry, cut by the "
+                                    "crash: loading the store rewrites it)")
+            else:
+                stats["problems"] += 1
+                rep.problem(*last_bad)
     behind: list[int] = []
     for off, rec in records.items():
         if not rec.dispatchable:
             continue
-        at = entries.get((rec.topic, rec.queue_id), {}).get(rec.queue_offset)
+        key = (rec.topic, rec.queue_id)
+        at = entries.get(key, {}).get(rec.queue_offset)
         if at == off:
             continue
-        if at is None and off >= dispatched_end:
+        # Past the end of everything dispatched, or (after a crash) past its own queue's end:
+        # dispatch had not got there, and loading the store dispatches it.
+        if at is None and (off >= dispatched_end or (
+                rep.abort and rec.queue_offset >= queue_ends.get(key, 0))):
             behind.append(off)
             continue
         rep.queue(rec.topic, rec.queue_id)["problems"] += 1

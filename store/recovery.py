@@ -8,9 +8,10 @@ import logging
 import struct
 from typing import TYPE_CHECKING
 
-from store.commitlog import NO_QUEUE_OFFSET_BIT
+from store.codec import DispatchRequest, parse_dispatch
+from store.commitlog import NO_QUEUE_OFFSET_BIT, CommitLog
 from store.constants import CQ_STORE_UNIT_SIZE
-from store.consume_queue import ConsumeQueue
+from store.consume_queue import BLANK_SIZE, ConsumeQueue
 from store.reput import MAX_GATHERED, Gathered
 from store.scanning import CommitLogScan
 
@@ -28,6 +29,8 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
     files = commitlog.queue.files
     for cq in store.consume_queues.values():
         cq.recover()
+        if crashed and files:
+            _drop_torn_last_entry(commitlog, cq)
     if not files:
         for cq in store.consume_queues.values():
             cq.destroy()
@@ -144,6 +147,36 @@ class _QueueCheck:
 def _offsets_struct(count: int) -> struct.Struct:
     """The commitlog offsets of `count` consume-queue entries in a row."""
     return struct.Struct(">" + "q12x" * count)
+
+
+def _drop_torn_last_entry(commitlog: CommitLog, cq: ConsumeQueue) -> None:
+    """A crash can cut the copy of a block of entries inside one (a page fault at a page
+    boundary, where the kill is delivered): the last entry then has its offset and size but
+    not all of its tags code. It is checked against its record and dropped when they differ;
+    the recovery scan dispatches the record again."""
+    last = cq.max_offset_in_queue - 1
+    entry = cq.get_entry(last) if last >= 0 else None
+    if entry is None or entry[1] == BLANK_SIZE:
+        return
+    offset, size, code = entry
+    mf = commitlog.queue.find_by_offset(offset)
+    if mf is None and offset < commitlog.min_offset:
+        return  # its record has expired: nothing to check it against
+    record: DispatchRequest | int | None = None
+    if mf is not None:
+        try:
+            record = parse_dispatch(mf.mm, offset - mf.file_from_offset, check_crc=False)
+        except ValueError:  # CorruptRecord, or properties that do not decode
+            record = None
+    if isinstance(record, DispatchRequest) and (
+            record.commit_log_offset, record.msg_size, record.tags_code, record.topic,
+            record.queue_id, record.queue_offset) == (
+            offset, size, code, cq.topic, cq.queue_id, last):
+        return
+    log.warning("%s-%d: last consume-queue entry %d (%d, %d, %d) does not match its record: "
+                "dropped, the record is dispatched again", cq.topic, cq.queue_id, last, offset,
+                size, code)
+    cq.truncate_dirty(offset)
 
 
 def _crash_start_file(store: DefaultMessageStore) -> int:
