@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mqclient import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
+from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli import mqadmin, mqcluster
 
 TOPIC = "DemoTopic"
@@ -27,6 +28,7 @@ GROUP = "DemoGroup"
 PRODUCER_GROUP = "DemoProducer"
 LAGGING_MESSAGES = 100
 CONSUME_TIMEOUT_S = 60.0
+SLAVE_WAIT_S = 15.0
 
 
 def _title(text: str) -> None:
@@ -93,6 +95,7 @@ def run(directory: str, messages: int) -> int:
     _title(f"mqadmin consumerProgress -g {GROUP}")
     mqadmin.main(["consumerProgress", "-n", namesrv, "-g", GROUP])
     _title("mqadmin haStatus")
+    _wait_for_slaves(namesrv, state[0].cluster_name)
     mqadmin.main(["haStatus", "-n", namesrv, "-c", state[0].cluster_name])
 
     print(f"\nThe cluster keeps running. Try:\n"
@@ -101,6 +104,26 @@ def run(directory: str, messages: int) -> int:
           f"  .venv/bin/mqadmin consumeMessage -t {TOPIC} -c 3\n"
           f"Stop it:  .venv/bin/mqcluster down --dir {directory}   (add --clean to drop data)")
     return 0 if finished else 1
+
+
+def _wait_for_slaves(namesrv: str, cluster: str) -> None:
+    """Until every slave is linked to its master and has caught up (at most
+    SLAVE_WAIT_S): a slave started with its master may have tried to connect before the
+    master listened, and tries again only after its 5 s reconnect interval."""
+    deadline = time.monotonic() + SLAVE_WAIT_S
+    with MQAdmin(namesrv) as admin:
+        while time.monotonic() < deadline:
+            try:
+                statuses = admin.ha_status_of_cluster(cluster)
+            except AdminError:
+                statuses = []
+            ends = {s.broker_name: s.master_commit_log_max_offset for s in statuses if s.master}
+            slaves = [s for s in statuses if not s.master]
+            if statuses and all(s.master_link is not None and s.master_link.connected
+                                and s.master_link.max_offset >= ends.get(s.broker_name, 0)
+                                for s in slaves):
+                return
+            time.sleep(0.5)
 
 
 def _body(i: int) -> bytes:

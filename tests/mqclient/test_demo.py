@@ -24,6 +24,10 @@ def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:
         assert "consumed 400 of the 400 messages sent now in" in out
         assert "Consume Diff Total: 100" in out  # the messages sent while nobody consumed
         assert "mqcluster down --dir" in out
+        # Both slaves linked and caught up when haStatus prints (one that tried before its
+        # master listened reconnects only after 5 s: the demo waits for it).
+        ha = out[out.index("== mqadmin haStatus"):]
+        assert "(no slave)" not in ha and ha.count(" connected") >= 4, ha
         state = json.loads((directory / "mqcluster.state.json").read_text())
         assert len(state["processes"]) == 5  # 1 name server, 2 masters, 2 slaves: left running
     finally:
