@@ -49,14 +49,9 @@ def _release_puts(requests: list[tuple[list[Message], asyncio.Future[PutMessageR
                   results: list[PutMessageResult], ok: bool) -> None:
     """Completes the puts of one round once the flush covered them (ok) or timed out; those
     that failed at append were completed then."""
-    if ok:
-        for (_, fut), result in zip(requests, results, strict=True):
-            if not fut.done():
-                fut.set_result(result)
-        return
     for (_, fut), result in zip(requests, results, strict=True):
         if not fut.done():
-            if result.status is PutMessageStatus.PUT_OK:
+            if not ok and result.status is PutMessageStatus.PUT_OK:
                 result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
             fut.set_result(result)
 

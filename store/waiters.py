@@ -110,32 +110,25 @@ class OffsetWaiters:
 
     def wait_async(self, offset: int, timeout_s: float) -> asyncio.Future[bool]:
         """A future of the running loop: True when reached, False on timeout."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[bool] = loop.create_future()
-        w = _Waiting(offset, self._clock() + timeout_s, loop, fut)
-        if not self._add(w):
-            fut.set_result(True)
-        else:
-            self._watch(loop, fut, loop.time() + timeout_s)
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._wait_on_loop(offset, timeout_s, fut)
         return fut
 
     def wait_callback(self, offset: int, timeout_s: float, fn: Callable[[bool], None]) -> None:
         """As wait_async, but calls fn(True when reached, False on timeout) on the running
         loop's thread (at once when reached already) instead of completing a future."""
-        loop = asyncio.get_running_loop()
-        cb = _LoopCallback(fn)
-        w = _Waiting(offset, self._clock() + timeout_s, loop, cb)
-        if not self._add(w):
-            cb.set_result(True)
-        else:
-            self._watch(loop, cb, loop.time() + timeout_s)
+        self._wait_on_loop(offset, timeout_s, _LoopCallback(fn))
 
-    def _watch(self, loop: asyncio.AbstractEventLoop, target: _Settable, deadline: float) -> None:
-        """Times the wait out even if nothing ever advances again."""
-        dog = self._watchdogs.get(loop)
+    def _wait_on_loop(self, offset: int, timeout_s: float, target: _Settable) -> None:
+        loop = asyncio.get_running_loop()
+        w = _Waiting(offset, self._clock() + timeout_s, loop, target)
+        if not self._add(w):
+            target.set_result(True)
+            return
+        dog = self._watchdogs.get(loop)  # times out even if nothing ever advances again
         if dog is None:
             dog = self._watchdogs[loop] = _Watchdog()
-        dog.watch(loop, target, deadline)
+        dog.watch(loop, target, loop.time() + timeout_s)
 
     def advance(self, reached: int) -> int:
         """Releases waits with offset <= reached (True) and expired ones (False)."""
