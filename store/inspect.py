@@ -261,7 +261,6 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
     size = _file_size((p for *_, files in queues for _, p in files), size_arg)
     size -= size % CQ_STORE_UNIT_SIZE
     entries: dict[tuple[str, int], dict[int, int]] = {}
-    queue_ends: dict[tuple[str, int], int] = {}  # number of the entry after the last good one
     dispatched_end = 0
     for topic, qid, files in queues:
         stats = rep.queue(topic, qid)
@@ -298,10 +297,8 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
                 why = _entry_problem(rep, records.get(off), topic, qid, n, off, sz, code)
                 if why:
                     last_bad = (rel, pos, f"entry {n} of {topic}/{qid}: {why}")
-                    queue_ends[(topic, qid)] = n
                 else:
                     got[n] = off
-                    queue_ends[(topic, qid)] = n + 1
                     dispatched_end = max(dispatched_end, off + sz)
         if last_bad is not None:
             if rep.abort:
@@ -310,6 +307,8 @@ def check_consume_queues(rep: Report, root: Path, records: dict[int, Record],
             else:
                 stats["problems"] += 1
                 rep.problem(*last_bad)
+    # Per queue: the number after its last good entry.
+    queue_ends = {key: max(got) + 1 for key, got in entries.items() if got}
     behind: list[int] = []
     for off, rec in records.items():
         if not rec.dispatchable:

@@ -160,14 +160,15 @@ def _drop_torn_last_entry(commitlog: CommitLog, cq: ConsumeQueue) -> None:
         return
     offset, size, code = entry
     mf = commitlog.queue.find_by_offset(offset)
-    if mf is None and offset < commitlog.min_offset:
-        return  # its record has expired: nothing to check it against
     record: DispatchRequest | int | None = None
-    if mf is not None:
+    if mf is None:
+        if offset < commitlog.min_offset:
+            return  # its record has expired: nothing to check it against
+    else:
         try:
             record = parse_dispatch(mf.mm, offset - mf.file_from_offset, check_crc=False)
         except ValueError:  # CorruptRecord, or properties that do not decode
-            record = None
+            pass
     if isinstance(record, DispatchRequest) and (
             record.commit_log_offset, record.msg_size, record.tags_code, record.topic,
             record.queue_id, record.queue_offset) == (
