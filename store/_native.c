@@ -399,7 +399,7 @@ static PyObject *pack(PyObject *self, PyObject *args) {
     }
     data = PyBytes_FromStringAndSize(NULL, size);
     if (data == NULL)
-        goto error;
+        goto out;
     /* Pass 2: queue offsets and the records. */
     {
         uint8_t *w = (uint8_t *)PyBytes_AS_STRING(data);
@@ -412,15 +412,15 @@ static PyObject *pack(PyObject *self, PyObject *args) {
                 PyObject *next;
                 o = PyDict_GetItemWithError(table, r->key);
                 if (o == NULL && PyErr_Occurred())
-                    goto error;
+                    goto out;
                 if (o != NULL && !int_in(o, LLONG_MIN, LLONG_MAX - 1, &qoff)) {
                     PyErr_SetString(PyExc_TypeError, "queue offset table holds a non-int");
-                    goto error;
+                    goto out;
                 }
                 next = PyLong_FromLongLong(qoff + 1);
                 if (next == NULL || PyDict_SetItem(table, r->key, next) < 0) {
                     Py_XDECREF(next);
-                    goto error;
+                    goto out;
                 }
                 Py_DECREF(next);
             }
@@ -460,27 +460,27 @@ static PyObject *pack(PyObject *self, PyObject *args) {
             o = PyLong_FromLongLong(phys);
             if (o == NULL || PyList_Append(phys_out, o) < 0) {
                 Py_XDECREF(o);
-                goto error;
+                goto out;
             }
             Py_DECREF(o);
             o = PyLong_FromLongLong(qoff);
             if (o == NULL || PyList_Append(qoff_out, o) < 0) {
                 Py_XDECREF(o);
-                goto error;
+                goto out;
             }
             Py_DECREF(o);
             phys += r->total;
         }
     }
     result = Py_BuildValue("(OnL)", data, start + count, phys);
-    goto error; /* shared clean-up */
+    goto out;
 fallback:
     result = Py_None;
     Py_INCREF(result);
     PyErr_Clear();
-error:
+out:
     Py_XDECREF(data);
-    for (i = 0; i <= count && i < n - start + 1; i++)
+    for (i = 0; i <= count; i++) /* recs[count]: where pass 1 stopped, maybe half read */
         Py_XDECREF(recs[i].body);
     PyMem_Free(recs);
     return result;
