@@ -162,26 +162,52 @@ class SendMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., result: _Optional[_Union[SendResultEntry, _Mapping]] = ...) -> None: ...
 
 class SendBatchRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums")
+    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums", "encoded_messages", "born_timestamp", "born_host")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     DEFAULT_TOPIC_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    ENCODED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
     messages: _containers.RepeatedCompositeFieldContainer[Message]
     default_topic_queue_nums: int
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ...) -> None: ...
+    encoded_messages: bytes
+    born_timestamp: int
+    born_host: str
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ..., encoded_messages: _Optional[bytes] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ...) -> None: ...
 
 class SendBatchResponse(_message.Message):
-    __slots__ = ("status", "results")
+    __slots__ = ("status", "results", "queue_id", "first_queue_offset", "commit_log_offsets", "offset_msg_id_host")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     RESULTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    FIRST_QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_LOG_OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_MSG_ID_HOST_FIELD_NUMBER: _ClassVar[int]
     status: _common_pb2.Status
     results: _containers.RepeatedCompositeFieldContainer[SendResultEntry]
-    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ...) -> None: ...
+    queue_id: int
+    first_queue_offset: int
+    commit_log_offsets: _containers.RepeatedScalarFieldContainer[int]
+    offset_msg_id_host: str
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., commit_log_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_host: _Optional[str] = ...) -> None: ...
+
+class GetSendChannelRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetSendChannelResponse(_message.Message):
+    __slots__ = ("status", "address")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    address: str
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
     __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_millis", "commit_offset", "raw_records")

@@ -44,6 +44,11 @@ class MessagingServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_messaging__pb2.SendBatchRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_messaging__pb2.SendBatchResponse.FromString,
                 _registered_method=True)
+        self.GetSendChannel = channel.unary_unary(
+                '/mqcluster.v1.MessagingService/GetSendChannel',
+                request_serializer=mqcluster_dot_v1_dot_messaging__pb2.GetSendChannelRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_messaging__pb2.GetSendChannelResponse.FromString,
+                _registered_method=True)
         self.PullMessage = channel.unary_unary(
                 '/mqcluster.v1.MessagingService/PullMessage',
                 request_serializer=mqcluster_dot_v1_dot_messaging__pb2.PullMessageRequest.SerializeToString,
@@ -142,6 +147,14 @@ class MessagingServiceServicer:
 
     def SendBatch(self, request, context):
         """Messages of one batch go to one queue in one put.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSendChannel(self, request, context):
+        """Where this broker's send channel listens: SendBatch requests as frames on one
+        TCP connection, many in flight, without gRPC's per-call cost (mqproto/framing.py).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -274,6 +287,11 @@ def add_MessagingServiceServicer_to_server(servicer, server):
                     servicer.SendBatch,
                     request_deserializer=mqcluster_dot_v1_dot_messaging__pb2.SendBatchRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_messaging__pb2.SendBatchResponse.SerializeToString,
+            ),
+            'GetSendChannel': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSendChannel,
+                    request_deserializer=mqcluster_dot_v1_dot_messaging__pb2.GetSendChannelRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_messaging__pb2.GetSendChannelResponse.SerializeToString,
             ),
             'PullMessage': grpc.unary_unary_rpc_method_handler(
                     servicer.PullMessage,
@@ -415,6 +433,33 @@ class MessagingService:
             '/mqcluster.v1.MessagingService/SendBatch',
             mqcluster_dot_v1_dot_messaging__pb2.SendBatchRequest.SerializeToString,
             mqcluster_dot_v1_dot_messaging__pb2.SendBatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSendChannel(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.MessagingService/GetSendChannel',
+            mqcluster_dot_v1_dot_messaging__pb2.GetSendChannelRequest.SerializeToString,
+            mqcluster_dot_v1_dot_messaging__pb2.GetSendChannelResponse.FromString,
             options,
             channel_credentials,
             insecure,
