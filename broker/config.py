@@ -49,6 +49,10 @@ class BrokerConfig:
     bind_address: str = "0.0.0.0"  # NettyServerConfig.bindAddress: the interface to serve on
     # -1 (unset) = listenPort + 1, or a free port when listenPort is 0; 0 = a free port.
     ha_listen_port: int = -1
+    # The send channel (send_channel.py): -1 (unset) = listenPort + 2, or a free port when
+    # listenPort is 0; 0 = a free port. sendChannelEnable=false: gRPC sends only.
+    send_listen_port: int = -1
+    send_channel_enable: bool = True
     # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
     ha_master_address: str = ""
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
@@ -178,6 +182,8 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"listenPort: {c.listen_port} is not a port")
     if not -1 <= c.ha_listen_port <= 65535:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
+    if not -1 <= c.send_listen_port <= 65535:
+        raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
     if c.ha_master_address:
         host, sep, port = c.ha_master_address.rpartition(":")
         if not sep or not host or not port.isdigit():

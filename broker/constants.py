@@ -49,6 +49,7 @@ MAX_QUERY_NUM = 64
 
 # Seconds a stopping broker lets in-flight RPCs finish.
 SHUTDOWN_GRACE_S = 2.0
+SEND_LISTEN_PORT_OFFSET = 2  # the send channel's default port: listenPort + 2
 # Printed on stdout once the broker serves; tests and scripts wait for it.
 BOOT_SUCCESS_PREFIX = "The broker["
 

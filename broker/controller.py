@@ -26,6 +26,7 @@ from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, res
 from broker.constants import (
     FIND_MASTER_REGISTER_PERIOD_S,
     PERM_READ_WRITE,
+    SEND_LISTEN_PORT_OFFSET,
     SHUTDOWN_GRACE_S,
     STATS_SAMPLE_INTERVAL_S,
 )
@@ -34,6 +35,7 @@ from broker.convert import UniqKeyFactory, format_host
 from broker.messaging import MessagingServicer
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI
+from broker.send_channel import SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import RequestError
@@ -100,6 +102,9 @@ class BrokerController:
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
+        self.messaging: MessagingServicer | None = None
+        self.send_channel: SendChannelServer | None = None
+        self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._lock_fd: int | None = None
@@ -140,6 +145,7 @@ class BrokerController:
         self.pull_hold = PullRequestHoldService(loop, store.get_max_offset_in_queue)
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
         await self._start_ha(host, ha_port)
+        await self._start_send_channel(host, port)
 
         await server.start()
         self._started = True
@@ -178,6 +184,21 @@ class BrokerController:
         # With a write buffer, a put becomes readable only when committed: wake HA then too.
         self.store.commit_listeners.append(lambda _: service.notify_data_arrived())
         self.ha_server_addr = format_host((host, bound))
+
+    async def _start_send_channel(self, host: str, port: int) -> None:
+        if not self.config.send_channel_enable:
+            return
+        send_port = self.config.send_listen_port
+        if send_port < 0:  # unset: listenPort + 2, or any free port when listenPort is
+            send_port = port + SEND_LISTEN_PORT_OFFSET if self.config.listen_port else 0
+        assert self.messaging is not None
+        channel = SendChannelServer(self.messaging.send)
+        try:
+            bound = await channel.start(self.config.bind_address, send_port)
+        except OSError as e:
+            raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
+        self.send_channel = channel
+        self.send_channel_addr = format_host((host, bound))
 
     async def _stop_ha(self) -> None:
         if self.ha_client is not None:
@@ -218,7 +239,8 @@ class BrokerController:
             ("grpc.max_receive_message_length", max_receive),
             ("grpc.max_send_message_length", -1),
         ])
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(MessagingServicer(self), server)
+        self.messaging = MessagingServicer(self)
+        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
         admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self), server)
         return server
 
@@ -243,6 +265,9 @@ class BrokerController:
             await self.unregister_broker_all()
         if self.pull_hold is not None:
             self.pull_hold.shutdown()
+        if self.send_channel is not None:
+            await self.send_channel.stop(grace)
+            self.send_channel = None
         if self._server is not None:
             await self._server.stop(grace)
         for task in self._tasks:

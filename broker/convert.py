@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import ipaddress
 import itertools
 import os
@@ -18,6 +19,8 @@ from broker.constants import (
 )
 from broker.status import RequestError
 from mqproto import common_pb2, messaging_pb2
+from mqproto.framing import decode_batch
+from store import native
 from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
 from store.constants import TRANSACTION_TYPE_MASK, MessageProperty, SysFlag
 from store.message import Message
@@ -95,7 +98,7 @@ _BORN_HOSTS: dict[str, tuple[str, int] | None] = {}
 _MAX_CACHED_HOSTS = 4096
 
 
-def _born_host(text: str) -> tuple[str, int] | None:
+def parse_born_host(text: str) -> tuple[str, int] | None:
     try:
         return _BORN_HOSTS[text]
     except KeyError:
@@ -146,7 +149,7 @@ def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
         _check_text("message group", group)
         properties[PROPERTY_SHARDING_KEY] = group
     host_text = sp.born_host
-    host = (_born_host(host_text) if host_text else None) or born_host
+    host = (parse_born_host(host_text) if host_text else None) or born_host
     reconsume = sp.reconsume_times
     return Message(
         topic=topic,
@@ -158,6 +161,87 @@ def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
         born_host=host,
         reconsume_times=reconsume if reconsume > 0 else 0,
     )
+
+
+# Reserved properties a producer sets itself in a MessageBatch element; any other reserved
+# name (DELAY, TRAN_MSG, REAL_TOPIC, ...) is refused: batches are neither delayed nor
+# transactional (as in RocketMQ).
+_BATCH_CLIENT_PROPERTIES = frozenset({
+    MessageProperty.TAGS, MessageProperty.KEYS, MessageProperty.UNIQ_KEY,
+    PROPERTY_SHARDING_KEY,
+})
+
+
+def _batch_properties(index: int, raw: bytes) -> dict[str, str]:
+    """The `name\\x01value\\x02` pairs of one MessageBatch element, checked."""
+    try:
+        text = raw.decode()
+    except UnicodeDecodeError:
+        raise _illegal(f"message {index} of the batch: its properties are not UTF-8") from None
+    properties: dict[str, str] = {}
+    if not text:
+        return properties
+    if not text.endswith(PROPERTIES_SEPARATOR):
+        raise _illegal(f"message {index} of the batch: its properties do not end with \\x02")
+    for pair in text[:-1].split(PROPERTIES_SEPARATOR):
+        name, sep, value = pair.partition(PROPERTY_SEPARATOR)
+        if not sep or not name or PROPERTY_SEPARATOR in value:
+            raise _illegal(f"message {index} of the batch: property {pair!r} is not "
+                           "name\\x01value")
+        if name in RESERVED_PROPERTIES and name not in _BATCH_CLIENT_PROPERTIES:
+            raise _illegal(f"message {index} of the batch: property {name} is reserved "
+                           "(batches are not delayed or transactional)")
+        properties[name] = value
+    return properties
+
+
+def messages_from_batch(elements: list[tuple[int, bytes, bytes]], *, topic: str,
+                        queue_id: int, born_host: tuple[str, int], born_timestamp: int,
+                        uniq_key: Callable[[], str]) -> list[Message]:
+    """Store messages from decoded MessageBatch elements (flag, body, properties);
+    RequestError(MESSAGE_ILLEGAL) when one cannot be stored. `uniq_key()` gives the
+    UNIQ_KEY of a message sent without one."""
+    msgs = []
+    for i, (flag, body, raw) in enumerate(elements):
+        properties = _batch_properties(i, raw) if raw else {}
+        if not properties.get(MessageProperty.UNIQ_KEY):
+            properties[MessageProperty.UNIQ_KEY] = uniq_key()
+        msgs.append(Message(topic=topic, body=body, properties=properties, queue_id=queue_id,
+                            flag=flag, born_timestamp=born_timestamp, born_host=born_host))
+    return msgs
+
+
+def _fits_native_batch(cls: type) -> bool:
+    """Whether store/_native.c decode_batch_messages may build `cls` as it does, positionally:
+    cls(topic, body, properties, queue_id, flag, 0, born_timestamp, born_host)."""
+    fields = dataclasses.fields(cls)
+    return (tuple(f.name for f in fields[:8]) == (
+        "topic", "body", "properties", "queue_id", "flag", "sys_flag", "born_timestamp",
+        "born_host") and fields[5].default == 0)
+
+
+_NATIVE_BATCH = _fits_native_batch(Message)
+
+
+def decode_messages(data: bytes, *, topic: str, queue_id: int, born_host: tuple[str, int],
+                    born_timestamp: int, uniq_key: Callable[[], str]) -> list[Message]:
+    """Store messages from a batch in RocketMQ's MessageBatch encoding, as
+    `messages_from_batch(decode_batch(data), ...)`; RequestError(MESSAGE_ILLEGAL) when it is
+    not one or a message cannot be stored. The store's C twin (store/_native.c
+    decode_batch_messages) does the common case and hands anything unusual back to Python."""
+    lib = native.lib
+    if lib is not None and _NATIVE_BATCH:
+        msgs = lib.decode_batch_messages(data, topic, queue_id, born_host, born_timestamp,
+                                         Message, RESERVED_PROPERTIES,
+                                         _BATCH_CLIENT_PROPERTIES, uniq_key)
+        if msgs is not None:
+            return msgs
+    try:
+        elements = decode_batch(data)
+    except ValueError as e:
+        raise _illegal(str(e)) from None
+    return messages_from_batch(elements, topic=topic, queue_id=queue_id, born_host=born_host,
+                               born_timestamp=born_timestamp, uniq_key=uniq_key)
 
 
 def message_to_proto(ext: MessageExt) -> messaging_pb2.Message:

@@ -53,6 +53,10 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def SendBatch(self, request: M.SendBatchRequest, context: Context) -> Any:
         return await self.send.send_batch(request, peer_host(context.peer()))
 
+    @rpc(M.GetSendChannelResponse)
+    async def GetSendChannel(self, request: M.GetSendChannelRequest, context: Context) -> Any:
+        return M.GetSendChannelResponse(status=ok(), address=self.broker.send_channel_addr)
+
     @rpc(M.PullMessageResponse)
     async def PullMessage(self, request: M.PullMessageRequest, context: Context) -> Any:
         return await self.pull.pull(request, context.time_remaining())

@@ -9,11 +9,11 @@ from __future__ import annotations
 import functools
 import logging
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from broker.constants import PERM_WRITE
-from broker.convert import message_from_proto
+from broker.convert import decode_messages, message_from_proto, parse_born_host
 from broker.status import STORED_STATUSES, RequestError, put_status
 from broker.topic_config import TopicConfig, send_topic_problem
 from mqproto import common_pb2, messaging_pb2
@@ -22,6 +22,7 @@ from store.message import Message
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+    from store.commitlog import AppendResult
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ class SendProcessor:
 
     async def send_batch(self, request: messaging_pb2.SendBatchRequest,
                          born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+        if request.encoded_messages:
+            return await self._send_encoded(request, born_host)
         if not request.messages:
             raise RequestError(common_pb2.INVALID_PARAMETER, "a batch needs at least one message")
         topic = request.topic or request.messages[0].topic
@@ -48,45 +51,87 @@ class SendProcessor:
                 raise RequestError(common_pb2.MESSAGE_ILLEGAL,
                                    f"message {i} of the batch is for topic {m.topic!r}, "
                                    f"the batch for {topic!r}: a batch has one topic")
-        total = sum(len(m.body) for m in request.messages)
-        limit = self.broker.store_config.max_message_size
-        if total > limit:
-            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
-                               f"batch bodies total {total} bytes, over maxMessageSize {limit}")
+        self._check_batch_size(sum(len(m.body) for m in request.messages))
         status, results = await self._send(topic, request.queue_id, request.messages,
                                            request.default_topic_queue_nums, born_host)
         return messaging_pb2.SendBatchResponse(status=status, results=results)
 
+    async def _send_encoded(self, request: messaging_pb2.SendBatchRequest,
+                            born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+        """A batch in RocketMQ's MessageBatch encoding; answered with packed offsets."""
+        if request.messages:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               "a batch has messages or encoded_messages, not both")
+        host = parse_born_host(request.born_host) if request.born_host else None
+        topic = request.topic
+
+        def build(queue_id: int, now: int, uniq_key: Callable[[], str]) -> list[Message]:
+            msgs = decode_messages(request.encoded_messages, topic=topic, queue_id=queue_id,
+                                   born_host=host or born_host,
+                                   born_timestamp=request.born_timestamp or now,
+                                   uniq_key=uniq_key)
+            self._check_batch_size(sum(len(m.body) for m in msgs))
+            return msgs
+
+        put, msgs, append = await self._put(topic, request.queue_id,
+                                            request.default_topic_queue_nums, build)
+        if append is None:
+            return messaging_pb2.SendBatchResponse(status=put)
+        return messaging_pb2.SendBatchResponse(
+            status=put, queue_id=msgs[0].queue_id, first_queue_offset=append.queue_offsets[0],
+            commit_log_offsets=append.commit_log_offsets,
+            offset_msg_id_host=self._offset_msg_id_host())
+
+    def _check_batch_size(self, total: int) -> None:
+        limit = self.broker.store_config.max_message_size
+        if total > limit:
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                               f"batch bodies total {total} bytes, over maxMessageSize {limit}")
+
     async def _send(self, topic: str, queue_id: int, pbs: Sequence[messaging_pb2.Message],
                     requested_queue_nums: int, born_host: tuple[str, int]
                     ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
+        for pb in pbs:
+            self._check_supported(pb)
+        put, msgs, append = await self._put(
+            topic, queue_id, requested_queue_nums,
+            lambda queue_id, now, uniq_key: [
+                message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
+                                   now_ms=now, uniq_key=uniq_key) for pb in pbs])
+        if append is None:
+            return put, []
+        return put, self._results(msgs, append.commit_log_offsets, append.queue_offsets)
+
+    async def _put(self, topic: str, queue_id: int, requested_queue_nums: int,
+                   build: Callable[[int, int, Callable[[], str]], list[Message]]
+                   ) -> tuple[common_pb2.Status, list[Message], AppendResult | None]:
+        """Checks, builds the store messages (`build(queue_id, now_ms, uniq_key)`), puts them
+        in one append and waits for the flush / slave the role asks; the append is None
+        when nothing was stored."""
         broker = self.broker
         self._check_broker()
         config = await self._topic_config(topic, requested_queue_nums)
         queue_id = self._queue_id(config, queue_id)
-        for pb in pbs:
-            self._check_supported(pb)
         now = broker.clock_ms()
-        uniq_key = functools.partial(broker.uniq_key, now)
-        msgs = [message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
-                                   now_ms=now, uniq_key=uniq_key) for pb in pbs]
+        msgs = build(queue_id, now, functools.partial(broker.uniq_key, now))
         result = await broker.store.put_messages_async(msgs)
         append = result.append
         if result.status not in STORED_STATUSES or append is None:
             detail = append.error if append is not None else ""
             log.debug("send to %s-%d refused: %s %s", topic, queue_id, result.status.value,
                       detail)
-            return put_status(result.status, detail), []
+            return put_status(result.status, detail), msgs, None
         broker.stats.record_put(topic, len(msgs))
         ha_status = await broker.after_put(append.end_offset)
-        put = ha_status if ha_status is not None else result.status
-        return put_status(put), self._results(msgs, append.commit_log_offsets,
-                                                        append.queue_offsets)
+        return put_status(ha_status if ha_status is not None else result.status), msgs, append
+
+    def _offset_msg_id_host(self) -> str:
+        """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
+        return encode_offset_msg_id(self.broker.store_host, 0)[:-16]
 
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
                  ) -> list[messaging_pb2.SendResultEntry]:
-        # offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part once.
-        host_hex = encode_offset_msg_id(self.broker.store_host, 0)[:-16]
+        host_hex = self._offset_msg_id_host()
         entry = messaging_pb2.SendResultEntry
         return [
             entry(message_id=m.properties["UNIQ_KEY"], offset_msg_id=f"{host_hex}{p:016X}",

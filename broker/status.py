@@ -103,24 +103,29 @@ def pull_code(get: GetMessageStatus, requested_offset: int) -> ResponseCode:
     return common_pb2.OFFSET_ILLEGAL
 
 
+async def answer(response_type: type[Response], name: str,
+                 request: Awaitable[Response]) -> Response:
+    """`request`'s reply: a RequestError becomes a reply with its code and remark, an
+    unexpected exception a SYSTEM_ERROR reply (logged with its traceback)."""
+    try:
+        return await request
+    except RequestError as e:
+        return response_type(status=e.status())  # type: ignore[call-arg]
+    except asyncio.CancelledError:
+        raise
+    except Exception as e:
+        log.exception("%s failed", name)
+        return response_type(status=status(common_pb2.SYSTEM_ERROR,  # type: ignore[call-arg]
+                                           f"{name} failed: {e!r}"))
+
+
 def rpc(response_type: type[Response]) -> Callable[[Handler[Response]], Handler[Response]]:
-    """Wraps a servicer method: a RequestError becomes a reply with its code and remark, an
-    unexpected exception a SYSTEM_ERROR reply (logged with its traceback); the broker keeps
-    serving either way."""
+    """Wraps a servicer method in `answer`: the broker keeps serving whatever it raises."""
 
     def decorate(fn: Handler[Response]) -> Handler[Response]:
         @functools.wraps(fn)
         async def wrapper(self: Any, request: Any, context: Any) -> Response:
-            try:
-                return await fn(self, request, context)
-            except RequestError as e:
-                return response_type(status=e.status())
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.exception("%s failed", fn.__name__)
-                return response_type(status=status(common_pb2.SYSTEM_ERROR,
-                                                   f"{fn.__name__} failed: {e!r}"))
+            return await answer(response_type, fn.__name__, fn(self, request, context))
 
         return wrapper
 

@@ -1005,6 +1005,194 @@ fail:
     return NULL;
 }
 
+/* -- decode_batch_messages: broker.convert.messages_from_batch(mqproto.framing.decode_batch) */
+#define BATCH_FIXED 22 /* TOTALSIZE MAGIC BODYCRC FLAG, body length, properties length */
+
+/* The str of `n` UTF-8 bytes, the interned one for the names every message has; NULL with a
+ * UnicodeDecodeError when they are not UTF-8. */
+static PyObject *batch_name(const uint8_t *p, Py_ssize_t n) {
+    PyObject *known = NULL;
+    if (n == 4 && memcmp(p, "TAGS", 4) == 0)
+        known = s_TAGS;
+    else if (n == 4 && memcmp(p, "KEYS", 4) == 0)
+        known = s_KEYS;
+    else if (n == 8 && memcmp(p, "UNIQ_KEY", 8) == 0)
+        known = s_UNIQ_KEY;
+    if (known != NULL) {
+        Py_INCREF(known);
+        return known;
+    }
+    return PyUnicode_DecodeUTF8((const char *)p, n, NULL);
+}
+
+/* broker.convert._batch_properties: the dict of one element's `name\x01value\x02` pairs, in
+ * wire order. Returns 1 with *out set; 0 (no error set, *out NULL) when the pairs are not
+ * well-formed or hold a refused reserved name (Python raises its error for them); -1 with an
+ * error set when Python itself failed. */
+static int batch_properties(const uint8_t *p, Py_ssize_t n, PyObject *reserved,
+                            PyObject *allowed, PyObject **out) {
+    PyObject *props, *name = NULL, *value = NULL;
+    const uint8_t *pair, *end, *stop, *sep;
+    int r;
+    *out = NULL;
+    props = PyDict_New();
+    if (props == NULL)
+        return -1;
+    if (n == 0) {
+        *out = props;
+        return 1;
+    }
+    if (p[n - 1] != 2)
+        goto bad;
+    end = p + n - 1; /* text[:-1], split on \x02; every pair is name \x01 value */
+    for (pair = p;; pair = stop + 1) {
+        stop = memchr(pair, 2, end - pair);
+        if (stop == NULL)
+            stop = end;
+        sep = memchr(pair, 1, stop - pair);
+        if (sep == NULL || sep == pair || memchr(sep + 1, 1, stop - sep - 1) != NULL)
+            goto bad;
+        name = batch_name(pair, sep - pair);
+        if (name == NULL)
+            goto decode_failed;
+        r = PySet_Contains(reserved, name); /* r: 0 taken, 1 refused, -1 failed */
+        if (r > 0) {
+            r = PySet_Contains(allowed, name);
+            r = r < 0 ? -1 : !r;
+        }
+        if (r != 0) {
+            Py_CLEAR(name);
+            if (r < 0)
+                goto fail;
+            goto bad;
+        }
+        value = PyUnicode_DecodeUTF8((const char *)sep + 1, stop - sep - 1, NULL);
+        if (value == NULL)
+            goto decode_failed;
+        r = PyDict_SetItem(props, name, value);
+        Py_CLEAR(name);
+        Py_CLEAR(value);
+        if (r < 0)
+            goto fail;
+        if (stop == end)
+            break;
+    }
+    *out = props;
+    return 1;
+decode_failed:
+    Py_CLEAR(name);
+    if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+        goto fail;
+    PyErr_Clear();
+bad:
+    Py_DECREF(props);
+    return 0;
+fail:
+    Py_DECREF(props);
+    return -1;
+}
+
+/* The list of store Messages of a MessageBatch, as messages_from_batch(decode_batch(data), ...)
+ * returns it; None when `data` is not one (empty, a size that does not add up, properties that
+ * are not well-formed: Python raises the right error for it) or not bytes. UNIQ_KEYs are only
+ * made, in message order, once every element has been checked, so a None costs no uniq_key()
+ * call; an error raised by uniq_key or message_cls is raised, as by Python.
+ * Each message is message_cls(topic, body, properties, queue_id, flag, 0, born_timestamp,
+ * born_host): store.message.Message's first fields in order, sys_flag 0 (its default), as
+ * broker.convert checks before it calls this; positional, as a call with these as keywords
+ * takes twice as long. */
+static PyObject *decode_batch_messages(PyObject *self, PyObject *args) {
+    PyObject *data, *topic, *queue_id, *born_host, *born_ts, *cls, *reserved, *allowed, *uniq_key;
+    PyObject *out, *zero = NULL;
+    const uint8_t *buf;
+    int64_t pos, end, size, body_len, props_len_at;
+    Py_ssize_t n = 0, i;
+    if (!PyArg_ParseTuple(args, "OOOOOOO!O!O", &data, &topic, &queue_id, &born_host, &born_ts,
+                          &cls, &PyFrozenSet_Type, &reserved, &PyFrozenSet_Type, &allowed,
+                          &uniq_key))
+        return NULL;
+    if (!PyBytes_CheckExact(data) || PyBytes_GET_SIZE(data) == 0)
+        Py_RETURN_NONE;
+    buf = (const uint8_t *)PyBytes_AS_STRING(data);
+    end = PyBytes_GET_SIZE(data);
+    /* pass 1: the elements' sizes (decode_batch's checks) */
+    for (pos = 0; pos < end; pos += size, n++) {
+        if (end - pos < BATCH_FIXED)
+            Py_RETURN_NONE;
+        size = (int32_t)get32(buf + pos);
+        body_len = (int32_t)get32(buf + pos + 16);
+        props_len_at = pos + 20 + body_len;
+        if (body_len < 0 || size < BATCH_FIXED || size > end - pos ||
+            props_len_at + 2 > pos + size ||
+            props_len_at + 2 + ((buf[props_len_at] << 8) | buf[props_len_at + 1]) != pos + size)
+            Py_RETURN_NONE;
+    }
+    out = PyList_New(n);
+    if (out == NULL)
+        return NULL;
+    /* pass 2: each element's properties dict, held in `out` until its message replaces it */
+    for (pos = 0, i = 0; i < n; pos += size, i++) {
+        PyObject *props;
+        int r;
+        size = (int32_t)get32(buf + pos);
+        body_len = (int32_t)get32(buf + pos + 16);
+        props_len_at = pos + 20 + body_len;
+        r = batch_properties(buf + props_len_at + 2, (Py_ssize_t)(pos + size - props_len_at - 2),
+                             reserved, allowed, &props);
+        if (r <= 0) {
+            Py_DECREF(out);
+            if (r < 0)
+                return NULL;
+            Py_RETURN_NONE;
+        }
+        PyList_SET_ITEM(out, i, props);
+    }
+    /* pass 3: UNIQ_KEYs where missing or empty, bodies, messages */
+    zero = PyLong_FromLong(0);
+    if (zero == NULL)
+        goto fail;
+    for (pos = 0, i = 0; i < n; pos += size, i++) {
+        PyObject *props = PyList_GET_ITEM(out, i), *uniq, *msg;
+        PyObject *a[8];
+        size = (int32_t)get32(buf + pos);
+        body_len = (int32_t)get32(buf + pos + 16);
+        uniq = PyDict_GetItemWithError(props, s_UNIQ_KEY);
+        if (uniq == NULL && PyErr_Occurred())
+            goto fail;
+        if (uniq == NULL || PyUnicode_GET_LENGTH(uniq) == 0) {
+            int r;
+            uniq = PyObject_CallNoArgs(uniq_key);
+            if (uniq == NULL)
+                goto fail;
+            r = PyDict_SetItem(props, s_UNIQ_KEY, uniq);
+            Py_DECREF(uniq);
+            if (r < 0)
+                goto fail;
+        }
+        a[0] = topic;
+        a[1] = PyBytes_FromStringAndSize((const char *)buf + pos + 20, (Py_ssize_t)body_len);
+        a[2] = props;
+        a[3] = queue_id;
+        a[4] = PyLong_FromLong((int32_t)get32(buf + pos + 12));
+        a[5] = zero; /* sys_flag */
+        a[6] = born_ts;
+        a[7] = born_host;
+        msg = a[1] != NULL && a[4] != NULL ? PyObject_Vectorcall(cls, a, 8, NULL) : NULL;
+        Py_XDECREF(a[1]);
+        Py_XDECREF(a[4]);
+        if (msg == NULL)
+            goto fail;
+        PyList_SET_ITEM(out, i, msg);
+        Py_DECREF(props);
+    }
+    Py_DECREF(zero);
+    return out;
+fail:
+    Py_XDECREF(zero);
+    Py_DECREF(out);
+    return NULL;
+}
+
 /* -- crc32c (for tests) ------------------------------------------------------------------- */
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -1035,6 +1223,10 @@ static PyMethodDef methods[] = {
     {"decode_pulled", decode_pulled, METH_VARARGS,
      "decode_pulled(raw, broker_name, message_class, host_texts, host_of): as "
      "mqclient.codec.decode_records, or None."},
+    {"decode_batch_messages", decode_batch_messages, METH_VARARGS,
+     "decode_batch_messages(data, topic, queue_id, born_host, born_timestamp, message_cls, "
+     "reserved, client_allowed, uniq_key): as broker.convert.messages_from_batch("
+     "mqproto.framing.decode_batch(data), ...), or None."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as crc32c.crc32c."},
     {NULL, NULL, 0, NULL},
 };
