@@ -1,7 +1,6 @@
 """Gathers individual async sends into batches (Kafka's RecordAccumulator, RocketMQ 5's
-auto-batching): one gRPC call costs the broker far more than the messages in it, so
-messages of a topic wait up to a short linger, or until a batch is full, and go out in one
-SendBatch call.
+auto-batching): a request costs the broker far more than the messages in it, so messages
+of a topic wait up to a short linger, or until a batch is full, and go out in one request.
 
 `append` is called from any thread; batches are sent on the client loop, at most
 `max_inflight` per topic at a time. At most `max_pending` messages wait in all; past that,
@@ -12,33 +11,35 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from mqclient.loop import ClientLoop
 from mqclient.message import MQClientError, SendFuture, SendResult
-from mqproto import messaging_pb2
 
 log = logging.getLogger(__name__)
 MAX_PENDING_MESSAGES = 10_000  # DefaultMQProducer's backPressureForAsyncSendNum
 
 
 class Batch:
-    __slots__ = ("topic", "messages", "futures", "size", "born")
+    __slots__ = ("topic", "ids", "elements", "futures", "size", "born")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
-        self.messages: list[messaging_pb2.Message] = []
+        self.ids: list[str] = []  # UNIQ_KEYs
+        self.elements: list[bytes] = []  # MessageBatch elements (mqproto/framing.py)
         self.futures: list[SendFuture | None] = []  # None: one-way
         self.size = 0
         self.born = time.monotonic()
 
 
-# (topic, messages, born) -> one result per message; raises MQClientError when the batch
-# could not be stored after its retries.
-BatchSender = Callable[[str, list[messaging_pb2.Message], float], Awaitable[list[SendResult]]]
+# (topic, UNIQ_KEYs, encoded messages, born) -> one result per message; raises
+# MQClientError when the batch could not be stored after its retries.
+BatchSender = Callable[[str, list[str], bytes, float], Awaitable[list[SendResult]]]
 
 
 class BatchAccumulator:
@@ -62,9 +63,9 @@ class BatchAccumulator:
         self.closed = False
 
     # -- any thread ----------------------------------------------------------------------------
-    def append(self, pb: messaging_pb2.Message, future: SendFuture | None,
-               timeout_s: float) -> None:
-        size = len(pb.body)
+    def append(self, topic: str, message_id: str, element: bytes,
+               future: SendFuture | None, timeout_s: float) -> None:
+        size = len(element)
         on_loop = self.loop.in_loop_thread()
         with self._lock:
             if self.closed:
@@ -75,19 +76,20 @@ class BatchAccumulator:
                 raise MQClientError("TIMEOUT", f"{self._pending} async sends waiting: "
                                         f"no room within {timeout_s} s")
             self._pending += 1
-            batch = self._open.get(pb.topic)
+            batch = self._open.get(topic)
             first = batch is None
             if batch is None:
-                batch = self._open[pb.topic] = Batch(pb.topic)
-            batch.messages.append(pb)
+                batch = self._open[topic] = Batch(topic)
+            batch.ids.append(message_id)
+            batch.elements.append(element)
             batch.futures.append(future)
             batch.size += size
-            full = len(batch.messages) >= self.max_count or batch.size >= self.max_bytes
+            full = len(batch.ids) >= self.max_count or batch.size >= self.max_bytes
             if full:
-                del self._open[pb.topic]
-                self._ready.setdefault(pb.topic, collections.deque()).append(batch)
+                del self._open[topic]
+                self._ready.setdefault(topic, collections.deque()).append(batch)
         if full:
-            self._call_on_loop(self._pump, pb.topic)
+            self._call_on_loop(self._pump, topic)
         elif first:
             self._call_on_loop(self._arm_linger, batch)
 
@@ -123,21 +125,22 @@ class BatchAccumulator:
 
     async def _send(self, batch: Batch) -> None:
         try:
-            results = await self.sender(batch.topic, batch.messages, batch.born)
+            results = await self.sender(batch.topic, batch.ids, b"".join(batch.elements),
+                                        batch.born)
         except Exception as e:
             if not isinstance(e, MQClientError):
                 log.exception("async batch send to %s failed", batch.topic)
             for future in batch.futures:
-                if future is not None and not future.done():
-                    future.set_exception(e)
+                if future is not None:
+                    _complete(future.set_exception, e)
         else:
             for future, result in zip(batch.futures, results, strict=True):
-                if future is not None and not future.done():
-                    future.set_result(result)
+                if future is not None:
+                    _complete(future.set_result, result)
         finally:
             with self._lock:
                 self._inflight[batch.topic] -= 1
-                self._pending -= len(batch.messages)
+                self._pending -= len(batch.ids)
                 self._room.notify_all()
             self._pump(batch.topic)
 
@@ -157,3 +160,10 @@ class BatchAccumulator:
         with self._lock:
             self.closed = True
             self._room.notify_all()
+
+
+def _complete(complete: Callable[[Any], None], value: Any) -> None:
+    try:
+        complete(value)
+    except concurrent.futures.InvalidStateError:  # the caller cancelled it
+        pass

@@ -3,7 +3,8 @@
 All network work of producers and consumers (route refreshes, heartbeats, async sends,
 pulls, rebalancing) runs on one asyncio event loop in a daemon thread shared by every client
 of the process; people call the sync API from their own threads. Sync sends skip the hop to
-that thread and use a blocking gRPC channel on the caller's thread (lower latency).
+that thread: they use blocking connections on the caller's thread (lower latency, and no
+contention with the loop thread for the GIL).
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from mqproto import messaging_pb2_grpc, namesrv_pb2_grpc
+from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
+from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
 
 T = TypeVar("T")
 CHANNEL_OPTIONS = [
@@ -69,6 +71,12 @@ class Channels:
         self._sync: dict[str, grpc.Channel] = {}
         self._sync_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
         self._aio_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
+        # Brokers' send channels, by the broker's gRPC address: where each listens ("": the
+        # broker has none), the loop's connections, and blocking ones for sync sends.
+        self._send_addresses: dict[str, str] = {}
+        self._send_channels: dict[str, SendChannel] = {}
+        self._opening: dict[str, asyncio.Future[SendChannel | None]] = {}
+        self.blocking = BlockingSendConnections()
         self._lock = threading.Lock()
         self.closed = False
 
@@ -106,6 +114,65 @@ class Channels:
                     channel)
             return stub
 
+    def known_send_address(self, address: str) -> str | None:
+        """Where the broker at `address` has its send channel ("": none), if known (any
+        thread)."""
+        return self._send_addresses.get(address)
+
+    async def send_channel_address(self, address: str, timeout: float) -> str:
+        """Where the broker at `address` has its send channel; "" when it has none (then
+        send by gRPC). SendChannelClosed when the broker cannot be asked (loop)."""
+        known = self._send_addresses.get(address)
+        if known is not None:
+            return known
+        try:
+            r = await self.messaging(address).GetSendChannel(
+                messaging_pb2.GetSendChannelRequest(), timeout=timeout)
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+                raise SendChannelClosed(f"{address}: {e.code().name}") from None  # type: ignore[attr-defined]
+            r = messaging_pb2.GetSendChannelResponse()  # a broker without one
+        self._send_addresses[address] = r.address
+        return r.address
+
+    async def send_channel(self, address: str, timeout: float) -> SendChannel | None:
+        """The connected send channel of the broker at `address`, None when it has none
+        (loop). SendChannelClosed when it cannot be reached."""
+        channel = self._send_channels.get(address)
+        if channel is not None and not channel.closed:
+            return channel
+        opening = self._opening.get(address)
+        if opening is None:
+            opening = self._opening[address] = asyncio.ensure_future(
+                self._open_send_channel(address, timeout))
+            opening.add_done_callback(lambda _: self._opening.pop(address, None))
+        return await asyncio.shield(opening)
+
+    async def _open_send_channel(self, address: str, timeout: float) -> SendChannel | None:
+        target = await self.send_channel_address(address, timeout)
+        if not target:
+            return None
+        channel = await SendChannel.connect(target, timeout)
+        if self.closed:
+            channel.close()
+            raise SendChannelClosed("the client is shut down")
+        self._send_channels[address] = channel
+        return channel
+
+    def forget_send_address(self, address: str) -> None:
+        """After a failed send (any thread): the next one asks the broker where its channel
+        is again (it may have restarted elsewhere, or with one)."""
+        target = self._send_addresses.pop(address, None)
+        if target:
+            self.blocking.forget(target)
+
+    def forget_send_channel(self, address: str) -> None:
+        """forget_send_address, and closes the loop's connection (loop)."""
+        self.forget_send_address(address)
+        channel = self._send_channels.pop(address, None)
+        if channel is not None:
+            channel.close()
+
     async def close(self) -> None:
         """On the client loop: closes every channel."""
         with self._lock:
@@ -115,6 +182,9 @@ class Channels:
             self._sync_stubs.clear()
         for channel in sync:
             channel.close()
+        for address in list(self._send_channels):
+            self.forget_send_channel(address)
+        self.blocking.close()
         aio = list(self._aio.values())
         self._aio.clear()
         self._aio_stubs.clear()

@@ -6,17 +6,20 @@ from __future__ import annotations
 import asyncio
 import calendar
 import concurrent.futures
+import concurrent.futures._base as cf_base
 import dataclasses
 import enum
 import itertools
 import os
 import random
 import struct
+import threading
 import time
 from collections.abc import Generator, Sequence
 from typing import Any
 
-from mqproto import common_pb2, messaging_pb2
+from mqproto import common_pb2
+from mqproto.framing import MAX_PROPERTIES_BYTES, encode_batch_message
 
 # Properties the broker owns; a user property by one of these names is refused.
 RESERVED_PROPERTY_NAMES = frozenset({
@@ -84,25 +87,47 @@ class Message:
             raise MQClientError("ILLEGAL_ARGUMENT",
                                 f"the message body is {len(self.body)} bytes, over the "
                                 f"maximum {max_size}")
-        for name in self.properties:
+        if self.tags:
+            _check_text("the tag", self.tags)
+        for key in self.key_list() if self.keys else ():
+            if not key or key != "".join(key.split()):
+                raise MQClientError("ILLEGAL_ARGUMENT", f"key {key!r} is empty or has blanks")
+            _check_text("a key", key)
+        for name, value in self.properties.items():
             if name in RESERVED_PROPERTY_NAMES:
                 raise MQClientError("ILLEGAL_ARGUMENT",
                                     f"user property {name} is a reserved system property")
+            if not name:
+                raise MQClientError("ILLEGAL_ARGUMENT", "a user property has an empty name")
+            _check_text("user property name", name)
+            _check_text(f"user property {name}", value)
 
-    def to_proto(self, message_id: str = "") -> messaging_pb2.Message:
-        # Only the fields that are set: empty repeated / map arguments cost time per message.
-        pb = messaging_pb2.Message(topic=self.topic, body=bytes(self.body))
-        if self.flag:
-            pb.flag = self.flag
+    def encode(self, message_id: str, sharding_key: str = "") -> bytes:
+        """This message as a MessageBatch element (mqproto/framing.py), with its UNIQ_KEY
+        (and SHARDING_KEY); MQClientError when its properties are too long."""
+        parts = [f"UNIQ_KEY\x01{message_id}\x02"]
         if self.tags:
-            pb.tag = self.tags
+            parts.append(f"TAGS\x01{self.tags}\x02")
         if self.keys:
-            pb.keys.extend(self.key_list())
-        if self.properties:
-            pb.user_properties.update(self.properties)
-        if message_id:
-            pb.system_properties.message_id = message_id
-        return pb
+            parts.append(f"KEYS\x01{' '.join(self.key_list())}\x02")
+        if sharding_key:
+            _check_text("the sharding key", sharding_key)
+            parts.append(f"SHARDING_KEY\x01{sharding_key}\x02")
+        for name, value in self.properties.items():
+            parts.append(f"{name}\x01{value}\x02")
+        properties = "".join(parts).encode()
+        if len(properties) > MAX_PROPERTIES_BYTES:
+            raise MQClientError("ILLEGAL_ARGUMENT",
+                                f"the message properties are {len(properties)} bytes encoded, "
+                                f"over the maximum {MAX_PROPERTIES_BYTES}")
+        return encode_batch_message(self.flag, bytes(self.body), properties)
+
+
+def _check_text(what: str, value: str) -> None:
+    if "\x01" in value or "\x02" in value:
+        raise MQClientError("ILLEGAL_ARGUMENT",
+                            f"{what} {value!r} holds a \\x01 or \\x02 (the separators of "
+                            "properties)")
 
 
 @dataclasses.dataclass(slots=True)
@@ -150,7 +175,7 @@ SEND_STATUS_BY_CODE = {
 }
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(slots=True)  # not frozen: that triples its construction time
 class SendResult:
     status: SendStatus
     msg_id: str
@@ -158,17 +183,75 @@ class SendResult:
     message_queue: MessageQueue
     queue_offset: int
 
-    @classmethod
-    def from_entry(cls, status: SendStatus, entry: messaging_pb2.SendResultEntry,
-                   mq: MessageQueue) -> SendResult:
-        if entry.queue_id != mq.queue_id:  # the broker chose the queue
-            mq = MessageQueue(mq.topic, mq.broker_name, entry.queue_id)
-        return cls(status, entry.message_id, entry.offset_msg_id, mq, entry.queue_offset)
+
+# Guards the lazy creation of SendFuture conditions, and completion before there is one.
+_condition_lock = threading.Lock()
+_FINAL_STATES = frozenset({cf_base.CANCELLED, cf_base.CANCELLED_AND_NOTIFIED, cf_base.FINISHED})
 
 
 class SendFuture(concurrent.futures.Future[Any]):
     """The result of an async send: `.result(timeout)` from a thread, or `await` it on any
-    event loop."""
+    event loop; a concurrent.futures.Future in every way (wait, as_completed, callbacks).
+
+    A Future makes a Condition (and its RLock) when created: that was a quarter of an async
+    send's cost. This one makes it when something first locks the future (a waiter, cancel,
+    wait / as_completed); a future completed before that completes without one."""
+
+    def __init__(self) -> None:  # Future.__init__ without the Condition
+        self._cond: threading.Condition | None = None
+        self._state = cf_base.PENDING
+        self._result = None
+        self._exception: BaseException | None = None
+        self._waiters: list[Any] = []
+        self._done_callbacks: list[Any] = []
+
+    @property  # type: ignore[override]
+    def _condition(self) -> threading.Condition:
+        cond = self._cond
+        if cond is None:
+            with _condition_lock:
+                cond = self._cond
+                if cond is None:
+                    cond = self._cond = threading.Condition()
+        return cond
+
+    # Reads of a finished future need no lock (and no Condition): its state is set last.
+    def done(self) -> bool:
+        return self._state in _FINAL_STATES
+
+    def result(self, timeout: float | None = None) -> Any:
+        if self._state == cf_base.FINISHED and self._exception is None:
+            return self._result
+        return super().result(timeout)
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if self._state == cf_base.FINISHED:
+            return self._exception
+        return super().exception(timeout)
+
+    def set_result(self, result: Any) -> None:
+        if not self._complete(result, None):
+            super().set_result(result)
+
+    def set_exception(self, exception: BaseException | None) -> None:
+        if not self._complete(None, exception):
+            super().set_exception(exception)
+
+    def _complete(self, result: Any, exception: BaseException | None) -> bool:
+        """Completes a future no one has locked yet (so no one waits on it); False when
+        someone has: then the Future's own way, under its condition."""
+        with _condition_lock:
+            if self._cond is not None:
+                return False
+            final = self._state in _FINAL_STATES
+            if not final:
+                self._result = result
+                self._exception = exception
+                self._state = cf_base.FINISHED
+        if final:  # (its repr takes the lock)
+            raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
+        self._invoke_callbacks()  # type: ignore[attr-defined]
+        return True
 
     def __await__(self) -> Generator[Any, None, Any]:
         return asyncio.wrap_future(self).__await__()
@@ -189,7 +272,12 @@ class MessageIdFactory:
         now = time.gmtime()
         self._month_start_ms = calendar.timegm(
             (now.tm_year, now.tm_mon, 1, 0, 0, 0, 0, 0, 0)) * 1000
+        self._last_ms = -1
+        self._head = ""
 
     def __call__(self) -> str:
-        diff = (int(time.time() * 1000) - self._month_start_ms) & 0xFFFFFFFF
-        return self._prefix + f"{diff:08X}{next(self._counter) & 0xFFFF:04X}"
+        now_ms = int(time.time() * 1000)
+        if now_ms != self._last_ms:  # the time part changes at most once per ms
+            self._head = f"{self._prefix}{(now_ms - self._month_start_ms) & 0xFFFFFFFF:08X}"
+            self._last_ms = now_ms
+        return f"{self._head}{next(self._counter) & 0xFFFF:04X}"

@@ -50,7 +50,9 @@ from mqclient.message import (
     code_name,
 )
 from mqclient.route import TopicRoute
-from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
+from mqclient.send_channel import SendChannelClosed
+from mqproto import common_pb2, messaging_pb2
+from mqproto.framing import KIND_SEND_BATCH
 
 log = logging.getLogger(__name__)
 
@@ -200,23 +202,24 @@ class Producer:
         self._check_started()
         return list(self.publish_route(topic).publish_queues)
 
-    def _prepare(self, msg: Message) -> messaging_pb2.Message:
+    def _prepare(self, msg: Message, sharding_key: str = "") -> tuple[str, bytes]:
+        """The message's UNIQ_KEY and its MessageBatch element."""
         self._check_started()
         msg.check(self.max_message_size)
-        return msg.to_proto(self.new_message_id())
+        message_id = self.new_message_id()
+        return message_id, msg.encode(message_id, sharding_key)
 
-    # -- sync sends (caller's thread) ----------------------------------------------------------
+    # -- sync sends (any thread but the client loop's) -----------------------------------------
     def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
         """Sends one message, retrying on another broker; MQClientError when not stored."""
-        pb = self._prepare(msg)
-        [result] = self._send_sync(msg.topic, [pb], None, timeout_s, self.retry_times)
+        [result] = self._send_sync(msg.topic, [self._prepare(msg)], None, timeout_s,
+                                   self.retry_times)
         return result
 
     def send_to_queue(self, msg: Message, mq: MessageQueue,
                       timeout_s: float | None = None) -> SendResult:
         """Sends to one given queue (no retry elsewhere)."""
-        pb = self._prepare(msg)
-        [result] = self._send_sync(msg.topic, [pb], mq, timeout_s, 0)
+        [result] = self._send_sync(msg.topic, [self._prepare(msg)], mq, timeout_s, 0)
         return result
 
     def send_orderly(self, msg: Message, sharding_key: Any,
@@ -224,11 +227,10 @@ class Producer:
                      timeout_s: float | None = None) -> SendResult:
         """Ordered send: `selector(queues, msg, sharding_key)` picks the queue (by default
         the key's hash), so messages of one key stay in one queue in send order."""
-        pb = self._prepare(msg)
-        pb.system_properties.message_group = str(sharding_key)
+        prepared = self._prepare(msg, str(sharding_key))
         queues = self.publish_route(msg.topic).publish_queues
         mq = selector(queues, msg, sharding_key)
-        [result] = self._send_sync(msg.topic, [pb], mq, timeout_s, 0)
+        [result] = self._send_sync(msg.topic, [prepared], mq, timeout_s, 0)
         return result
 
     def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None
@@ -239,28 +241,49 @@ class Producer:
         topic = msgs[0].topic
         if any(m.topic != topic for m in msgs):
             raise MQClientError("ILLEGAL_ARGUMENT", "the messages of a batch need one topic")
-        pbs = [self._prepare(m) for m in msgs]
+        prepared = [self._prepare(m) for m in msgs]
         total = sum(len(m.body) for m in msgs)
         if total > self.max_message_size:
             raise MQClientError("ILLEGAL_ARGUMENT", f"the batch bodies total {total} bytes, "
                                 f"over the maximum {self.max_message_size}; split it")
-        return self._send_sync(topic, pbs, None, timeout_s, self.retry_times)
+        return self._send_sync(topic, prepared, None, timeout_s, self.retry_times)
 
-    def _send_sync(self, topic: str, pbs: list[messaging_pb2.Message], mq: MessageQueue | None,
-                   timeout_s: float | None, retries: int) -> list[SendResult]:
+    def _send_sync(self, topic: str, prepared: list[tuple[str, bytes]],
+                   mq: MessageQueue | None, timeout_s: float | None, retries: int
+                   ) -> list[SendResult]:
+        """Sends on the caller's thread over a blocking connection (see _send_encoded)."""
         attempts = _Attempts(self, timeout_s or self.send_timeout_s)
+        ids = [message_id for message_id, _ in prepared]
+        request = self._request(topic, b"".join(element for _, element in prepared))
         route = self.publish_route(topic)
+        channels = self.instance.channels
         for _ in range(1 + retries):
             target, addr, remaining = attempts.next_target(route, mq)
+            request.queue_id = target.queue_id
             started = time.monotonic()
             try:
-                r = self._call(self.instance.channels.sync_messaging(addr), topic, pbs, target,
-                               remaining)
-                if attempts.answered(target, started, r.status):
-                    return _results(r, target)
-            except grpc.RpcError as e:
-                attempts.failed(target, started, e.code().name)  # type: ignore[attr-defined]
+                channel = channels.known_send_address(addr)
+                if channel is None:
+                    channel = self.loop.run(channels.send_channel_address(addr, remaining))
+                if channel:
+                    r = messaging_pb2.SendBatchResponse.FromString(channels.blocking.request(
+                        channel, KIND_SEND_BATCH, request.SerializeToString(), remaining))
+                else:  # a broker without one: gRPC
+                    r = channels.sync_messaging(addr).SendBatch(request, timeout=remaining)
+            except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
+                if not isinstance(e, TimeoutError):  # (a late answer is simply dropped)
+                    channels.forget_send_address(addr)
+                attempts.failed(target, started, _failure(e, remaining))
+                continue
+            if attempts.answered(target, started, r.status):
+                return _results(r, target, ids)
         raise attempts.give_up()
+
+    def _request(self, topic: str, encoded: bytes) -> messaging_pb2.SendBatchRequest:
+        return messaging_pb2.SendBatchRequest(
+            producer_group=self.group, topic=topic, encoded_messages=encoded,
+            born_timestamp=int(time.time() * 1000),
+            default_topic_queue_nums=self.default_topic_queue_nums)
 
     # -- async sends (client loop) -------------------------------------------------------------
     def send_async(self, msg: Message, callback: SendCallback | None = None,
@@ -268,49 +291,65 @@ class Producer:
         """Returns at once; the future (awaitable on any loop) holds the SendResult or the
         MQClientError. `callback(result, error)` runs on the client's I/O thread: keep it
         short, never block in it."""
-        pb = self._prepare(msg)
+        message_id, element = self._prepare(msg)
         future = SendFuture()
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
-        self.accumulator.append(pb, future, timeout_s or self.send_timeout_s)
+        self.accumulator.append(msg.topic, message_id, element, future,
+                                timeout_s or self.send_timeout_s)
         return future
 
     def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no result, no error reported (it is logged)."""
-        self.accumulator.append(self._prepare(msg), None, self.send_timeout_s)
+        message_id, element = self._prepare(msg)
+        self.accumulator.append(msg.topic, message_id, element, None, self.send_timeout_s)
 
     def flush(self) -> None:
         """Waits until every async and one-way send so far is done."""
         self.loop.run(self.accumulator.flush())
 
-    async def _send_batch_async(self, topic: str, pbs: list[messaging_pb2.Message],
+    async def _send_batch_async(self, topic: str, ids: list[str], encoded: bytes,
                                 born: float) -> list[SendResult]:
-        attempts = _Attempts(self, self.send_timeout_s, born)
+        return await self._send_encoded(topic, ids, encoded, None,
+                                        _Attempts(self, self.send_timeout_s, born),
+                                        self.retry_times)
+
+    # -- requests (client loop) ----------------------------------------------------------------
+    async def _send_encoded(self, topic: str, ids: list[str], encoded: bytes,
+                            mq: MessageQueue | None, attempts: _Attempts, retries: int
+                            ) -> list[SendResult]:
+        """Sends MessageBatch elements to `mq` or a queue chosen per attempt; `ids` are
+        their UNIQ_KEYs."""
         route = await self.publish_route_async(topic)
-        for _ in range(1 + self.retry_times):
-            target, addr, remaining = attempts.next_target(route, None)
+        request = self._request(topic, encoded)
+        channels = self.instance.channels
+        for _ in range(1 + retries):
+            target, addr, remaining = attempts.next_target(route, mq)
+            request.queue_id = target.queue_id
             started = time.monotonic()
             try:
-                r = await self._call(self.instance.channels.messaging(addr), topic, pbs, target,
-                                     remaining)
-                if attempts.answered(target, started, r.status):
-                    return _results(r, target)
-            except grpc.RpcError as e:
-                attempts.failed(target, started, e.code().name)  # type: ignore[attr-defined]
+                channel = await channels.send_channel(addr, remaining)
+                if channel is None:  # a broker without one: gRPC
+                    r = await channels.messaging(addr).SendBatch(request, timeout=remaining)
+                else:
+                    r = messaging_pb2.SendBatchResponse.FromString(await channel.request(
+                        KIND_SEND_BATCH, request.SerializeToString(), remaining))
+            except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
+                if not isinstance(e, TimeoutError):  # (a late answer is simply dropped)
+                    channels.forget_send_channel(addr)
+                attempts.failed(target, started, _failure(e, remaining))
+                continue
+            if attempts.answered(target, started, r.status):
+                return _results(r, target, ids)
         raise attempts.give_up()
 
-    # -- requests ------------------------------------------------------------------------------
-    def _call(self, stub: messaging_pb2_grpc.MessagingServiceStub, topic: str,
-              pbs: list[messaging_pb2.Message], mq: MessageQueue, timeout: float) -> Any:
-        """SendMessage for one message, SendBatch for more: the response of a sync stub, an
-        awaitable of it for an asyncio stub."""
-        if len(pbs) == 1:
-            return stub.SendMessage(messaging_pb2.SendMessageRequest(
-                producer_group=self.group, message=pbs[0], queue_id=mq.queue_id,
-                default_topic_queue_nums=self.default_topic_queue_nums), timeout=timeout)
-        return stub.SendBatch(messaging_pb2.SendBatchRequest(
-            producer_group=self.group, topic=topic, queue_id=mq.queue_id, messages=pbs,
-            default_topic_queue_nums=self.default_topic_queue_nums), timeout=timeout)
+
+def _failure(error: BaseException, timeout: float) -> str:
+    if isinstance(error, grpc.RpcError):
+        return str(error.code().name)  # type: ignore[attr-defined]
+    if isinstance(error, TimeoutError):
+        return f"no answer within {timeout:.3f} s"
+    return str(error)
 
 
 def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:
@@ -321,13 +360,19 @@ def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:
     return addr
 
 
-def _results(r: messaging_pb2.SendMessageResponse | messaging_pb2.SendBatchResponse,
-             mq: MessageQueue) -> list[SendResult]:
-    """The stored answer of _call, one result per message sent."""
+def _results(r: messaging_pb2.SendBatchResponse, mq: MessageQueue, ids: list[str]
+             ) -> list[SendResult]:
+    """One result per message of a stored batch."""
+    offsets = r.commit_log_offsets
+    if len(offsets) != len(ids):
+        raise MQClientError("SYSTEM_ERROR", f"the broker answered {len(offsets)} offsets for "
+                            f"{len(ids)} messages")
     status = SEND_STATUS_BY_CODE[r.status.code]
-    if isinstance(r, messaging_pb2.SendMessageResponse):
-        return [SendResult.from_entry(status, r.result, mq)]
-    return [SendResult.from_entry(status, entry, mq) for entry in r.results]
+    if r.queue_id != mq.queue_id:  # the broker chose the queue
+        mq = MessageQueue(mq.topic, mq.broker_name, r.queue_id)
+    host, first = r.offset_msg_id_host, r.first_queue_offset
+    return [SendResult(status, message_id, f"{host}{offset:016X}", mq, first + i)
+            for i, (message_id, offset) in enumerate(zip(ids, offsets, strict=True))]
 
 
 def _run_callback(callback: SendCallback, future: SendFuture) -> None:

@@ -16,7 +16,7 @@ from mqclient.loop import ClientLoop
 from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
 from mqclient.process_queue import ProcessQueue
 from mqclient.producer import select_by_hash
-from mqproto import messaging_pb2
+from mqproto.framing import decode_batch, encode_batch_message
 
 QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
 CIDS = ["c0", "c1", "c2"]
@@ -152,18 +152,19 @@ def test_accumulator_batches_by_count_and_linger_and_limits_inflight() -> None:
     max_inflight_seen = 0
     release = threading.Event()
 
-    async def sender(topic: str, pbs: list[messaging_pb2.Message], born: float
+    async def sender(topic: str, ids: list[str], encoded: bytes, born: float
                      ) -> list[SendResult]:
         nonlocal inflight, max_inflight_seen
-        calls.append((topic, len(pbs)))
+        assert [body for _, body, _ in decode_batch(encoded)] == [i.encode() for i in ids]
+        calls.append((topic, len(ids)))
         inflight += 1
         max_inflight_seen = max(max_inflight_seen, inflight)
         while not release.is_set():
             await asyncio.sleep(0.005)
         inflight -= 1
         mq = MessageQueue(topic, "broker-a", 0)
-        return [SendResult(SendStatus.SEND_OK, pb.body.decode(), "", mq, i)
-                for i, pb in enumerate(pbs)]
+        return [SendResult(SendStatus.SEND_OK, message_id, "", mq, i)
+                for i, message_id in enumerate(ids)]
 
     acc = BatchAccumulator(loop, sender, linger_s=0.05, max_count=10, max_bytes=1 << 20,
                            max_inflight=2)
@@ -171,7 +172,7 @@ def test_accumulator_batches_by_count_and_linger_and_limits_inflight() -> None:
     futures = []
     for i in range(35):
         f = SendFuture()
-        acc.append(messaging_pb2.Message(topic="T", body=b"m%d" % i), f, 5.0)
+        acc.append("T", f"m{i}", encode_batch_message(0, b"m%d" % i, b""), f, 5.0)
         futures.append(f)
     time.sleep(0.2)
     assert len(calls) == 2 and max_inflight_seen == 2  # two full batches, the rest waits
@@ -181,6 +182,46 @@ def test_accumulator_batches_by_count_and_linger_and_limits_inflight() -> None:
     assert [n for _, n in calls] == [10, 10, 10, 5]  # the last 5 went after the linger
     loop.run(acc.close())
     with pytest.raises(MQClientError, match="shut down"):
-        acc.append(messaging_pb2.Message(topic="T", body=b"late"), SendFuture(), 1.0)
+        acc.append("T", "late", encode_batch_message(0, b"late", b""), SendFuture(), 1.0)
     loop.loop.call_soon_threadsafe(loop.loop.stop)
     loop.thread.join(5)
+
+
+def test_send_future_behaves_as_a_concurrent_future() -> None:
+    import concurrent.futures as cf
+
+    from mqclient.message import SendFuture
+
+    done_early = SendFuture()
+    done_early.set_result(5)
+    assert done_early.result() == 5 and done_early.done()
+    with pytest.raises(cf.InvalidStateError):
+        done_early.set_result(6)
+    waited = SendFuture()
+    threading.Timer(0.05, waited.set_result, (7,)).start()
+    assert waited.result(timeout=5) == 7  # completed while a thread waits on it
+    with pytest.raises(TimeoutError):
+        SendFuture().result(timeout=0.01)
+    many = [SendFuture() for _ in range(10)]
+    threading.Timer(0.05, lambda: [f.set_result(i) for i, f in enumerate(many)]).start()
+    assert sorted(f.result() for f in cf.as_completed(many, timeout=5)) == list(range(10))
+    three = [SendFuture() for _ in range(3)]
+    threading.Timer(0.05, three[1].set_exception, (ValueError("x"),)).start()
+    done, _ = cf.wait(three, timeout=5, return_when=cf.FIRST_EXCEPTION)
+    assert done == {three[1]}
+    seen: list[int] = []
+    with_callback = SendFuture()
+    with_callback.add_done_callback(lambda f: seen.append(f.result()))
+    with_callback.set_result(9)
+    assert seen == [9]
+    cancelled = SendFuture()
+    assert cancelled.cancel() and cancelled.cancelled()
+    with pytest.raises(cf.InvalidStateError):
+        cancelled.set_result(1)
+
+    async def awaited() -> int:
+        f = SendFuture()
+        asyncio.get_running_loop().call_later(0.01, f.set_result, 3)
+        return int(await f)
+
+    assert asyncio.run(awaited()) == 3

@@ -1,0 +1,197 @@
+"""A producer's connections to a broker's send channel (mqproto/framing.py).
+
+SendChannel lives on the client loop: requests go out as frames (those made in one loop turn
+in one write), many in flight, answered by id. A lost connection fails every request in
+flight with SendChannelClosed; the next request connects anew.
+
+BlockingSendConnections serve sync sends on the caller's thread: one request at a time per
+connection, idle connections kept per address for the next caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import threading
+
+from mqproto.framing import (
+    FRAME_HEADER,
+    MAX_FRAME_BYTES,
+    REQUEST_ID_MASK,
+    FrameError,
+    FrameReader,
+    encode_frame,
+)
+
+log = logging.getLogger(__name__)
+
+
+class SendChannelClosed(ConnectionError):
+    """The connection to the broker's send channel failed or closed."""
+
+
+MAX_IDLE_BLOCKING_PER_ADDRESS = 16
+
+
+def split_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host.removeprefix("[").removesuffix("]"), int(port)
+
+
+class SendChannel(asyncio.Protocol):
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._reader = FrameReader()
+        self._pending: dict[int, asyncio.Future[bytes]] = {}
+        self._ids = itertools.count(1)
+        self._out: list[bytes] = []
+
+    @classmethod
+    async def connect(cls, address: str, timeout: float) -> SendChannel:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                _, channel = await loop.create_connection(lambda: cls(address),
+                                                          *split_address(address))
+        except (OSError, TimeoutError) as e:
+            raise SendChannelClosed(f"cannot connect to the send channel {address}: "
+                                    f"{e or 'timed out'}") from None
+        return channel
+
+    # -- requests --------------------------------------------------------------------------
+    async def request(self, kind: int, payload: bytes, timeout: float) -> bytes:
+        """The answer's payload; SendChannelClosed, or TimeoutError after `timeout` s (the
+        request may still be carried out)."""
+        if self.closed:
+            raise SendChannelClosed(f"the send channel {self.address} is closed")
+        request_id = next(self._ids) & REQUEST_ID_MASK
+        future = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(encode_frame(request_id, kind, payload))
+        try:
+            async with asyncio.timeout(timeout):
+                return await future
+        finally:
+            self._pending.pop(request_id, None)
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if self.transport is not None and not self.closed:
+            self.transport.write(b"".join(out))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+        self._fail_all(SendChannelClosed(f"the send channel {self.address} was closed"))
+
+    # -- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self._reader.feed(data)
+        except FrameError as e:
+            log.warning("send channel %s: %s; closing it", self.address, e)
+            self.close()
+            return
+        pending = self._pending
+        for request_id, _, payload in frames:
+            future = pending.pop(request_id, None)
+            if future is not None and not future.done():  # else: timed out already
+                future.set_result(payload)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(SendChannelClosed(f"the send channel {self.address} closed"
+                                         + (f": {exc}" if exc else "")))
+
+    def _fail_all(self, error: SendChannelClosed) -> None:
+        self.closed = True
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(error)
+
+
+class BlockingSendConnections:
+    """Blocking connections by send channel address, for any thread."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[socket.socket]] = {}
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def request(self, address: str, kind: int, payload: bytes, timeout: float) -> bytes:
+        """The answer's payload; SendChannelClosed, or TimeoutError after `timeout` s (the
+        request may still be carried out)."""
+        sock = self._take(address, timeout)
+        try:
+            sock.settimeout(timeout)
+            sock.sendall(encode_frame(1, kind, payload))
+            length, request_id, answer_kind = FRAME_HEADER.unpack(_receive(sock, 9))
+            if request_id != 1 or answer_kind != kind or not 5 <= length <= MAX_FRAME_BYTES:
+                raise SendChannelClosed(f"the send channel {address} answered a bad frame "
+                                        f"(id {request_id}, kind {answer_kind}, {length} bytes)")
+            answer = _receive(sock, length - 5)
+        except BaseException as e:
+            sock.close()  # an answer may still come: this connection is out of step
+            if isinstance(e, OSError) and not isinstance(e, TimeoutError | SendChannelClosed):
+                raise SendChannelClosed(f"the send channel {address} failed: {e}") from None
+            raise
+        with self._lock:
+            idle = self._idle.setdefault(address, [])
+            if self.closed or len(idle) >= MAX_IDLE_BLOCKING_PER_ADDRESS:
+                sock.close()
+            else:
+                idle.append(sock)
+        return answer
+
+    def _take(self, address: str, timeout: float) -> socket.socket:
+        with self._lock:
+            if self.closed:
+                raise SendChannelClosed("the client is shut down")
+            idle = self._idle.get(address)
+            if idle:
+                return idle.pop()
+        try:
+            sock = socket.create_connection(split_address(address), timeout)
+        except OSError as e:
+            raise SendChannelClosed(f"cannot connect to the send channel {address}: "
+                                    f"{e}") from None
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def forget(self, address: str) -> None:
+        """Closes the idle connections to `address`."""
+        with self._lock:
+            idle = self._idle.pop(address, [])
+        for sock in idle:
+            sock.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self.closed = True
+            idle = [sock for socks in self._idle.values() for sock in socks]
+            self._idle.clear()
+        for sock in idle:
+            sock.close()
+
+
+def _receive(sock: socket.socket, n: int) -> bytes:
+    data = sock.recv(n)
+    if len(data) == n:
+        return data
+    buffer = bytearray(data)
+    while len(buffer) < n:
+        if not data:
+            raise SendChannelClosed("the send channel closed the connection")
+        data = sock.recv(n - len(buffer))
+        buffer += data
+    return bytes(buffer)
