@@ -3,9 +3,10 @@
 Starts a name server and one ASYNC_FLUSH broker (real processes on loopback), then measures
 with 1 KiB messages: sync sends one at a time (latency percentiles), batches of 32, async
 sends with many in flight (gathered into batches by the producer), and a push consumer
-reading everything back; then, as the reference, a gRPC server that does no work
-(bench.grpc_floor) driven the same way. Client and broker share this machine's cores. The
-last line is one JSON object.
+reading everything back; then, as references, servers that do no work driven the same way:
+one speaking the broker's send channel (bench.channel_floor, what sends use) and a gRPC one
+(bench.grpc_floor, what gRPC calls would allow). Client and broker share this machine's
+cores. The last line is one JSON object.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench import grpc_floor
+from bench import channel_floor, grpc_floor
 from broker.constants import BOOT_SUCCESS_PREFIX
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
 from mqclient.message import MessageExt
@@ -186,7 +187,12 @@ def main() -> None:
             print(f"push consumer: {rate:,.0f} msgs/s over {sent:,} messages", flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    # The reference, same run: a gRPC server that does no work, driven the same way.
+    # The references, same run: servers that do no work, driven the same way.
+    floor = channel_floor.measure(BODY, threads=args.batch_threads)
+    figures.update(floor)
+    print(f"reference, a no-work send channel server: "
+          f"{floor['floor_channel_batch32_msgs_s']:,.0f} msgs/s in batches of 32 "
+          f"({args.batch_threads} threads)", flush=True)
     floor = grpc_floor.measure(BODY, batch_threads=args.batch_threads)
     figures.update(floor)
     print(f"reference, a no-work gRPC server: {floor['floor_unary_calls_s']:,.0f} unary "

@@ -169,6 +169,9 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "brokerIP1": LOOPBACK,
         "listenPort": str(node.port),
         "haListenPort": str(node.ha_port),
+        # Any free port: producers ask each broker where its send channel is (GetSendChannel),
+        # and listenPort + 2 may be the next broker's port in this layout.
+        "sendListenPort": "0",
         "brokerRole": layout.role if node.broker_id == 0 else SLAVE_ROLE,
         "flushDiskType": layout.flush,
         "storePathRootDir": str(directory / node.name / STORE_DIR),
