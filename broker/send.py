@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+@functools.lru_cache(maxsize=16)
+def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
+    return encode_offset_msg_id(store_host, 0)[:-16]
+
+
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -127,7 +132,7 @@ class SendProcessor:
 
     def _offset_msg_id_host(self) -> str:
         """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
-        return encode_offset_msg_id(self.broker.store_host, 0)[:-16]
+        return _offset_msg_id_host(self.broker.store_host)
 
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
                  ) -> list[messaging_pb2.SendResultEntry]:

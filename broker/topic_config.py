@@ -8,6 +8,7 @@ change of the table, so the name servers rebuild their routes only when needed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -112,6 +113,7 @@ def config_problem(config: TopicConfig) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)  # asked at every send; a broker sees few topics
 def send_topic_problem(topic: str) -> str | None:
     """Why a client may not send to `topic` (SPEC §2.2), or None."""
     problem = topic_problem(topic)
