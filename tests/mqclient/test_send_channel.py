@@ -1,0 +1,297 @@
+"""The producer's send channel against real name server and broker processes on loopback:
+a broker restarted with its send channel elsewhere, and a broker that does not answer; and
+the client's connections (mqclient/send_channel.py) against a fake send channel started
+here that reads requests but answers late or never."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+
+from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
+from mqclient.send_channel import BlockingSendConnections, SendChannel
+from mqproto import messaging_pb2, messaging_pb2_grpc
+from mqproto.framing import KIND_SEND_BATCH, encode_frame
+from tests.broker.conftest import Process, pull_everything
+from tests.mqclient.conftest import Cluster, wait_until
+
+RPC_TIMEOUT_S = 10.0
+
+
+@contextlib.contextmanager
+def messaging(address: str) -> Iterator[messaging_pb2_grpc.MessagingServiceStub]:
+    channel = grpc.insecure_channel(address)
+    try:
+        yield messaging_pb2_grpc.MessagingServiceStub(channel)
+    finally:
+        channel.close()
+
+
+def send_channel_address(broker: Process) -> str:
+    with messaging(broker.address) as stub:
+        return stub.GetSendChannel(messaging_pb2.GetSendChannelRequest(),
+                                   timeout=RPC_TIMEOUT_S).address
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stored_ids(broker: Process, topic: str, queues: int) -> set[str]:
+    with messaging(broker.address) as stub:
+        return {m.system_properties.message_id for q in range(queues)
+                for m in pull_everything(stub, topic, q)}
+
+
+def test_producer_follows_a_restarted_broker_to_its_new_send_channel(cluster: Cluster) -> None:
+    """Same gRPC port, a new send channel port (sendListenPort=0): once the broker is back,
+    sync and async sends succeed again (the producer asks GetSendChannel anew)."""
+    port = free_port()
+    conf = {"listenPort": port, "haListenPort": 0, "sendListenPort": 0}
+    broker = cluster.start_broker("broker-a", **conf)
+    old_channel = send_channel_address(broker)
+    topic = "TopicRestart"
+    ok: list[SendResult] = []
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=2,
+                  send_timeout_s=3) as producer:
+        channels = producer.instance.channels
+        ok.append(producer.send(Message(topic, b"before-sync")))
+        ok.append(producer.send_async(Message(topic, b"before-async")).result(timeout=10))
+        assert channels.known_send_address(broker.address) == old_channel
+
+        assert broker.stop(signal.SIGTERM) == 0
+        down_started = time.monotonic()
+        with pytest.raises(MQClientError):  # nothing listens: refused, not hanging
+            producer.send(Message(topic, b"down-sync"), timeout_s=1)
+        with pytest.raises(MQClientError):
+            producer.send_async(Message(topic, b"down-async"), timeout_s=1).result(timeout=10)
+        assert time.monotonic() - down_started < 4
+
+        broker = cluster.start_broker("broker-a", **conf)
+        assert broker.address.endswith(f":{port}")
+        new_channel = send_channel_address(broker)
+        assert new_channel and new_channel != old_channel
+
+        # The first sends may still fail (the client's gRPC channel backs off reconnecting).
+        def sync_send() -> SendResult | None:
+            try:
+                return producer.send(Message(topic, b"after-first"), timeout_s=1)
+            except MQClientError:
+                return None
+
+        ok.append(wait_until(sync_send, timeout=15, interval=0.2, message="a sync send"))
+        ok += [producer.send(Message(topic, b"after-sync%d" % i)) for i in range(10)]
+        futures = [producer.send_async(Message(topic, b"after-async%d" % i)) for i in range(30)]
+        ok += [f.result(timeout=10) for f in futures]
+        ok += producer.send_batch([Message(topic, b"after-batch%d" % i) for i in range(3)])
+        assert {r.status for r in ok} == {SendStatus.SEND_OK}
+        assert channels.known_send_address(broker.address) == new_channel
+    assert {r.msg_id for r in ok} <= stored_ids(broker, topic, 2)
+
+
+def test_sync_send_to_a_broker_that_does_not_answer_times_out(cluster: Cluster) -> None:
+    broker = cluster.start_broker("broker-a")
+    topic = "TopicStall"
+    timeout_s = 1.0
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=2,
+                  send_timeout_s=timeout_s) as producer:
+        warm = [producer.send(Message(topic, b"warm%d" % i)) for i in range(4)]
+        warm.append(producer.send_async(Message(topic, b"warm-async")).result(timeout=10))
+        assert producer.instance.channels.known_send_address(broker.address)
+
+        os.kill(broker.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(MQClientError) as e:
+                producer.send(Message(topic, b"stalled"))
+            elapsed = time.monotonic() - started
+            assert e.value.code == "TIMEOUT", e.value
+            assert timeout_s * 0.9 <= elapsed < timeout_s + 1.0, elapsed
+
+            started = time.monotonic()
+            with pytest.raises(MQClientError) as e:
+                producer.send(Message(topic, b"stalled-2"), timeout_s=0.5)
+            elapsed = time.monotonic() - started
+            assert e.value.code == "TIMEOUT", e.value
+            assert 0.45 <= elapsed < 1.5, elapsed
+
+            started = time.monotonic()  # async sends time out alike
+            future = producer.send_async(Message(topic, b"stalled-async"))
+            error = future.exception(timeout=timeout_s + 5)
+            elapsed = time.monotonic() - started
+            assert isinstance(error, MQClientError) and error.code == "TIMEOUT", error
+            assert timeout_s * 0.9 <= elapsed < timeout_s + 1.0, elapsed
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+
+        after = [producer.send(Message(topic, b"after%d" % i), timeout_s=5) for i in range(5)]
+        after += producer.send_batch([Message(topic, b"batch%d" % i) for i in range(3)],
+                                     timeout_s=5)
+        after.append(producer.send_async(Message(topic, b"after-async"),
+                                         timeout_s=5).result(timeout=10))
+        assert {r.status for r in after} == {SendStatus.SEND_OK}
+    assert {r.msg_id for r in warm + after} <= stored_ids(broker, topic, 2)
+
+
+# -- a send channel that reads but answers late or never --------------------------------------
+class FakeSendChannel:
+    """A loopback server: each connection it accepts is handed to `serve(conn, stop)` on
+    its thread; close() stops it and joins the thread."""
+
+    def __init__(self, serve: Callable[[socket.socket, threading.Event], None],
+                 receive_buffer: int | None = None) -> None:
+        self.listener = socket.socket()
+        if receive_buffer:  # inherited by accepted connections
+            self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen()
+        self.listener.settimeout(0.05)
+        self.address = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.stop = threading.Event()
+        self._serve = serve
+        self.thread = threading.Thread(target=self._run, name="fake-send-channel",
+                                       daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(0.05)
+                with contextlib.suppress(OSError):
+                    self._serve(conn, self.stop)
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.listener.close()
+        assert not self.thread.is_alive()
+
+
+def read_until_closed(conn: socket.socket, stop: threading.Event) -> None:
+    """Reads everything, answers nothing."""
+    while not stop.is_set():
+        try:
+            if not conn.recv(1 << 20):
+                return
+        except TimeoutError:
+            continue
+
+
+def read_late(conn: socket.socket, stop: threading.Event) -> None:
+    """Reads nothing for 0.8 s (a stalled broker), then everything; answers nothing."""
+    if not stop.wait(0.8):
+        read_until_closed(conn, stop)
+
+
+def answer_slowly(conn: socket.socket, stop: threading.Event) -> None:
+    """Reads a request (9 bytes + 3 of payload), then trickles an answer of 8 payload bytes
+    out, a byte every 0.25 s (2 s in all)."""
+    got = b""
+    while len(got) < 12 and not stop.is_set():
+        with contextlib.suppress(TimeoutError):
+            data = conn.recv(64)
+            if not data:
+                return
+            got += data
+    frame = encode_frame(1, KIND_SEND_BATCH, b"answered")
+    conn.sendall(frame[:9])
+    for i in range(9, len(frame)):
+        if stop.wait(0.25):
+            return
+        conn.sendall(frame[i:i + 1])
+    read_until_closed(conn, stop)
+
+
+@pytest.fixture
+def fake_channel() -> Iterator[Callable[..., FakeSendChannel]]:
+    started: list[FakeSendChannel] = []
+
+    def start(serve: Callable[[socket.socket, threading.Event], None],
+              receive_buffer: int | None = None) -> FakeSendChannel:
+        started.append(FakeSendChannel(serve, receive_buffer))
+        return started[-1]
+
+    yield start
+    for server in started:
+        server.close()
+
+
+BIG_PAYLOAD = b"p" * (16 << 20)  # more than loopback buffers hold while no one reads
+
+
+def _blocking_request(address: str, payload: bytes, timeout: float) -> float:
+    """Seconds until BlockingSendConnections.request raised TimeoutError."""
+    connections = BlockingSendConnections()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            connections.request(address, KIND_SEND_BATCH, payload, timeout)
+        return time.monotonic() - started
+    finally:
+        connections.close()
+
+
+def test_blocking_request_never_answered_times_out(
+        fake_channel: Callable[..., FakeSendChannel]) -> None:
+    server = fake_channel(read_until_closed)
+    elapsed = _blocking_request(server.address, b"abc", 0.5)
+    assert 0.45 <= elapsed < 0.9, elapsed
+
+
+def test_channel_request_times_out_at_its_deadline(
+        fake_channel: Callable[..., FakeSendChannel]) -> None:
+    """The loop's SendChannel: the timeout bounds the whole request, whatever the server."""
+    servers = [fake_channel(read_until_closed), fake_channel(read_late, 64 * 1024),
+               fake_channel(answer_slowly)]
+    payloads = [b"abc", BIG_PAYLOAD, b"abc"]
+
+    async def request(address: str, payload: bytes) -> float:
+        channel = await SendChannel.connect(address, 5)
+        try:
+            started = time.monotonic()
+            with pytest.raises(TimeoutError):
+                await channel.request(KIND_SEND_BATCH, payload, 1.0)
+            return time.monotonic() - started
+        finally:
+            channel.close()
+
+    for server, payload in zip(servers, payloads, strict=True):
+        elapsed = asyncio.run(request(server.address, payload))
+        assert 0.95 <= elapsed < 1.4, (server.address, elapsed)
+
+
+@pytest.mark.parametrize("case", ["stalled-reader", "trickled-answer"])
+def test_blocking_request_timeout_is_a_deadline(
+        case: str, fake_channel: Callable[..., FakeSendChannel]) -> None:
+    if case == "stalled-reader":  # 16 MB to a server that reads from 0.8 s on
+        server = fake_channel(read_late, 64 * 1024)
+        payload = BIG_PAYLOAD
+    else:  # an answer whose bytes come 0.25 s apart (2 s in all)
+        server = fake_channel(answer_slowly)
+        payload = b"abc"
+    connections = BlockingSendConnections()
+    started = time.monotonic()
+    try:
+        with contextlib.suppress(TimeoutError):
+            connections.request(server.address, KIND_SEND_BATCH, payload, 1.0)
+    finally:
+        connections.close()
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.4, f"request(timeout=1.0) returned after {elapsed:.2f} s"
