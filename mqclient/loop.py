@@ -25,6 +25,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
     ("grpc.enable_retries", 0),
+    # A restarted broker is reached again within a second or two (gRPC's default backoff
+    # grows to 120 s, and every send in between fails at once with UNAVAILABLE).
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2000),
 ]
 
 

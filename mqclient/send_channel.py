@@ -15,6 +15,7 @@ import itertools
 import logging
 import socket
 import threading
+import time
 
 from mqproto.framing import (
     FRAME_HEADER,
@@ -131,15 +132,16 @@ class BlockingSendConnections:
     def request(self, address: str, kind: int, payload: bytes, timeout: float) -> bytes:
         """The answer's payload; SendChannelClosed, or TimeoutError after `timeout` s (the
         request may still be carried out)."""
+        deadline = time.monotonic() + timeout
         sock = self._take(address, timeout)
         try:
             sock.settimeout(timeout)
-            sock.sendall(encode_frame(1, kind, payload))
-            length, request_id, answer_kind = FRAME_HEADER.unpack(_receive(sock, 9))
+            sock.sendall(encode_frame(1, kind, payload))  # its timeout bounds the whole send
+            length, request_id, answer_kind = FRAME_HEADER.unpack(_receive(sock, 9, deadline))
             if request_id != 1 or answer_kind != kind or not 5 <= length <= MAX_FRAME_BYTES:
                 raise SendChannelClosed(f"the send channel {address} answered a bad frame "
                                         f"(id {request_id}, kind {answer_kind}, {length} bytes)")
-            answer = _receive(sock, length - 5)
+            answer = _receive(sock, length - 5, deadline)
         except BaseException as e:
             sock.close()  # an answer may still come: this connection is out of step
             if isinstance(e, OSError) and not isinstance(e, TimeoutError | SendChannelClosed):
@@ -184,14 +186,16 @@ class BlockingSendConnections:
             sock.close()
 
 
-def _receive(sock: socket.socket, n: int) -> bytes:
-    data = sock.recv(n)
-    if len(data) == n:
-        return data
-    buffer = bytearray(data)
+def _receive(sock: socket.socket, n: int, deadline: float) -> bytes:
+    """`n` bytes, by `deadline` (time.monotonic()) or TimeoutError."""
+    buffer = bytearray()
     while len(buffer) < n:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("no whole answer in time")
+        sock.settimeout(left)
+        data = sock.recv(n - len(buffer))
         if not data:
             raise SendChannelClosed("the send channel closed the connection")
-        data = sock.recv(n - len(buffer))
         buffer += data
     return bytes(buffer)
