@@ -165,17 +165,11 @@ class Channels:
 
     def forget_send_address(self, address: str) -> None:
         """After a failed send (any thread): the next one asks the broker where its channel
-        is again (it may have restarted elsewhere, or with one)."""
+        is again (it may have restarted elsewhere, or with one). The loop's connection
+        needs nothing: one that failed is closed, and send_channel opens a new one."""
         target = self._send_addresses.pop(address, None)
         if target:
             self.blocking.forget(target)
-
-    def forget_send_channel(self, address: str) -> None:
-        """forget_send_address, and closes the loop's connection (loop)."""
-        self.forget_send_address(address)
-        channel = self._send_channels.pop(address, None)
-        if channel is not None:
-            channel.close()
 
     async def close(self) -> None:
         """On the client loop: closes every channel."""
@@ -186,8 +180,9 @@ class Channels:
             self._sync_stubs.clear()
         for channel in sync:
             channel.close()
-        for address in list(self._send_channels):
-            self.forget_send_channel(address)
+        for send_channel in self._send_channels.values():
+            send_channel.close()
+        self._send_channels.clear()
         self.blocking.close()
         aio = list(self._aio.values())
         self._aio.clear()

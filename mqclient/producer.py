@@ -94,6 +94,17 @@ class _Attempts:
         self.last_broker = mq.broker_name
         self.errors.append(f"{mq.broker_name}: {why}")
 
+    def unreachable(self, mq: MessageQueue, addr: str, started: float, error: BaseException,
+                    timeout: float) -> None:
+        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError."""
+        if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
+            why = f"no answer within {timeout:.3f} s"
+        else:  # it may have restarted elsewhere: ask it again where its channel is
+            self.producer.instance.channels.forget_send_address(addr)
+            why = (str(error.code().name)  # type: ignore[attr-defined]
+                   if isinstance(error, grpc.RpcError) else str(error))
+        self.failed(mq, started, why)
+
     def answered(self, mq: MessageQueue, started: float, status: common_pb2.Status) -> bool:
         """True when stored; False when worth a retry; raises when not."""
         latency_ms = (time.monotonic() - started) * 1000
@@ -271,9 +282,7 @@ class Producer:
                 else:  # a broker without one: gRPC
                     r = channels.sync_messaging(addr).SendBatch(request, timeout=remaining)
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
-                if not isinstance(e, TimeoutError):  # (a late answer is simply dropped)
-                    channels.forget_send_address(addr)
-                attempts.failed(target, started, _failure(e, remaining))
+                attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):
                 return _results(r, target, ids)
@@ -335,21 +344,11 @@ class Producer:
                     r = messaging_pb2.SendBatchResponse.FromString(await channel.request(
                         KIND_SEND_BATCH, request.SerializeToString(), remaining))
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
-                if not isinstance(e, TimeoutError):  # (a late answer is simply dropped)
-                    channels.forget_send_channel(addr)
-                attempts.failed(target, started, _failure(e, remaining))
+                attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):
                 return _results(r, target, ids)
         raise attempts.give_up()
-
-
-def _failure(error: BaseException, timeout: float) -> str:
-    if isinstance(error, grpc.RpcError):
-        return str(error.code().name)  # type: ignore[attr-defined]
-    if isinstance(error, TimeoutError):
-        return f"no answer within {timeout:.3f} s"
-    return str(error)
 
 
 def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:
