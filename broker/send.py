@@ -27,8 +27,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=16)  # asked at every send
 def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
+    """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
     return encode_offset_msg_id(store_host, 0)[:-16]
 
 
@@ -85,7 +86,7 @@ class SendProcessor:
         return messaging_pb2.SendBatchResponse(
             status=put, queue_id=msgs[0].queue_id, first_queue_offset=append.queue_offsets[0],
             commit_log_offsets=append.commit_log_offsets,
-            offset_msg_id_host=self._offset_msg_id_host())
+            offset_msg_id_host=_offset_msg_id_host(self.broker.store_host))
 
     def _check_batch_size(self, total: int) -> None:
         limit = self.broker.store_config.max_message_size
@@ -130,13 +131,9 @@ class SendProcessor:
         ha_status = await broker.after_put(append.end_offset)
         return put_status(ha_status if ha_status is not None else result.status), msgs, append
 
-    def _offset_msg_id_host(self) -> str:
-        """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
-        return _offset_msg_id_host(self.broker.store_host)
-
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
                  ) -> list[messaging_pb2.SendResultEntry]:
-        host_hex = self._offset_msg_id_host()
+        host_hex = _offset_msg_id_host(self.broker.store_host)
         entry = messaging_pb2.SendResultEntry
         return [
             entry(message_id=m.properties["UNIQ_KEY"], offset_msg_id=f"{host_hex}{p:016X}",
