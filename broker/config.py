@@ -20,6 +20,7 @@ from broker.constants import (
     DEFAULT_LISTEN_PORT,
     DEFAULT_TOPIC_QUEUE_NUMS,
     FLUSH_CONSUMER_OFFSET_INTERVAL_MS,
+    FLUSH_DELAY_OFFSET_INTERVAL_MS,
     MASTER_ID,
     PERM_READ_WRITE,
     REGISTER_BROKER_TIMEOUT_MS,
@@ -67,6 +68,7 @@ class BrokerConfig:
     register_name_server_period: int = REGISTER_NAME_SERVER_PERIOD_MS
     register_broker_timeout_mills: int = REGISTER_BROKER_TIMEOUT_MS
     flush_consumer_offset_interval: int = FLUSH_CONSUMER_OFFSET_INTERVAL_MS
+    flush_delay_offset_interval: int = FLUSH_DELAY_OFFSET_INTERVAL_MS
     # SLAVE: copy topic configs and offsets from the master this often (ms).
     slave_synchronize_interval: int = SLAVE_SYNCHRONIZE_INTERVAL_MS
     # Only for the store; kept here so the broker can report them.
@@ -119,7 +121,7 @@ def _split_property(line: str) -> tuple[str, str]:
 
 
 _BROKER_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
-_STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig)}
+_STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig) if f.init}
 
 
 def _convert(key: str, type_name: Any, raw: str) -> Any:
@@ -193,7 +195,8 @@ def _check(c: BrokerConfig) -> None:
     if c.default_topic_queue_nums <= 0:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
     for name in ("register_name_server_period", "register_broker_timeout_mills",
-                 "flush_consumer_offset_interval", "slave_synchronize_interval"):
+                 "flush_consumer_offset_interval", "flush_delay_offset_interval",
+                 "slave_synchronize_interval"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"{name}: must be > 0")
     for addr in c.namesrv_addr_list:

@@ -20,8 +20,16 @@ PERM_READ_WRITE = PERM_READ | PERM_WRITE
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 NOT_ALLOWED_SEND_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})
 DEFAULT_TOPIC_QUEUE_NUMS = 8
-# SCHEDULE_TOPIC_XXXX has one queue per delay level.
-SCHEDULE_TOPIC_QUEUE_NUMS = 18
+
+# Consumption retries (SPEC §6): a message a consumer group failed goes to the group's retry
+# topic with a growing delay, past its max reconsume times to the group's dead-letter topic.
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+RETRY_QUEUE_NUMS = 1  # SubscriptionGroupConfig.retryQueueNums
+DLQ_QUEUE_NUMS = 1  # MixAll.DLQ_NUMS_PER_GROUP
+MAX_RECONSUME_TIMES = 16  # SubscriptionGroupConfig.retryMaxTimes
+# A retry without a level from the consumer waits level 3 + times consumed (10 s, 30 s, ...).
+RETRY_FIRST_DELAY_LEVEL = 3
 
 # Periods (ms) of the broker's own services; all configurable in broker.conf.
 REGISTER_NAME_SERVER_PERIOD_MS = 30_000
@@ -29,6 +37,7 @@ REGISTER_NAME_SERVER_PERIOD_MS = 30_000
 FIND_MASTER_REGISTER_PERIOD_S = 2.0
 REGISTER_BROKER_TIMEOUT_MS = 6_000
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
+FLUSH_DELAY_OFFSET_INTERVAL_MS = 10_000  # the schedule service's progress
 # A slave copies topic configs, consumer and delay offsets from its master this often
 # (RocketMQ's SlaveSynchronize every 10 s; key slaveSynchronizeInterval is ours).
 SLAVE_SYNCHRONIZE_INTERVAL_MS = 10_000

@@ -80,7 +80,6 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         self.clock_ms = clock_ms
         self.offset_table: OffsetTable = {}
         self.data_version = DataVersion()
-        self.dirty = False
         self.track_local_commits = track_local_commits
         self.local_commits: OffsetTable = {}
 
@@ -88,7 +87,6 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
     def encode(self) -> Any:
         if self.dirty:
             self.data_version = self.data_version.next(self.clock_ms())
-            self.dirty = False
         data = {
             "offsetTable": _encode_table(self.offset_table),
             "dataVersion": self.data_version.to_json(),
@@ -110,17 +108,6 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
             log.info("dropping %d slave-side commit records: this broker is a master",
                      sum(len(q) for q in local_commits.values()))
             self.dirty = True
-
-    async def persist_if_dirty(self) -> bool:
-        """The periodic persistence: writes only when an offset changed since last time."""
-        if not self.dirty:
-            return False
-        try:
-            await self.persist_async()
-        except BaseException:
-            self.dirty = True  # try again next period
-            raise
-        return True
 
     # -- table -----------------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -220,6 +207,11 @@ class DelayOffsetManager(ConfigManager[dict[int, int]]):
 
     def apply(self, parsed: dict[int, int]) -> None:
         self.offset_table = parsed
+
+    def advance(self, level: int, offset: int) -> None:
+        """The schedule service delivered level `level` up to queue offset `offset`."""
+        self.offset_table[level] = offset
+        self.dirty = True
 
     def copy_from_master(self, table: dict[int, int]) -> bool:
         """Slave side: True when the table changed (the caller persists it)."""

@@ -35,10 +35,11 @@ from broker.convert import UniqKeyFactory, format_host
 from broker.messaging import MessagingServicer
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI
+from broker.schedule import ScheduleMessageService
 from broker.send_channel import SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
-from broker.status import RequestError
+from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
@@ -46,7 +47,8 @@ from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
-from store.message_store import DefaultMessageStore
+from store.message import Message
+from store.message_store import DefaultMessageStore, PutMessageResult
 from store.waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
@@ -74,7 +76,8 @@ class BrokerController:
         self._sleep = sleep
         root = Path(self.store_config.store_path_root_dir)
         self.root = root
-        self.topics = TopicConfigManager(root / "config" / "topics.json", self.config, clock_ms)
+        self.topics = TopicConfigManager(root / "config" / "topics.json", self.config, clock_ms,
+                                         delay_levels=len(self.store_config.delay_levels_ms))
         self.offsets = ConsumerOffsetManager(root / "config" / "consumerOffset.json", clock_ms,
                                              track_local_commits=self.config.is_slave)
         self.delay_offsets = DelayOffsetManager(root / "config" / "delayOffset.json")
@@ -99,6 +102,7 @@ class BrokerController:
             self.slave_sync = SlaveSynchronizer(
                 self, self.config.slave_synchronize_interval / 1000,
                 self.config.register_broker_timeout_mills / 1000)
+        self.schedule: ScheduleMessageService | None = None  # a master's, once started
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
@@ -164,6 +168,13 @@ class BrokerController:
         ]
         if self.slave_sync is not None:
             self._tasks.append(asyncio.create_task(self.slave_sync.run(), name="slaveSynchronize"))
+        else:
+            self.schedule = ScheduleMessageService(store, self.delay_offsets, self._put_one,
+                                                   self.clock_ms)
+            self.schedule.start()
+            self._tasks.append(asyncio.create_task(self._periodic(
+                "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
+                self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
         return self.broker_addr
 
     async def _start_ha(self, host: str, ha_port: int) -> None:
@@ -225,6 +236,20 @@ class BrokerController:
             return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
         return None
 
+    async def put_messages(self, msgs: list[Message]) -> PutMessageResult:
+        """Stores messages in one append, waits for the flush / slave the role asks and
+        counts them. The status is the store's, or the replication's when that failed."""
+        result = await self.store.put_messages_async(msgs)
+        append = result.append
+        if result.status not in STORED_STATUSES or append is None:
+            return result
+        self.stats.record_put(msgs[0].topic, len(msgs))
+        ha_status = await self.after_put(append.end_offset)
+        return result if ha_status is None else PutMessageResult(ha_status, append)
+
+    async def _put_one(self, msg: Message) -> PutMessageStatus:
+        return (await self.put_messages([msg])).status
+
     def _load_config_files(self) -> None:
         """topics.json, consumerOffset.json and delayOffset.json (each from its .bak when
         it is corrupt)."""
@@ -270,6 +295,8 @@ class BrokerController:
             self.send_channel = None
         if self._server is not None:
             await self._server.stop(grace)
+        if self.schedule is not None:
+            await self.schedule.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

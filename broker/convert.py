@@ -148,6 +148,8 @@ def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
     if group:
         _check_text("message group", group)
         properties[PROPERTY_SHARDING_KEY] = group
+    if sp.delay_time_level > 0:  # the send path moves it to SCHEDULE_TOPIC_XXXX
+        properties[MessageProperty.DELAY] = str(sp.delay_time_level)
     host_text = sp.born_host
     host = (parse_born_host(host_text) if host_text else None) or born_host
     reconsume = sp.reconsume_times
@@ -160,6 +162,25 @@ def message_from_proto(pb: messaging_pb2.Message, *, topic: str, queue_id: int,
         born_timestamp=sp.born_timestamp or now_ms,
         born_host=host,
         reconsume_times=reconsume if reconsume > 0 else 0,
+    )
+
+
+def message_from_ext(ext: MessageExt, *, topic: str, queue_id: int,
+                     properties: dict[str, str]) -> Message:
+    """A stored message put again elsewhere (a delayed message due, a committed half
+    message, a message sent back for retry): body, flags, born time and host kept."""
+    return Message(
+        topic=topic,
+        body=ext.body,
+        properties=properties,
+        queue_id=queue_id,
+        flag=ext.flag,
+        # The host-kind bits are the store's to set for the new record.
+        sys_flag=ext.sys_flag & ~int(SysFlag.BORNHOST_V6 | SysFlag.STOREHOST_V6),
+        born_timestamp=ext.born_timestamp,
+        born_host=ext.born_host,
+        reconsume_times=ext.reconsume_times,
+        prepared_transaction_offset=ext.prepared_transaction_offset,
     )
 
 

@@ -194,6 +194,11 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                 waiting.cancel()
             clients.unwatch(group, client_id, changes)
 
+    @rpc(M.ConsumerSendMsgBackResponse)
+    async def ConsumerSendMsgBack(self, request: M.ConsumerSendMsgBackRequest,
+                                  context: Context) -> Any:
+        return M.ConsumerSendMsgBackResponse(status=await self.send.send_back(request))
+
     # -- orderly consumption ---------------------------------------------------------------
     @rpc(M.LockBatchMQResponse)
     async def LockBatchMQ(self, request: M.LockBatchMQRequest, context: Context) -> Any:
@@ -216,10 +221,6 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def EndTransaction(self, request: M.EndTransactionRequest, context: Context) -> Any:
         raise _not_supported("EndTransaction (transactional messages)")
 
-    @rpc(M.ConsumerSendMsgBackResponse)
-    async def ConsumerSendMsgBack(self, request: M.ConsumerSendMsgBackRequest,
-                                  context: Context) -> Any:
-        raise _not_supported("ConsumerSendMsgBack (retry topics)")
 
     async def SubscribeTransactionCheck(self, request: M.SubscribeTransactionCheckRequest,
                                         context: Context) -> Any:

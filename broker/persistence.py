@@ -117,12 +117,14 @@ class ConfigManager(Generic[T]):
     """A table kept in memory on the event loop and persisted as one JSON file.
 
     Subclasses give `encode` (table -> JSON data, on the loop), `parse` (JSON data ->
-    table, pure; raises on a bad shape) and `apply` (install a parsed table).
+    table, pure; raises on a bad shape) and `apply` (install a parsed table), and set
+    `dirty` when the table changed.
     """
 
     def __init__(self, path: Path) -> None:
         self.file = JsonConfigFile(path)
         self._seq = 0
+        self.dirty = False
 
     @property
     def path(self) -> Path:
@@ -147,7 +149,9 @@ class ConfigManager(Generic[T]):
 
     def snapshot(self) -> tuple[int, Any]:
         self._seq += 1
-        return self._seq, self.encode()
+        data = self.encode()
+        self.dirty = False
+        return self._seq, data
 
     def persist(self) -> None:
         """Writes now, in this thread (start-up, shutdown, tests)."""
@@ -157,3 +161,14 @@ class ConfigManager(Generic[T]):
         """Snapshots on the loop, writes in a worker thread."""
         seq, data = self.snapshot()
         await asyncio.to_thread(self.file.write, seq, data)
+
+    async def persist_if_dirty(self) -> bool:
+        """The periodic persistence: writes only when the table changed since last time."""
+        if not self.dirty:
+            return False
+        try:
+            await self.persist_async()
+        except BaseException:
+            self.dirty = True  # try again next period
+            raise
+        return True

@@ -12,13 +12,26 @@ import random
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from broker.constants import PERM_WRITE
-from broker.convert import decode_messages, message_from_proto, parse_born_host
-from broker.status import STORED_STATUSES, RequestError, put_status
+from broker.constants import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    DLQ_QUEUE_NUMS,
+    MAX_RECONSUME_TIMES,
+    PERM_READ_WRITE,
+    PERM_WRITE,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    RETRY_FIRST_DELAY_LEVEL,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RETRY_QUEUE_NUMS,
+)
+from broker.convert import decode_messages, message_from_ext, message_from_proto, parse_born_host
+from broker.schedule import to_schedule_topic
+from broker.status import STORED_STATUSES, RequestError, ok, put_status
 from broker.topic_config import TopicConfig, send_topic_problem
 from mqproto import common_pb2, messaging_pb2
 from store.codec import encode_offset_msg_id
-from store.message import Message
+from store.constants import MessageProperty
+from store.message import Message, topic_problem
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -88,6 +101,63 @@ class SendProcessor:
             commit_log_offsets=append.commit_log_offsets,
             offset_msg_id_host=_offset_msg_id_host(self.broker.store_host))
 
+    async def send_back(self, request: messaging_pb2.ConsumerSendMsgBackRequest
+                        ) -> common_pb2.Status:
+        """A message the group failed to consume (RocketMQ's consumerSendMsgBack): again to
+        `%RETRY%{group}` after a growing delay, or to `%DLQ%{group}` once it was consumed
+        max reconsume times (or the consumer asks, delay_level < 0)."""
+        broker = self.broker
+        self._check_broker()
+        group = request.consumer_group
+        problem = topic_problem(RETRY_GROUP_TOPIC_PREFIX + group) if group else "it is empty"
+        if problem is not None:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"consumer group {group!r} is not usable: {problem}")
+        ext = broker.store.look_message_by_offset(request.commit_log_offset)
+        if ext is None:
+            raise RequestError(common_pb2.SYSTEM_ERROR,
+                               f"look message by offset failed, {request.commit_log_offset}")
+        props = dict(ext.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, ext.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.origin_message_id or ext.msg_id)
+        props.pop(MessageProperty.DELAY, None)
+        max_times = request.max_reconsume_times or MAX_RECONSUME_TIMES
+        delay_level = request.delay_level
+        if ext.reconsume_times >= max_times or delay_level < 0:
+            topic = DLQ_GROUP_TOPIC_PREFIX + group
+            config = await self._send_back_topic(topic, DLQ_QUEUE_NUMS, PERM_WRITE)
+            log.info("message %s of %s consumed %d times by %s: to %s",
+                     props.get(MessageProperty.UNIQ_KEY), props[PROPERTY_RETRY_TOPIC],
+                     ext.reconsume_times, group, topic)
+        else:
+            topic = RETRY_GROUP_TOPIC_PREFIX + group
+            config = await self._send_back_topic(topic, RETRY_QUEUE_NUMS, PERM_READ_WRITE)
+            props[MessageProperty.DELAY] = str(
+                delay_level or RETRY_FIRST_DELAY_LEVEL + ext.reconsume_times)
+        msg = message_from_ext(ext, topic=topic,
+                               queue_id=random.randrange(config.write_queue_nums),
+                               properties=props)
+        msg.reconsume_times = ext.reconsume_times + 1
+        msg.born_timestamp = broker.clock_ms()
+        if MessageProperty.DELAY in props:
+            to_schedule_topic(msg, len(broker.store_config.delay_levels_ms))
+        result = await broker.put_messages([msg])
+        if result.status not in STORED_STATUSES:
+            detail = result.append.error if result.append is not None else ""
+            return put_status(result.status, detail)
+        return ok()
+
+    async def _send_back_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        topics = self.broker.topics
+        config = topics.get(topic)
+        if config is None:
+            config = topics.create_in_send_back(topic, queue_nums, perm)
+            await self.broker.topics_changed()
+        if not config.writeable or config.write_queue_nums <= 0:
+            raise RequestError(common_pb2.NO_PERMISSION,
+                               f"the topic[{topic}] sending message is forbidden")
+        return config
+
     def _check_batch_size(self, total: int) -> None:
         limit = self.broker.store_config.max_message_size
         if total > limit:
@@ -99,6 +169,9 @@ class SendProcessor:
                     ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
         for pb in pbs:
             self._check_supported(pb)
+        if len(pbs) > 1 and any(pb.system_properties.delay_time_level for pb in pbs):
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                               "a batch cannot hold delayed messages (send them one by one)")
         put, msgs, append = await self._put(
             topic, queue_id, requested_queue_nums,
             lambda queue_id, now, uniq_key: [
@@ -120,16 +193,16 @@ class SendProcessor:
         queue_id = self._queue_id(config, queue_id)
         now = broker.clock_ms()
         msgs = build(queue_id, now, functools.partial(broker.uniq_key, now))
-        result = await broker.store.put_messages_async(msgs)
+        if len(msgs) == 1 and MessageProperty.DELAY in msgs[0].properties:
+            to_schedule_topic(msgs[0], len(broker.store_config.delay_levels_ms))
+        result = await broker.put_messages(msgs)
         append = result.append
         if result.status not in STORED_STATUSES or append is None:
             detail = append.error if append is not None else ""
             log.debug("send to %s-%d refused: %s %s", topic, queue_id, result.status.value,
                       detail)
             return put_status(result.status, detail), msgs, None
-        broker.stats.record_put(topic, len(msgs))
-        ha_status = await broker.after_put(append.end_offset)
-        return put_status(ha_status if ha_status is not None else result.status), msgs, append
+        return put_status(result.status), msgs, append
 
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
                  ) -> list[messaging_pb2.SendResultEntry]:
@@ -184,10 +257,6 @@ class SendProcessor:
     @staticmethod
     def _check_supported(pb: messaging_pb2.Message) -> None:
         sp = pb.system_properties
-        if sp.delay_time_level:
-            raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
-                               "delayed messages are not served by this broker yet "
-                               "(no schedule service)")
         if sp.transaction_type != messaging_pb2.TRANSACTION_NOT_TYPE:
             raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
                                "transactional messages are not served by this broker yet")

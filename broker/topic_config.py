@@ -22,10 +22,9 @@ from broker.constants import (
     PERM_READ,
     PERM_READ_WRITE,
     PERM_WRITE,
-    SCHEDULE_TOPIC_QUEUE_NUMS,
 )
 from broker.persistence import ConfigManager
-from store.constants import SCHEDULE_TOPIC
+from store.constants import DELAY_LEVELS_MS, SCHEDULE_TOPIC
 from store.message import is_system_topic, topic_problem
 
 log = logging.getLogger(__name__)
@@ -132,9 +131,11 @@ Table = tuple[dict[str, TopicConfig], DataVersion]
 class TopicConfigManager(ConfigManager[Table]):
     """The topic table; used from the event loop only."""
 
-    def __init__(self, path: Path, config: BrokerConfig, clock_ms: Clock) -> None:
+    def __init__(self, path: Path, config: BrokerConfig, clock_ms: Clock, *,
+                 delay_levels: int = len(DELAY_LEVELS_MS)) -> None:
         super().__init__(path)
         self.config = config
+        self.delay_levels = delay_levels  # SCHEDULE_TOPIC_XXXX has a queue per delay level
         self.clock_ms = clock_ms
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
@@ -174,7 +175,7 @@ class TopicConfigManager(ConfigManager[Table]):
         """TopicConfigManager's start-up topics: TBW102 (auto-create), the schedule topic,
         and the cluster and broker name topics used for routing by cluster or broker."""
         c = self.config
-        out = [TopicConfig(SCHEDULE_TOPIC, SCHEDULE_TOPIC_QUEUE_NUMS, SCHEDULE_TOPIC_QUEUE_NUMS)]
+        out = [TopicConfig(SCHEDULE_TOPIC, self.delay_levels, self.delay_levels)]
         if c.auto_create_topic_enable:
             out.append(TopicConfig(AUTO_CREATE_TOPIC_KEY_TOPIC, c.default_topic_queue_nums,
                                    c.default_topic_queue_nums, PERM_READ_WRITE | PERM_INHERIT))
@@ -210,6 +211,17 @@ class TopicConfigManager(ConfigManager[Table]):
         self.table[topic] = config
         self._changed()
         log.info("auto-created topic %s with %d queues", topic, queue_nums)
+        return config
+
+    def create_in_send_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """A group's retry or dead-letter topic, created on its first message whether or
+        not autoCreateTopicEnable. The caller persists and re-registers."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        config = self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self._changed()
+        log.info("created topic %s with %d queues for sent-back messages", topic, queue_nums)
         return config
 
     def update(self, config: TopicConfig) -> None:

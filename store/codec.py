@@ -358,7 +358,8 @@ def check_record(
 
 
 def parse_dispatch(
-    buf: bytes | memoryview, pos: int, check_crc: bool = True
+    buf: bytes | memoryview, pos: int, check_crc: bool = True,
+    delay_levels: tuple[int, ...] = DELAY_LEVELS_MS,
 ) -> DispatchRequest | int:
     """check_record, plus what the dispatch service needs: tags code, keys, store time.
 
@@ -369,23 +370,24 @@ def parse_dispatch(
         return checked
     total, queue_id, queue_offset, phys, topic, fields, props_pos = checked
     return dispatch_request(topic, queue_id, phys, total, fields[10], queue_offset, fields[7],
-                            fields[13], buf[props_pos : pos + total])
+                            fields[13], buf[props_pos : pos + total], delay_levels)
 
 
 def dispatch_request(topic: str, queue_id: int, phys: int, total: int, store_ts: int,
                      queue_offset: int, sys_flag: int, prepared_transaction_offset: int,
-                     properties: bytes | memoryview) -> DispatchRequest:
+                     properties: bytes | memoryview,
+                     delay_levels: tuple[int, ...] = DELAY_LEVELS_MS) -> DispatchRequest:
     """The dispatch request of a checked record, from its fields and raw properties."""
     props = decode_properties(properties) if len(properties) else {}
     tags = props.get("TAGS")
     code = tags_code(tags) if tags else 0
     if topic == SCHEDULE_TOPIC and "DELAY" in props:
-        code = store_ts + delay_level_ms(int(props["DELAY"]))
+        code = store_ts + delay_level_ms(int(props["DELAY"]), delay_levels)
     return DispatchRequest(topic, queue_id, phys, total, code, store_ts, queue_offset,
                            props.get("KEYS", ""), props.get("UNIQ_KEY"), sys_flag,
                            prepared_transaction_offset)
 
 
-def delay_level_ms(level: int) -> int:
-    level = max(1, min(level, len(DELAY_LEVELS_MS)))
-    return DELAY_LEVELS_MS[level - 1]
+def delay_level_ms(level: int, delay_levels: tuple[int, ...] = DELAY_LEVELS_MS) -> int:
+    """A delayed message's delay; levels past the table take its last one."""
+    return delay_levels[max(1, min(level, len(delay_levels))) - 1]

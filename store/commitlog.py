@@ -88,9 +88,9 @@ def _encode_properties(properties: dict[str, str]) -> bytes:
                              f"properties are not encodable as UTF-8: {e}") from None
 
 
-def _delay_ms(level: str) -> int:
+def _delay_ms(level: str, delay_levels: tuple[int, ...]) -> int:
     try:
-        return delay_level_ms(int(level))
+        return delay_level_ms(int(level), delay_levels)
     except ValueError:
         raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL,
                              f"DELAY is not a delay level: {level!r}") from None
@@ -155,7 +155,7 @@ class CommitLog:
                 keys = properties.get("KEYS", "")
                 uniq = properties.get("UNIQ_KEY")
                 if "DELAY" in properties and msg.topic == SCHEDULE_TOPIC:
-                    delay = _delay_ms(properties["DELAY"])
+                    delay = _delay_ms(properties["DELAY"], self.config.delay_levels_ms)
             else:
                 props = b""
             body = msg.body
@@ -170,7 +170,8 @@ class CommitLog:
                 if len(hosts) >= _MAX_CACHED:
                     hosts.clear()
                 born_host = hosts[msg.born_host] = encode_host(*msg.born_host)
-            sys_flag = msg.sys_flag | store_flag | (0x10 if len(born_host) == 20 else 0)
+            # int(): an IntFlag would pass here and stop the dispatch's C gather.
+            sys_flag = int(msg.sys_flag) | store_flag | (0x10 if len(born_host) == 20 else 0)
             tail = prefix + len(props).to_bytes(2, "big") + props
             total = header_sizes[sys_flag & 0x30] + len(body) + len(tail)
             if total > max_total:

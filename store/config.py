@@ -7,7 +7,14 @@ import os
 import re
 from typing import Any
 
-from store.constants import CQ_ENTRIES_PER_FILE, CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType
+from store.constants import (
+    CQ_ENTRIES_PER_FILE,
+    CQ_STORE_UNIT_SIZE,
+    MESSAGE_DELAY_LEVEL,
+    BrokerRole,
+    FlushDiskType,
+    parse_delay_levels,
+)
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])([A-Z])")
 
@@ -56,6 +63,12 @@ class StoreConfig:
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     # Where this store is served from: STOREHOST of records and offsetMsgId.
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
+    # Delay of each delay level; a SCHEDULE_TOPIC_XXXX entry's tags code is its delivery time.
+    message_delay_level: str = MESSAGE_DELAY_LEVEL
+    delay_levels_ms: tuple[int, ...] = dataclasses.field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.delay_levels_ms = parse_delay_levels(self.message_delay_level)
 
     @property
     def use_write_buffer(self) -> bool:
@@ -66,7 +79,7 @@ class StoreConfig:
     @classmethod
     def from_properties(cls, props: dict[str, str], **overrides: Any) -> StoreConfig:
         """Builds a config from broker.conf keys; keys of other components are ignored."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
         values: dict[str, Any] = {}
         for key, raw in props.items():
             name = snake_case(key.strip())

@@ -21,11 +21,26 @@ RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 SYSTEM_TOPICS = frozenset({SCHEDULE_TOPIC, RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC})
 
-# Delay levels 1..18 (SPEC §7), in milliseconds.
-DELAY_LEVELS_MS = tuple(
-    s * 1000
-    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
-)
+# Delay levels 1..18 (SPEC §7): RocketMQ's default messageDelayLevel.
+MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def parse_delay_levels(text: str) -> tuple[int, ...]:
+    """`messageDelayLevel` ("1s 5s ... 2h", units s m h d) -> milliseconds per level."""
+    levels = []
+    for item in text.split():
+        unit = _DELAY_UNITS_MS.get(item[-1:])
+        if unit is None or not item[:-1].isdigit() or int(item[:-1]) == 0:
+            raise ValueError(f"bad delay level {item!r} in messageDelayLevel {text!r} "
+                             "(want a positive number and a unit of s, m, h or d)")
+        levels.append(int(item[:-1]) * unit)
+    if not levels:
+        raise ValueError("messageDelayLevel has no levels")
+    return tuple(levels)
+
+
+DELAY_LEVELS_MS = parse_delay_levels(MESSAGE_DELAY_LEVEL)
 
 
 class SysFlag(enum.IntFlag):

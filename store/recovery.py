@@ -166,7 +166,8 @@ def _drop_torn_last_entry(commitlog: CommitLog, cq: ConsumeQueue) -> None:
             return  # its record has expired: nothing to check it against
     else:
         try:
-            record = parse_dispatch(mf.mm, offset - mf.file_from_offset, check_crc=False)
+            record = parse_dispatch(mf.mm, offset - mf.file_from_offset, check_crc=False,
+                                    delay_levels=commitlog.config.delay_levels_ms)
         except ValueError:  # CorruptRecord, or properties that do not decode
             pass
     if isinstance(record, DispatchRequest) and (

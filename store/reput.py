@@ -69,7 +69,7 @@ class Gathered:
 
     def add_scanned(self, mm: mmap.mmap, record: ScannedRecord) -> None:
         """One record from CommitLogScan (recovery), in the file mapped by `mm`."""
-        self.add_request(scanned_request(mm, record))
+        self.add_request(scanned_request(mm, record, self.store.config.delay_levels_ms))
 
     def add_entry(self, key: QueueKey, queue_offset: int, offset: int, size: int,
                   code: int) -> None:
@@ -186,7 +186,8 @@ def do_reput(store: DefaultMessageStore) -> int:
                     # Cut off by the chunk, or not all here yet (a slave's data ends
                     # wherever its last frame ended): dispatch it on a later pass.
                     break
-            r = parse_dispatch(data, pos, check_crc=False)
+            r = parse_dispatch(data, pos, check_crc=False,
+                               delay_levels=store.config.delay_levels_ms)
             if isinstance(r, int):  # the end of data (blanks are handled above)
                 break
             gathered.add_request(r)

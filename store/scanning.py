@@ -145,11 +145,13 @@ def _is_utf8(data: bytes) -> bool:
     return True
 
 
-def dispatch_request(mm: mmap.mmap, record: ScannedRecord) -> DispatchRequest:
+def dispatch_request(mm: mmap.mmap, record: ScannedRecord,
+                     delay_levels: tuple[int, ...]) -> DispatchRequest:
     """The dispatch request of a scanned record (the fields the scan did not keep)."""
     pos, phys, total, queue_id, queue_offset, topic, sys_flag = record
     header = header_struct(sys_flag)
     fields = header.unpack_from(mm, pos)
     p = pos + header.size + fields[14]
     return codec_dispatch_request(topic, queue_id, phys, total, fields[10], queue_offset,
-                                  sys_flag, fields[13], mm[p + 3 + mm[p] : pos + total])
+                                  sys_flag, fields[13], mm[p + 3 + mm[p] : pos + total],
+                                  delay_levels)

@@ -61,6 +61,10 @@ def test_defaults_follow_rocketmq() -> None:
     assert b.flush_consumer_offset_interval == 5_000
     assert b.namesrv_addr_list == []
     assert loaded.store.flush_disk_type is FlushDiskType.ASYNC_FLUSH
+    assert loaded.store.delay_levels_ms[:4] == (1000, 5000, 10_000, 30_000)
+    assert (len(loaded.store.delay_levels_ms), loaded.store.delay_levels_ms[-1]) == (18, 7_200_000)
+    assert parse_config({"messageDelayLevel": "2m 1h 1d"}, env={}).store.delay_levels_ms == (
+        120_000, 3_600_000, 86_400_000)
 
 
 def test_namesrv_addr_from_environment_when_absent() -> None:
@@ -85,6 +89,10 @@ def test_unknown_keys_are_reported() -> None:
     ({"defaultTopicQueueNums": "0"}, "defaultTopicQueueNums"),
     ({"brokerRole": "SLAVE", "brokerId": "0"}, "SLAVE's brokerId must be > 0"),
     ({"brokerName": ""}, "brokerName"),
+    ({"messageDelayLevel": "1s 5x"}, "bad delay level '5x'"),
+    ({"messageDelayLevel": "0s"}, "bad delay level '0s'"),
+    ({"messageDelayLevel": " "}, "messageDelayLevel has no levels"),
+    ({"flushDelayOffsetInterval": "0"}, "flush_delay_offset_interval"),
 ])
 def test_bad_values_are_config_errors(props: dict[str, str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
