@@ -184,12 +184,12 @@ def message_from_ext(ext: MessageExt, *, topic: str, queue_id: int,
     )
 
 
-# Reserved properties a producer sets itself in a MessageBatch element; any other reserved
-# name (DELAY, TRAN_MSG, REAL_TOPIC, ...) is refused: batches are neither delayed nor
-# transactional (as in RocketMQ).
+# Reserved properties a producer sets itself in a MessageBatch element (DELAY: the send path
+# checks a batch has one level); any other reserved name (TRAN_MSG, REAL_TOPIC, ...) is
+# refused: batches are not transactional (as in RocketMQ).
 _BATCH_CLIENT_PROPERTIES = frozenset({
     MessageProperty.TAGS, MessageProperty.KEYS, MessageProperty.UNIQ_KEY,
-    PROPERTY_SHARDING_KEY,
+    MessageProperty.DELAY, PROPERTY_SHARDING_KEY,
 })
 
 
@@ -211,7 +211,7 @@ def _batch_properties(index: int, raw: bytes) -> dict[str, str]:
                            "name\\x01value")
         if name in RESERVED_PROPERTIES and name not in _BATCH_CLIENT_PROPERTIES:
             raise _illegal(f"message {index} of the batch: property {name} is reserved "
-                           "(batches are not delayed or transactional)")
+                           "(batches are not transactional)")
         properties[name] = value
     return properties
 

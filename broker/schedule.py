@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -36,16 +37,16 @@ _NEVER_STORED = frozenset({PutMessageStatus.MESSAGE_ILLEGAL,
 PutMessage = Callable[[Message], Awaitable[PutMessageStatus]]
 
 
-def to_schedule_topic(msg: Message, levels: int) -> None:
-    """Moves a message with a DELAY property to its level's SCHEDULE_TOPIC_XXXX queue (a level
-    past the table takes the last one), keeping its real topic and queue in properties."""
-    props = msg.properties
-    level = min(int(props[MessageProperty.DELAY]), levels)
+def to_schedule_topic(msg: Message, levels: int) -> Message:
+    """A message with a DELAY property, moved to its level's SCHEDULE_TOPIC_XXXX queue (a
+    level past the table takes the last one), its real topic and queue in properties."""
+    props = dict(msg.properties)
+    level = max(1, min(int(props[MessageProperty.DELAY]), levels))
     props[MessageProperty.DELAY] = str(level)
     props[MessageProperty.REAL_TOPIC] = msg.topic
     props[MessageProperty.REAL_QID] = str(msg.queue_id)
-    msg.topic = SCHEDULE_TOPIC
-    msg.queue_id = level - 1
+    return dataclasses.replace(msg, topic=SCHEDULE_TOPIC, queue_id=level - 1,
+                               properties=props)
 
 
 def due_message(ext: MessageExt) -> Message:

@@ -139,9 +139,7 @@ class SendProcessor:
                                properties=props)
         msg.reconsume_times = ext.reconsume_times + 1
         msg.born_timestamp = broker.clock_ms()
-        if MessageProperty.DELAY in props:
-            to_schedule_topic(msg, len(broker.store_config.delay_levels_ms))
-        result = await broker.put_messages([msg])
+        result = await broker.put_messages(self._scheduled([msg]))
         if result.status not in STORED_STATUSES:
             detail = result.append.error if result.append is not None else ""
             return put_status(result.status, detail)
@@ -169,9 +167,6 @@ class SendProcessor:
                     ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
         for pb in pbs:
             self._check_supported(pb)
-        if len(pbs) > 1 and any(pb.system_properties.delay_time_level for pb in pbs):
-            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
-                               "a batch cannot hold delayed messages (send them one by one)")
         put, msgs, append = await self._put(
             topic, queue_id, requested_queue_nums,
             lambda queue_id, now, uniq_key: [
@@ -193,9 +188,7 @@ class SendProcessor:
         queue_id = self._queue_id(config, queue_id)
         now = broker.clock_ms()
         msgs = build(queue_id, now, functools.partial(broker.uniq_key, now))
-        if len(msgs) == 1 and MessageProperty.DELAY in msgs[0].properties:
-            to_schedule_topic(msgs[0], len(broker.store_config.delay_levels_ms))
-        result = await broker.put_messages(msgs)
+        result = await broker.put_messages(self._scheduled(msgs))
         append = result.append
         if result.status not in STORED_STATUSES or append is None:
             detail = append.error if append is not None else ""
@@ -203,6 +196,21 @@ class SendProcessor:
                       detail)
             return put_status(result.status, detail), msgs, None
         return put_status(result.status), msgs, append
+
+    def _scheduled(self, msgs: list[Message]) -> list[Message]:
+        """What the store gets: delayed messages moved to their level's schedule queue (the
+        answer still names their real queue). A batch's messages share one level."""
+        delay = msgs[0].properties.get(MessageProperty.DELAY)
+        if delay is None and (len(msgs) == 1 or not any(
+                MessageProperty.DELAY in m.properties for m in msgs)):
+            return msgs
+        if any(m.properties.get(MessageProperty.DELAY) != delay for m in msgs):
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                               "the messages of a batch need one delay level")
+        if not delay.isdigit():
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL, f"DELAY {delay!r} is not a level")
+        levels = len(self.broker.store_config.delay_levels_ms)
+        return [to_schedule_topic(m, levels) for m in msgs]
 
     def _results(self, msgs: list[Message], phys: list[int], queue_offsets: list[int]
                  ) -> list[messaging_pb2.SendResultEntry]:

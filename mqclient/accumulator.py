@@ -2,8 +2,9 @@
 auto-batching): a request costs the broker far more than the messages in it, so messages
 of a topic wait up to a short linger, or until a batch is full, and go out in one request.
 
-`append` is called from any thread; batches are sent on the client loop, at most
-`max_inflight` per topic at a time. At most `max_pending` messages wait in all; past that,
+Messages batch with messages of their topic and delay level (a batch is stored in one
+queue). `append` is called from any thread; batches are sent on the client loop, at most
+`max_inflight` per topic and level at a time. At most `max_pending` messages wait in all; past that,
 `append` blocks its (non-loop) caller until batches complete.
 """
 
@@ -25,11 +26,16 @@ log = logging.getLogger(__name__)
 MAX_PENDING_MESSAGES = 10_000  # DefaultMQProducer's backPressureForAsyncSendNum
 
 
-class Batch:
-    __slots__ = ("topic", "ids", "elements", "futures", "size", "born")
+# (topic, delay level): what messages must share to go in one batch.
+BatchKey = tuple[str, int]
 
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
+
+class Batch:
+    __slots__ = ("key", "topic", "ids", "elements", "futures", "size", "born")
+
+    def __init__(self, key: BatchKey) -> None:
+        self.key = key
+        self.topic = key[0]
         self.ids: list[str] = []  # UNIQ_KEYs
         self.elements: list[bytes] = []  # MessageBatch elements (mqproto/framing.py)
         self.futures: list[SendFuture | None] = []  # None: one-way
@@ -55,17 +61,18 @@ class BatchAccumulator:
         self.max_pending = max_pending
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)
-        self._open: dict[str, Batch] = {}  # filling
-        self._ready: dict[str, collections.deque[Batch]] = {}  # full or lingered, unsent
-        self._inflight: dict[str, int] = {}
+        self._open: dict[BatchKey, Batch] = {}  # filling
+        self._ready: dict[BatchKey, collections.deque[Batch]] = {}  # full or lingered, unsent
+        self._inflight: dict[BatchKey, int] = {}
         self._pending = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
 
     # -- any thread ----------------------------------------------------------------------------
     def append(self, topic: str, message_id: str, element: bytes,
-               future: SendFuture | None, timeout_s: float) -> None:
+               future: SendFuture | None, timeout_s: float, delay_level: int = 0) -> None:
         size = len(element)
+        key = (topic, delay_level)
         on_loop = self.loop.in_loop_thread()
         with self._lock:
             if self.closed:
@@ -76,20 +83,20 @@ class BatchAccumulator:
                 raise MQClientError("TIMEOUT", f"{self._pending} async sends waiting: "
                                         f"no room within {timeout_s} s")
             self._pending += 1
-            batch = self._open.get(topic)
+            batch = self._open.get(key)
             first = batch is None
             if batch is None:
-                batch = self._open[topic] = Batch(topic)
+                batch = self._open[key] = Batch(key)
             batch.ids.append(message_id)
             batch.elements.append(element)
             batch.futures.append(future)
             batch.size += size
             full = len(batch.ids) >= self.max_count or batch.size >= self.max_bytes
             if full:
-                del self._open[topic]
-                self._ready.setdefault(topic, collections.deque()).append(batch)
+                del self._open[key]
+                self._ready.setdefault(key, collections.deque()).append(batch)
         if full:
-            self._call_on_loop(self._pump, topic)
+            self._call_on_loop(self._pump, key)
         elif first:
             self._call_on_loop(self._arm_linger, batch)
 
@@ -105,19 +112,19 @@ class BatchAccumulator:
 
     def _linger_expired(self, batch: Batch) -> None:
         with self._lock:
-            if self._open.get(batch.topic) is not batch:
+            if self._open.get(batch.key) is not batch:
                 return  # already full and queued
-            del self._open[batch.topic]
-            self._ready.setdefault(batch.topic, collections.deque()).append(batch)
-        self._pump(batch.topic)
+            del self._open[batch.key]
+            self._ready.setdefault(batch.key, collections.deque()).append(batch)
+        self._pump(batch.key)
 
-    def _pump(self, topic: str) -> None:
+    def _pump(self, key: BatchKey) -> None:
         with self._lock:
-            ready = self._ready.get(topic)
+            ready = self._ready.get(key)
             batches: list[Batch] = []
-            while ready and self._inflight.get(topic, 0) < self.max_inflight:
+            while ready and self._inflight.get(key, 0) < self.max_inflight:
                 batches.append(ready.popleft())
-                self._inflight[topic] = self._inflight.get(topic, 0) + 1
+                self._inflight[key] = self._inflight.get(key, 0) + 1
         for batch in batches:
             task = asyncio.get_running_loop().create_task(self._send(batch))
             self._tasks.add(task)
@@ -139,19 +146,18 @@ class BatchAccumulator:
                     _complete(future.set_result, result)
         finally:
             with self._lock:
-                self._inflight[batch.topic] -= 1
+                self._inflight[batch.key] -= 1
                 self._pending -= len(batch.ids)
                 self._room.notify_all()
-            self._pump(batch.topic)
+            self._pump(batch.key)
 
     async def flush(self) -> None:
         """Sends everything waiting and waits for every batch in flight (loop)."""
         with self._lock:
-            topics = list(self._open)
-            for topic in topics:
-                self._ready.setdefault(topic, collections.deque()).append(self._open.pop(topic))
-        for topic in list(self._ready):
-            self._pump(topic)
+            for key in list(self._open):
+                self._ready.setdefault(key, collections.deque()).append(self._open.pop(key))
+        for key in list(self._ready):
+            self._pump(key)
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 

@@ -62,7 +62,8 @@ class MessageQueue:
 @dataclasses.dataclass(slots=True)
 class Message:
     """A message to send. `keys` are the business keys (queryable; no blanks inside a key),
-    `tags` the one tag consumers filter on, `properties` user properties."""
+    `tags` the one tag consumers filter on, `properties` user properties. A message with a
+    `delay_level` (1-18: 1s 5s 10s 30s 1m ... 2h by default) is delivered that much later."""
 
     topic: str
     body: bytes
@@ -70,6 +71,7 @@ class Message:
     keys: Sequence[str] | str = ()
     properties: dict[str, str] = dataclasses.field(default_factory=dict)
     flag: int = 0
+    delay_level: int = 0
 
     def key_list(self) -> list[str]:
         return self.keys.split() if isinstance(self.keys, str) else list(self.keys)
@@ -89,6 +91,9 @@ class Message:
                                 f"maximum {max_size}")
         if self.tags:
             _check_text("the tag", self.tags)
+        if not isinstance(self.delay_level, int) or self.delay_level < 0:
+            raise MQClientError("ILLEGAL_ARGUMENT",
+                                f"delay_level {self.delay_level!r} is not a delay level")
         for key in self.key_list() if self.keys else ():
             if not key or key != "".join(key.split()):
                 raise MQClientError("ILLEGAL_ARGUMENT", f"key {key!r} is empty or has blanks")
@@ -113,6 +118,8 @@ class Message:
         if sharding_key:
             _check_text("the sharding key", sharding_key)
             parts.append(f"SHARDING_KEY\x01{sharding_key}\x02")
+        if self.delay_level:
+            parts.append(f"DELAY\x01{self.delay_level}\x02")
         for name, value in self.properties.items():
             parts.append(f"{name}\x01{value}\x02")
         properties = "".join(parts).encode()

@@ -249,9 +249,10 @@ class Producer:
         """Messages of one topic stored together in one queue (all or none)."""
         if not msgs:
             raise MQClientError("ILLEGAL_ARGUMENT", "a batch needs at least one message")
-        topic = msgs[0].topic
-        if any(m.topic != topic for m in msgs):
-            raise MQClientError("ILLEGAL_ARGUMENT", "the messages of a batch need one topic")
+        topic, level = msgs[0].topic, msgs[0].delay_level
+        if any(m.topic != topic or m.delay_level != level for m in msgs):
+            raise MQClientError("ILLEGAL_ARGUMENT",
+                                "the messages of a batch need one topic and one delay level")
         prepared = [self._prepare(m) for m in msgs]
         total = sum(len(m.body) for m in msgs)
         if total > self.max_message_size:
@@ -305,13 +306,14 @@ class Producer:
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
         self.accumulator.append(msg.topic, message_id, element, future,
-                                timeout_s or self.send_timeout_s)
+                                timeout_s or self.send_timeout_s, msg.delay_level)
         return future
 
     def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no result, no error reported (it is logged)."""
         message_id, element = self._prepare(msg)
-        self.accumulator.append(msg.topic, message_id, element, None, self.send_timeout_s)
+        self.accumulator.append(msg.topic, message_id, element, None, self.send_timeout_s,
+                                msg.delay_level)
 
     def flush(self) -> None:
         """Waits until every async and one-way send so far is done."""

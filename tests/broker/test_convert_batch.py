@@ -201,13 +201,14 @@ def _damaged(rng: random.Random) -> list[bytes]:
     out.append(b"\x00\x00\x00\x16" + bytes(18) + b"\x00")  # a trailing byte
     bad_props = [
         b"\xff\xfe", b"TAGS\x01\xc3\x02", b"\xe4\xb8\x01v\x02", b"a\x01\xed\xa0\x80\x02",
-        _props([("DELAY", "3")]), _props([("TAGS", "t"), ("TRAN_MSG", "true")]),
+        _props([("REAL_QID", "3")]), _props([("TAGS", "t"), ("TRAN_MSG", "true")]),
         _props([("REAL_TOPIC", "x")]), _props([("WAIT", "true")]),
         _props([("", "v")]), b"\x01v\x02", b"novalue\x02", b"a\x01b\x02c\x02",
         b"a\x01b", b"a\x01b\x02c\x01d", b"\x02", b"\x02\x02", b"a\x01b\x02\x02",
         b"a\x01b\x01c\x02", b"a\x01\x01\x02", b"a\x01b\x02\x01c\x02",
     ]
-    fine_props = [b"a\x01\x02", b"b\x01c\x02", _props([("a", "x"), ("a", "y")])]
+    fine_props = [b"a\x01\x02", b"b\x01c\x02", _props([("a", "x"), ("a", "y")]),
+                  _props([("DELAY", "3")])]
     for raw in bad_props + fine_props:
         for _ in range(3):
             elements = [(rng.randrange(4), rng.randbytes(rng.choice([0, 5, 100])),
@@ -319,7 +320,7 @@ def test_decode_messages_remarks(use_c: bool, monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(native, "lib", lib if use_c else None)
     cases = [
         (_batch([(0, b"x", b"")])[:10], "cut off"),
-        (_batch([(0, b"x", _props([("DELAY", "1")]))]), "reserved"),
+        (_batch([(0, b"x", _props([("REAL_QID", "1")]))]), "reserved"),
         (_batch([(0, b"x", b"\xff\x02")]), "not UTF-8"),
         (_batch([(0, b"x", b"a\x01b")]), "do not end with"),
         (_batch([(0, b"x", b"ab\x02")]), "not name\\x01value"),
@@ -358,7 +359,7 @@ def test_encoded_batch_send(use_c: bool, start_broker: Callable[..., BrokerThrea
     assert dict(got[1].user_properties) == {"名前": "值"}
     refused = [
         (data[:-1], "bad size"),
-        (_batch([(0, b"x", _props([("DELAY", "1")]))]), "reserved"),
+        (_batch([(0, b"x", _props([("REAL_QID", "1")]))]), "reserved"),
         (_batch([(0, b"x" * 600, b""), (0, b"y" * 600, b"")]), "maxMessageSize"),
     ]
     for bad, remark in refused:
