@@ -217,7 +217,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             groups = sorted(known)
         stats = []
         for group in groups:
-            topics = [request.topic] if request.topic else offsets.topics_of_group(group)
+            # Topics with offsets, and those its online consumers subscribe (nothing
+            # committed yet: all of it is lag).
+            topics = [request.topic] if request.topic else sorted(
+                {*offsets.topics_of_group(group), *broker.clients.subscribed_topics(group)})
             table = [w for t in topics for w in self._offset_wrappers(group, t)]
             stats.append(A.ConsumeStats(consumer_group=group, offset_table=table,
                                         consume_tps=broker.stats.consume_tps(group)))

@@ -114,6 +114,11 @@ class ClientManager:
     def producer_ids(self, group: str) -> list[str]:
         return sorted(self._scan(self.producer_groups, group))
 
+    def subscribed_topics(self, group: str) -> set[str]:
+        """The topics the live consumers of a group subscribe to."""
+        return {t for c in self._scan(self.consumer_groups, group).values()
+                for t in c.subscriptions}
+
 
 QueueId = tuple[str, int]  # (topic, queueId) on this broker
 

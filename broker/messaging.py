@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from broker.clients import QueueLocks
-from broker.constants import DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM
+from broker.constants import DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM, RETRY_GROUP_TOPIC_PREFIX
 from broker.convert import message_to_proto, peer_host
 from broker.pull import PullProcessor
 from broker.send import SendProcessor
@@ -148,6 +148,9 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self.broker.clients.heartbeat(
             request.client_id, request.producer_group, request.consumer_group,
             {s.topic: s.sub_string for s in request.subscriptions})
+        if any(s.topic == RETRY_GROUP_TOPIC_PREFIX + request.consumer_group
+               for s in request.subscriptions):
+            await self.send.ensure_retry_topic(request.consumer_group)
         return M.HeartbeatResponse(status=ok())
 
     @rpc(M.GetConsumerListByGroupResponse)

@@ -145,6 +145,16 @@ class SendProcessor:
             return put_status(result.status, detail)
         return ok()
 
+    async def ensure_retry_topic(self, group: str) -> None:
+        """A clustering consumer's retry topic exists on masters from its first heartbeat,
+        so its route is there before any message fails (as RocketMQ's heartbeat does)."""
+        broker = self.broker
+        topic = RETRY_GROUP_TOPIC_PREFIX + group
+        if (broker.topics.get(topic) is None and not broker.config.is_slave
+                and broker.config.broker_permission & PERM_WRITE
+                and topic_problem(topic) is None):
+            await self._send_back_topic(topic, RETRY_QUEUE_NUMS, PERM_READ_WRITE)
+
     async def _send_back_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
         topics = self.broker.topics
         config = topics.get(topic)

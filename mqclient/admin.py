@@ -193,18 +193,24 @@ class MQAdmin:
             [_group(b) for b in route.broker_datas])
 
     # -- topics ----------------------------------------------------------------------------
-    def _readable_queues(self, route: TopicRoute) -> list[tuple[BrokerGroup, int]]:
+    def _readable_queues(self, route: TopicRoute, *, write_only_too: bool = False
+                         ) -> list[tuple[BrokerGroup, int]]:
         out = []
         for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            group = route.group(q.broker_name)
             if q.perm & PERM_READ:
-                group = route.group(q.broker_name)
                 out.extend((group, i) for i in range(q.read_queue_nums))
+            elif write_only_too:  # e.g. a %DLQ% topic: its offsets are still of interest
+                out.extend((group, i) for i in range(q.write_queue_nums))
         return out
 
     def topic_status(self, topic: str) -> list[QueueStatus]:
-        """Min / max offset and last store time of every readable queue of a topic."""
+        """Min / max offset and last store time of every queue of a topic (the store time
+        only of readable ones)."""
         out = []
-        for group, queue_id in self._readable_queues(self.topic_route(topic)):
+        route = self.topic_route(topic)
+        readable = {(g.broker_name, q) for g, q in self._readable_queues(route)}
+        for group, queue_id in self._readable_queues(route, write_only_too=True):
             addr = group.read_addr
             lo = self._messaging_rpc(addr, "GetMinOffset", messaging_pb2.GetMinOffsetRequest(
                 topic=topic, queue_id=queue_id))
@@ -213,7 +219,7 @@ class MQAdmin:
                 topic=topic, queue_id=queue_id))
             self._check(hi.status, f"max offset of {topic}-{queue_id} on {addr}")
             last = 0
-            if hi.offset > lo.offset:
+            if hi.offset > lo.offset and (group.broker_name, queue_id) in readable:
                 newest = self._pull(addr, topic, queue_id, hi.offset - 1, 1).messages
                 last = newest[0].system_properties.store_timestamp if newest else 0
             out.append(QueueStatus(group.broker_name, queue_id, lo.offset, hi.offset, last))

@@ -48,9 +48,15 @@ BROKER_SUSPEND_MAX_TIME_MS = 15_000  # long polling
 CONSUMER_TIMEOUT_WHEN_SUSPEND_S = 30.0
 # A broker address that failed a pull is skipped (its slave used instead) this long.
 PULL_ADDRESS_DOWN_S = 30.0
+# A failed message goes back to %RETRY%{group} at most this often, then to %DLQ%{group}.
 MAX_RECONSUME_TIMES = 16
-# Consume retry delays (delay levels 3.. of "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m
-# 20m 30m 1h 2h"): the n-th retry waits RECONSUME_DELAYS_S[min(n, len) - 1].
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"  # the original topic of a message in a retry topic
+# A failed message the broker could not take back is consumed again this much later.
+SEND_BACK_FAILED_RETRY_S = 5.0
+SEND_BACK_TIMEOUT_S = 3.0
+# Broadcasting consumers retry a failed message themselves, as a broker would delay it
+# (delay levels 3.. of "1s 5s 10s 30s 1m ... 2h"): the n-th retry waits
+# RECONSUME_DELAYS_S[min(n, len) - 1].
 RECONSUME_DELAYS_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800,
                       3600, 7200)
 SUSPEND_CURRENT_QUEUE_TIME_S = 1.0  # orderly: pause after SUSPEND_CURRENT_QUEUE_A_MOMENT

@@ -3,7 +3,8 @@ ConsumeMessageOrderlyService).
 
 A plain function runs on the consumer's thread pool, an `async def` on the client loop.
 Listeners return a ConsumeStatus; returning None counts as success, raising as
-RECONSUME_LATER / SUSPEND_CURRENT_QUEUE_A_MOMENT.
+RECONSUME_LATER / SUSPEND_CURRENT_QUEUE_A_MOMENT. Messages from the group's retry topic
+reach the listener under their original topic (the RETRY_TOPIC property).
 """
 
 from __future__ import annotations
@@ -12,11 +13,16 @@ import asyncio
 import enum
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from mqclient.constants import MAX_RECONSUME_TIMES, RECONSUME_DELAYS_S
+from mqclient.constants import (
+    PROPERTY_RETRY_TOPIC,
+    RECONSUME_DELAYS_S,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SEND_BACK_FAILED_RETRY_S,
+)
 from mqclient.message import MessageExt
 from mqclient.process_queue import ProcessQueue
 
@@ -34,6 +40,18 @@ class ConsumeStatus(enum.Enum):
 Listener = Callable[[list[MessageExt]], Any]
 # Called with the queue's new committable offset after messages were consumed.
 OffsetCallback = Callable[[ProcessQueue, int], None]
+# Sends a failed message back to its broker (`delay_level`: 0 = the broker's next retry
+# level, -1 = the dead-letter queue); True when the broker stored it.
+SendBack = Callable[[MessageExt, int], Awaitable[bool]]
+
+
+def _restore_retry_topics(msgs: list[MessageExt]) -> None:
+    """RocketMQ's resetRetryAndNamespace: a retried message keeps its original topic."""
+    for m in msgs:
+        if m.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            original = m.properties.get(PROPERTY_RETRY_TOPIC)
+            if original:
+                m.topic = original
 
 
 def _chunks(msgs: list[MessageExt], size: int) -> list[list[MessageExt]]:
@@ -88,15 +106,23 @@ class _ListenerRunner:
 
 class ConcurrentConsumeService:
     """Messages of a queue may be consumed in parallel and out of order; the committed
-    offset only passes messages that were consumed. A failed message is consumed again
-    after a growing delay (RocketMQ sends it to %RETRY%; this broker has no retry topics
-    yet, so the client keeps it and its queue's offset waits for it)."""
+    offset only passes messages that were consumed.
+
+    A failed message (clustering, `send_back` given) goes back to its broker, which stores
+    it in the group's %RETRY% topic to come again after a growing delay, and past
+    `max_reconsume_times` in the group's %DLQ% topic; it counts as consumed once the broker
+    has it (kept here and sent back again while the broker cannot take it). Without
+    `send_back` (broadcasting) the client itself retries it after a growing delay, and drops
+    it with an error past `max_reconsume_times`."""
 
     def __init__(self, listener: Listener, executor: ThreadPoolExecutor, batch_max_size: int,
-                 on_consumed: OffsetCallback) -> None:
+                 on_consumed: OffsetCallback, *, send_back: SendBack | None,
+                 max_reconsume_times: int) -> None:
         self.runner = _ListenerRunner(listener, executor, ConsumeStatus.RECONSUME_LATER)
         self.batch_max_size = batch_max_size
         self.on_consumed = on_consumed
+        self.send_back = send_back
+        self.max_reconsume_times = max_reconsume_times
         self.tasks: set[asyncio.Task[None]] = set()
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
@@ -107,30 +133,48 @@ class ConcurrentConsumeService:
     async def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if pq.dropped:
             return
+        _restore_retry_topics(msgs)
         chunks = _chunks(msgs, self.batch_max_size)
         statuses = await self.runner.run(chunks)
         if pq.dropped:
             return  # the queue went to another consumer meanwhile: it consumes them again
         done: list[MessageExt] = []
+        failed: list[MessageExt] = []
         for chunk, status in zip(chunks, statuses, strict=True):
-            if status is ConsumeStatus.CONSUME_SUCCESS:
-                done.extend(chunk)
-            else:
-                self._later(pq, chunk)
+            (done if status is ConsumeStatus.CONSUME_SUCCESS else failed).extend(chunk)
+        if failed:
+            done.extend(await self._failed(pq, failed))
         if done:
             self.on_consumed(pq, pq.remove(done))
 
-    def _later(self, pq: ProcessQueue, chunk: list[MessageExt]) -> None:
-        for m in chunk:
+    async def _failed(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
+        """Handles failed messages; returns those that now count as consumed."""
+        if self.send_back is None:
+            return self._retry_locally(pq, msgs)
+        sent = await asyncio.gather(*(self.send_back(m, 0) for m in msgs))
+        kept = [m for m, ok in zip(msgs, sent, strict=True) if not ok]
+        if kept:
+            log.warning("%d failed messages of %s could not be sent back; consumed again "
+                        "in %s s", len(kept), pq.mq, SEND_BACK_FAILED_RETRY_S)
+            for m in kept:
+                m.reconsume_times += 1
+            asyncio.get_running_loop().call_later(SEND_BACK_FAILED_RETRY_S, self.submit, pq,
+                                                  kept)
+        return [m for m, ok in zip(msgs, sent, strict=True) if ok]
+
+    def _retry_locally(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
+        dropped = [m for m in msgs if m.reconsume_times >= self.max_reconsume_times]
+        if dropped:
+            log.error("dropping %d messages of %s that failed %d times: %s", len(dropped),
+                      pq.mq, self.max_reconsume_times + 1, [m.msg_id for m in dropped])
+        again = [m for m in msgs if m.reconsume_times < self.max_reconsume_times]
+        for m in again:
             m.reconsume_times += 1
-        times = chunk[0].reconsume_times
-        delay = RECONSUME_DELAYS_S[min(times, len(RECONSUME_DELAYS_S)) - 1]
-        if times > MAX_RECONSUME_TIMES:
-            log.error("%d messages of %s failed %d times; still kept and retried every %d s "
-                      "(no dead-letter queue on this broker yet)", len(chunk), pq.mq,
-                      times, delay)
-        loop = asyncio.get_running_loop()
-        loop.call_later(delay, self.submit, pq, chunk)
+        if again:
+            times = again[0].reconsume_times
+            delay = RECONSUME_DELAYS_S[min(times, len(RECONSUME_DELAYS_S)) - 1]
+            asyncio.get_running_loop().call_later(delay, self.submit, pq, again)
+        return dropped
 
     async def wait_idle(self, timeout_s: float) -> None:
         """Shutdown: waits for the calls in progress (retries scheduled later are not)."""
@@ -140,17 +184,22 @@ class ConcurrentConsumeService:
 
 class OrderlyConsumeService:
     """One queue consumed by one task at a time, in queue order; a failure pauses the queue
-    and the same messages come again."""
+    and the same messages come again. With `max_reconsume_times` >= 0 (RocketMQ's default
+    for orderly consumers is no limit), messages that failed that many times go to the
+    group's dead-letter queue, and the queue moves on."""
 
     def __init__(self, listener: Listener, executor: ThreadPoolExecutor, batch_max_size: int,
                  on_consumed: OffsetCallback, suspend_s: float,
-                 may_consume: Callable[[ProcessQueue], bool]) -> None:
+                 may_consume: Callable[[ProcessQueue], bool], *,
+                 send_back: SendBack | None, max_reconsume_times: int) -> None:
         self.runner = _ListenerRunner(listener, executor,
                                       ConsumeStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT)
         self.batch_max_size = batch_max_size
         self.on_consumed = on_consumed
         self.suspend_s = suspend_s
         self.may_consume = may_consume  # e.g. the queue's broker lock is held
+        self.send_back = send_back
+        self.max_reconsume_times = max_reconsume_times
         self.tasks: set[asyncio.Task[None]] = set()
         self.stopping = False  # shutdown: finish the current call, start no other
 
@@ -168,7 +217,11 @@ class OrderlyConsumeService:
                 msgs = pq.first(self.batch_max_size)
                 if not msgs:
                     return
+                _restore_retry_topics(msgs)
                 [status] = await self.runner.run([msgs])
+                if status is not ConsumeStatus.CONSUME_SUCCESS and not pq.dropped and (
+                        await self._to_dead_letters(msgs)):
+                    status = ConsumeStatus.CONSUME_SUCCESS
                 if status is ConsumeStatus.CONSUME_SUCCESS:
                     # Even when the queue was just dropped: its offset is committed only
                     # after this call (Rebalancer.remove_queue waits), so the next owner
@@ -185,6 +238,17 @@ class OrderlyConsumeService:
                         await asyncio.sleep(self.suspend_s)
         finally:
             pq.consuming = False
+
+    async def _to_dead_letters(self, msgs: list[MessageExt]) -> bool:
+        """True when every message failed max reconsume times and is now in the %DLQ%."""
+        limit = self.max_reconsume_times
+        if self.send_back is None or limit < 0 or any(m.reconsume_times < limit for m in msgs):
+            return False
+        sent = await asyncio.gather(*(self.send_back(m, -1) for m in msgs))
+        if all(sent):
+            log.error("%d messages of %s failed %d times: sent to the dead-letter queue",
+                      len(msgs), msgs[0].message_queue, limit + 1)
+        return all(sent)
 
     async def wait_idle(self, timeout_s: float) -> None:
         self.stopping = True

@@ -9,6 +9,11 @@
 Clustering consumers of a group share the queues (allocate.py), rebalancing every
 `rebalance_interval_s` and at once when a broker reports a membership change; broadcasting
 consumers each read every queue and keep offsets in a local file.
+
+A clustering consumer also consumes its group's retry topic `%RETRY%{group}`: messages its
+listener failed are sent back to their broker, come again there after a growing delay
+(10 s, 30 s, 1 m, ... by the broker's delay levels) and, after `max_reconsume_times`
+(default 16), go to `%DLQ%{group}`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from mqclient.allocate import AllocateAveragely, AllocateStrategy
 from mqclient.constants import (
     CONSUME_MESSAGE_BATCH_MAX_SIZE,
     CONSUME_THREAD_NUMS,
+    MAX_RECONSUME_TIMES,
     OFFSETS_FILE_NAME,
     PERSIST_CONSUMER_OFFSET_INTERVAL_S,
     POLL_NAME_SERVER_INTERVAL_S,
@@ -32,6 +38,8 @@ from mqclient.constants import (
     PULL_THRESHOLD_FOR_QUEUE,
     REBALANCE_INTERVAL_S,
     REBALANCE_LOCK_INTERVAL_S,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SEND_BACK_TIMEOUT_S,
     SUSPEND_CURRENT_QUEUE_TIME_S,
     WATCH_RECONNECT_DELAY_S,
 )
@@ -49,12 +57,13 @@ from mqclient.process_queue import ProcessQueue
 from mqclient.puller import PullService
 from mqclient.rebalance import ConsumeFromWhere, MessageModel, Rebalancer
 from mqclient.route import TopicRoute
-from mqproto import messaging_pb2
+from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
 # A queue lock older than this is not trusted for orderly consumption (client side).
 LOCK_TRUSTED_S = 30.0
 SHUTDOWN_CONSUME_WAIT_S = 10.0
+RETRY_ROUTE_ATTEMPTS = 30
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
 
@@ -73,7 +82,10 @@ class PushConsumer:
                  consume_thread_nums: int = CONSUME_THREAD_NUMS,
                  pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
                  offsets_dir: str | Path | None = None,
+                 max_reconsume_times: int = -1,
                  loop: ClientLoop | None = None) -> None:
+        """`max_reconsume_times`: -1 = RocketMQ's default, 16 for concurrent listeners and no
+        limit (the queue waits) for orderly ones."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a consumer needs a group")
         if pull_batch_size <= 0 or consume_message_batch_max_size <= 0:
@@ -90,6 +102,7 @@ class PushConsumer:
         self.pull_batch_size = pull_batch_size
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.max_reconsume_times = max_reconsume_times
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s)
         self.loop = self.instance.loop
@@ -159,18 +172,29 @@ class PushConsumer:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
+    @property
+    def retry_topic(self) -> str:
+        return RETRY_GROUP_TOPIC_PREFIX + self.group
+
     async def _start(self) -> None:
         assert self._listener is not None
         clustering = self.message_model is MessageModel.CLUSTERING
+        send_back = self._send_back if clustering else None
         if self._orderly:
             self.consume_service: ConcurrentConsumeService | OrderlyConsumeService = (
                 OrderlyConsumeService(self._listener, self.executor,
                                       self.consume_message_batch_max_size, self._consumed,
-                                      SUSPEND_CURRENT_QUEUE_TIME_S, self._may_consume))
+                                      SUSPEND_CURRENT_QUEUE_TIME_S, self._may_consume,
+                                      send_back=send_back,
+                                      max_reconsume_times=self.max_reconsume_times))
         else:
             self.consume_service = ConcurrentConsumeService(
                 self._listener, self.executor, self.consume_message_batch_max_size,
-                self._consumed)
+                self._consumed, send_back=send_back,
+                max_reconsume_times=(MAX_RECONSUME_TIMES if self.max_reconsume_times < 0
+                                     else self.max_reconsume_times))
+        if clustering:  # the broker creates the retry topic when it sees it in a heartbeat
+            self.instance.subscriptions.setdefault(self.retry_topic, "*")
         self.pull_service = PullService(
             self.instance, self.group, self.offset_store, batch_size=self.pull_batch_size,
             threshold=self.pull_threshold_for_queue, commit_on_pull=clustering,
@@ -188,12 +212,15 @@ class PushConsumer:
             try:
                 await self.instance.update_route(topic)
             except MQClientError as e:
-                log.warning("route of %s not found at start: %s", topic, e)
+                if topic != self.retry_topic:
+                    log.warning("route of %s not found at start: %s", topic, e)
         await self.instance.heartbeat_all()
         if clustering:
             self._sync_watches()
         self._tasks = [asyncio.create_task(self._rebalance_loop()),
                        asyncio.create_task(self._persist_loop())]
+        if clustering and self.retry_topic not in self.instance.routes:
+            self._tasks.append(asyncio.create_task(self._find_retry_route()))
         if self.rebalancer.locks_queues:
             self._tasks.append(asyncio.create_task(self._lock_loop()))
 
@@ -216,6 +243,42 @@ class PushConsumer:
     # -- loop side -----------------------------------------------------------------------------
     def _consumed(self, pq: ProcessQueue, offset: int) -> None:
         self.offset_store.update(pq.mq, offset, True)
+
+    async def _send_back(self, msg: MessageExt, delay_level: int) -> bool:
+        """ConsumerSendMsgBack to the master of the message's broker group."""
+        addr = self.instance.master_addr(msg.broker_name)
+        if addr is None:
+            log.warning("message %s failed; broker group %s has no live master to take it "
+                        "back", msg.msg_id, msg.broker_name)
+            return False
+        request = messaging_pb2.ConsumerSendMsgBackRequest(
+            consumer_group=self.group, commit_log_offset=msg.commit_log_offset,
+            origin_message_id=msg.msg_id, origin_topic=msg.topic, delay_level=delay_level,
+            max_reconsume_times=(MAX_RECONSUME_TIMES if self.max_reconsume_times < 0
+                                 else self.max_reconsume_times))
+        try:
+            r = await self.instance.channels.messaging(addr).ConsumerSendMsgBack(
+                request, timeout=SEND_BACK_TIMEOUT_S)
+        except grpc.RpcError as e:
+            log.warning("sending message %s back to %s failed: %s", msg.msg_id, addr,
+                        e.code())  # type: ignore[attr-defined]
+            return False
+        if r.status.code != common_pb2.SUCCESS:
+            log.warning("%s did not take message %s back: %s", addr, msg.msg_id,
+                        r.status.remark)
+            return False
+        return True
+
+    async def _find_retry_route(self) -> None:
+        """The retry topic appears once a broker saw this group's heartbeat and registered
+        it: look for its route every second for a while (then the periodic poll does)."""
+        for _ in range(RETRY_ROUTE_ATTEMPTS):
+            await asyncio.sleep(1.0)
+            try:
+                if await self.instance.update_route(self.retry_topic) is not None:
+                    return
+            except MQClientError:
+                pass
 
     def _may_consume(self, pq: ProcessQueue) -> bool:
         if self.rebalancer is None or not self.rebalancer.locks_queues:
@@ -295,18 +358,20 @@ class PushConsumer:
             await self.instance.heartbeat(addr)
 
     # -- introspection -------------------------------------------------------------------------
-    def assigned_queues(self) -> set[MessageQueue]:
-        """The queues this consumer owns now (any thread)."""
+    def assigned_queues(self, topic: str | None = None) -> set[MessageQueue]:
+        """The queues (of `topic`, else of every topic, the retry topic too) this consumer
+        owns now (any thread)."""
         rebalancer = self.rebalancer
         if rebalancer is None:
             return set()
 
-        async def snapshot() -> set[MessageQueue]:
-            return set(rebalancer.process_queues)
+        def snapshot() -> set[MessageQueue]:
+            return {mq for mq in rebalancer.process_queues if topic in (None, mq.topic)}
 
-        if self.loop.in_loop_thread():
-            return set(rebalancer.process_queues)
-        return self.loop.run(snapshot())
+        async def on_loop() -> set[MessageQueue]:
+            return snapshot()
+
+        return snapshot() if self.loop.in_loop_thread() else self.loop.run(on_loop())
 
     @property
     def client_id(self) -> str:

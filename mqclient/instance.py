@@ -125,6 +125,14 @@ class ClientInstance:
         route = self.routes.get(mq.topic)
         return route.brokers.get(mq.broker_name) if route is not None else None
 
+    def master_addr(self, broker_name: str) -> str | None:
+        """The master of a broker group, from any cached route that has it."""
+        for route in list(self.routes.values()):
+            group = route.brokers.get(broker_name)
+            if group is not None and group.master_addr is not None:
+                return group.master_addr
+        return None
+
     def broker_addrs(self) -> set[str]:
         return {addr for route in list(self.routes.values())
                 for group in route.brokers.values() for addr in group.addrs.values()}

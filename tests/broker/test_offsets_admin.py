@@ -153,8 +153,6 @@ def test_features_of_later_issues_say_so(start_broker: Start) -> None:
     b = start_broker()
     assert code(b.messaging.EndTransaction(M.EndTransactionRequest())) == (
         "REQUEST_CODE_NOT_SUPPORTED")
-    assert code(b.messaging.ConsumerSendMsgBack(M.ConsumerSendMsgBackRequest())) == (
-        "REQUEST_CODE_NOT_SUPPORTED")
     # Queue locks are served (orderly consumers); a request naming no group is refused.
     assert code(b.messaging.LockBatchMQ(M.LockBatchMQRequest())) == "INVALID_PARAMETER"
     with pytest.raises(grpc.RpcError) as e:

@@ -298,15 +298,18 @@ def test_a_batch_with_a_reserved_property_stores_nothing(
     end = b.controller.store.max_phy_offset
 
     bad_batches = [
-        [(b"x", [("DELAY", "3")])],
-        [(b"ok", [("UNIQ_KEY", "U1")]), (b"x", [("DELAY", "1")]), (b"ok", [])],  # all or none
-        [(b"x", [("TRAN_MSG", "true")])],
+        ([(b"x", [("REAL_TOPIC", "T")])], "reserved"),
+        ([(b"ok", [("UNIQ_KEY", "U1")]), (b"x", [("REAL_QID", "1")]), (b"ok", [])],  # all or none
+         "reserved"),
+        ([(b"x", [("TRAN_MSG", "true")])], "reserved"),
+        ([(b"ok", []), (b"x", [("DELAY", "1")])], "one delay level"),
+        ([(b"x", [("DELAY", "soon")])], "not a level"),
     ]
-    for i, elements in enumerate(bad_batches, start=10):
+    for i, (elements, remark) in enumerate(bad_batches, start=10):
         conn.send(encode_frame(i, KIND_SEND_BATCH, batch_request("TopicRes", elements)))
         r = answer(conn.receive(1)[0], i)
         assert r.status.code == C.MESSAGE_ILLEGAL, r.status
-        assert "reserved" in r.status.remark
+        assert remark in r.status.remark
         assert not r.commit_log_offsets
     assert b.controller.store.max_phy_offset == end
     assert [m.body for m in pull_all(b, "TopicRes", 0, expect=1)] == [b"warm"]

@@ -89,8 +89,8 @@ def create_topic(cluster: Cluster, topic: str, queues: int) -> Producer:
     return producer
 
 
-def partitioned(group: list[PushConsumer], n_queues: int) -> bool:
-    shares = [c.assigned_queues() for c in group]
+def partitioned(group: list[PushConsumer], topic: str, n_queues: int) -> bool:
+    shares = [c.assigned_queues(topic) for c in group]
     union: set[MessageQueue] = set().union(*shares)
     return (len(union) == n_queues and sum(map(len, shares)) == n_queues
             and all(shares))
@@ -104,8 +104,9 @@ def test_three_consumers_share_eight_queues_and_consume_each_message_once(
     group = [start_consumer(consumers, cluster, collector.listener(f"c{i}"), "TopicShare",
                             consume_from_where=FIRST, rebalance_interval_s=2)
              for i in range(3)]
-    wait_until(lambda: partitioned(group, 8), timeout=TIMEOUT_S, message="8 queues shared")
-    assert sorted(len(c.assigned_queues()) for c in group) == [2, 3, 3]
+    wait_until(lambda: partitioned(group, "TopicShare", 8), timeout=TIMEOUT_S,
+               message="8 queues shared")
+    assert sorted(len(c.assigned_queues("TopicShare")) for c in group) == [2, 3, 3]
     collector.wait_for(1, b"create")
     try:
         for i in range(600):
@@ -120,7 +121,7 @@ def test_three_consumers_share_eight_queues_and_consume_each_message_once(
         # Each consumer got messages only from its own queues.
         for i, c in enumerate(group):
             assert {m.message_queue for m in collector.by_consumer[f"c{i}"]
-                    if m.body.startswith(b"m")} <= c.assigned_queues()
+                    if m.body.startswith(b"m")} <= c.assigned_queues("TopicShare")
 
 
 def test_join_and_leave_rebalance_at_once(cluster: Cluster,
@@ -133,16 +134,16 @@ def test_join_and_leave_rebalance_at_once(cluster: Cluster,
     group = [start_consumer(consumers, cluster, collector.listener(f"c{i}"), "TopicJoin",
                             allocate_strategy=AllocateAveragelyByCircle())
              for i in range(2)]
-    wait_until(lambda: partitioned(group, 8), timeout=TIMEOUT_S, message="2 consumers")
+    wait_until(lambda: partitioned(group, "TopicJoin", 8), timeout=TIMEOUT_S, message="2 consumers")
     started = time.monotonic()
     group.append(start_consumer(consumers, cluster, collector.listener("c2"), "TopicJoin",
                                 allocate_strategy=AllocateAveragelyByCircle()))
-    wait_until(lambda: partitioned(group, 8), timeout=TIMEOUT_S, message="3 consumers")
+    wait_until(lambda: partitioned(group, "TopicJoin", 8), timeout=TIMEOUT_S, message="3 consumers")
     joined_s = time.monotonic() - started
     leaving = group.pop(0)
     started = time.monotonic()
     leaving.shutdown()
-    wait_until(lambda: partitioned(group, 8), timeout=TIMEOUT_S, message="2 left")
+    wait_until(lambda: partitioned(group, "TopicJoin", 8), timeout=TIMEOUT_S, message="2 left")
     left_s = time.monotonic() - started
     assert joined_s < 10 and left_s < 10, (joined_s, left_s)
 
@@ -249,7 +250,7 @@ def test_where_a_new_group_starts(cluster: Cluster, consumers: list[PushConsumer
                        consume_timestamp_ms=boundary_ms)
         c_last = start_consumer(consumers, cluster, last.listener("l"), "TopicWhere",
                                 group="GL")
-        wait_until(lambda: len(c_last.assigned_queues()) == 2, timeout=TIMEOUT_S,
+        wait_until(lambda: len(c_last.assigned_queues("TopicWhere")) == 2, timeout=TIMEOUT_S,
                    message="last-offset consumer assigned")
         time.sleep(0.5)
         for i in range(5):
@@ -357,12 +358,12 @@ def test_a_consumer_that_dies_is_replaced_at_once(cluster: Cluster,
     try:
         assert child.stdout is not None and child.stdout.readline().startswith("started")
         survivor = start_consumer(consumers, cluster, Collector().listener("s"), "TopicDie")
-        wait_until(lambda: len(survivor.assigned_queues()) == 4, timeout=TIMEOUT_S,
+        wait_until(lambda: len(survivor.assigned_queues("TopicDie")) == 4, timeout=TIMEOUT_S,
                    message="the queues shared with the child")
         child.kill()
         child.wait(10)
         started = time.monotonic()
-        wait_until(lambda: len(survivor.assigned_queues()) == 8, timeout=TIMEOUT_S,
+        wait_until(lambda: len(survivor.assigned_queues("TopicDie")) == 8, timeout=TIMEOUT_S,
                    message="the dead consumer's queues taken over")
         assert time.monotonic() - started < 10
     finally:
