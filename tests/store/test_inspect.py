@@ -290,3 +290,22 @@ def test_torn_tail_is_a_warning_only_with_abort(store: tuple[Path, list[Put]]) -
     patch(*cl_file(root, end + 400), b"\x01")  # something after it: not a torn write
     code, rep = run_json(root)
     assert code == 1 and rep["first_problem"]["offset"] == end % FILE_SIZE
+
+
+def test_an_empty_last_queue_file_after_a_crash_is_a_warning(
+        store: tuple[Path, list[Put]]) -> None:
+    """SIGKILL between creating a consume-queue file and sizing it leaves it empty; loading
+    the store sizes it, so only a crashed store may show one, and only as its last file."""
+    root, _ = store
+    qdir = root / "consumequeue" / "InspA" / "0"
+    last = max(int(p.name) for p in qdir.iterdir())
+    (qdir / f"{last + 50 * CQ_STORE_UNIT_SIZE:020d}").touch()
+    code, rep = run_json(root)
+    assert code != 0 and "file size 0" in rep["first_problem"]["message"]
+    (root / "abort").touch()
+    code, rep = run_json(root)
+    assert rep["problem_count"] == 0, rep["problems"]
+    assert any("empty, its creation cut short by a crash" in w for w in rep["warnings"])
+    store_ = DefaultMessageStore(config(root))
+    store_.load()  # and the store takes it as a new file
+    store_.shutdown()
