@@ -158,9 +158,14 @@ def test_get_send_channel_and_a_batch_round_trip(start_broker: Start,
                                                       for m in got} == {2}
 
 
-def test_pipelined_requests_each_get_one_answer(start_broker: Start,
-                                                raw: Callable[[str], Raw]) -> None:
-    b = start_broker()
+# ASYNC_FLUSH requests complete as they are read; SYNC_FLUSH ones wait for the flush in a task.
+FLUSH_TYPES = pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+
+
+@FLUSH_TYPES
+def test_pipelined_requests_each_get_one_answer(start_broker: Start, raw: Callable[[str], Raw],
+                                                flush: str) -> None:
+    b = start_broker(flushDiskType=flush)
     conn = raw(send_channel_address(b))
     rng = random.Random(5)
     ids = rng.sample(range(2**32), 200)  # not in order, any 32-bit value
@@ -210,11 +215,13 @@ def test_a_large_frame_among_small_ones(start_broker: Start, raw: Callable[[str]
     assert sorted(m.body for m in got) == sorted([b"small-1", b"small-3", *bodies] * 2)
 
 
+@FLUSH_TYPES
 def test_more_requests_in_flight_than_the_connection_takes(
-        start_broker: Start, raw: Callable[[str], Raw]) -> None:
-    """3000 frames written at once, over MAX_INFLIGHT_PER_CONNECTION (1024): the broker stops
-    reading the connection for a while, then resumes; every request is answered once."""
-    b = start_broker()
+        start_broker: Start, raw: Callable[[str], Raw], flush: str) -> None:
+    """3000 frames written at once, over MAX_INFLIGHT_PER_CONNECTION (1024) waiting for a
+    flush: the broker stops reading the connection for a while, then resumes; every request
+    is answered once."""
+    b = start_broker(flushDiskType=flush)
     conn = raw(send_channel_address(b))
     count = 3000
     payload = batch_request("TopicMany", [(b"x", [])], queue_id=1)
