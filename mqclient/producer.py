@@ -48,6 +48,7 @@ from mqclient.message import (
     SendFuture,
     SendResult,
     code_name,
+    encode_messages,
 )
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
@@ -213,24 +214,23 @@ class Producer:
         self._check_started()
         return list(self.publish_route(topic).publish_queues)
 
-    def _prepare(self, msg: Message, sharding_key: str = "") -> tuple[str, bytes]:
-        """The message's UNIQ_KEY and its MessageBatch element."""
+    def _prepare(self, msgs: list[Message], sharding_key: str = "") -> tuple[list[str], bytes]:
+        """The messages' new UNIQ_KEYs and their MessageBatch elements, joined."""
         self._check_started()
-        msg.check(self.max_message_size)
-        message_id = self.new_message_id()
-        return message_id, msg.encode(message_id, sharding_key)
+        ids = self.new_message_id.take(len(msgs))
+        return ids, encode_messages(msgs, ids, self.max_message_size, sharding_key)
 
     # -- sync sends (any thread but the client loop's) -----------------------------------------
     def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
         """Sends one message, retrying on another broker; MQClientError when not stored."""
-        [result] = self._send_sync(msg.topic, [self._prepare(msg)], None, timeout_s,
+        [result] = self._send_sync(msg.topic, *self._prepare([msg]), None, timeout_s,
                                    self.retry_times)
         return result
 
     def send_to_queue(self, msg: Message, mq: MessageQueue,
                       timeout_s: float | None = None) -> SendResult:
         """Sends to one given queue (no retry elsewhere)."""
-        [result] = self._send_sync(msg.topic, [self._prepare(msg)], mq, timeout_s, 0)
+        [result] = self._send_sync(msg.topic, *self._prepare([msg]), mq, timeout_s, 0)
         return result
 
     def send_orderly(self, msg: Message, sharding_key: Any,
@@ -238,10 +238,10 @@ class Producer:
                      timeout_s: float | None = None) -> SendResult:
         """Ordered send: `selector(queues, msg, sharding_key)` picks the queue (by default
         the key's hash), so messages of one key stay in one queue in send order."""
-        prepared = self._prepare(msg, str(sharding_key))
+        ids, encoded = self._prepare([msg], str(sharding_key))
         queues = self.publish_route(msg.topic).publish_queues
         mq = selector(queues, msg, sharding_key)
-        [result] = self._send_sync(msg.topic, [prepared], mq, timeout_s, 0)
+        [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0)
         return result
 
     def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None
@@ -253,20 +253,19 @@ class Producer:
         if any(m.topic != topic or m.delay_level != level for m in msgs):
             raise MQClientError("ILLEGAL_ARGUMENT",
                                 "the messages of a batch need one topic and one delay level")
-        prepared = [self._prepare(m) for m in msgs]
+        ids, encoded = self._prepare(list(msgs))
         total = sum(len(m.body) for m in msgs)
         if total > self.max_message_size:
             raise MQClientError("ILLEGAL_ARGUMENT", f"the batch bodies total {total} bytes, "
                                 f"over the maximum {self.max_message_size}; split it")
-        return self._send_sync(topic, prepared, None, timeout_s, self.retry_times)
+        return self._send_sync(topic, ids, encoded, None, timeout_s, self.retry_times)
 
-    def _send_sync(self, topic: str, prepared: list[tuple[str, bytes]],
+    def _send_sync(self, topic: str, ids: list[str], encoded: bytes,
                    mq: MessageQueue | None, timeout_s: float | None, retries: int
                    ) -> list[SendResult]:
         """Sends on the caller's thread over a blocking connection (see _send_encoded)."""
         attempts = _Attempts(self, timeout_s or self.send_timeout_s)
-        ids = [message_id for message_id, _ in prepared]
-        request = self._request(topic, b"".join(element for _, element in prepared))
+        request = self._request(topic, encoded)
         route = self.publish_route(topic)
         channels = self.instance.channels
         for _ in range(1 + retries):
@@ -301,7 +300,7 @@ class Producer:
         """Returns at once; the future (awaitable on any loop) holds the SendResult or the
         MQClientError. `callback(result, error)` runs on the client's I/O thread: keep it
         short, never block in it."""
-        message_id, element = self._prepare(msg)
+        [message_id], element = self._prepare([msg])
         future = SendFuture()
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
@@ -311,7 +310,7 @@ class Producer:
 
     def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no result, no error reported (it is logged)."""
-        message_id, element = self._prepare(msg)
+        [message_id], element = self._prepare([msg])
         self.accumulator.append(msg.topic, message_id, element, None, self.send_timeout_s,
                                 msg.delay_level)
 

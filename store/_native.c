@@ -122,7 +122,7 @@ static inline uint64_t get64(const uint8_t *p) {
 /* -- interned names ----------------------------------------------------------------------- */
 static PyObject *s_topic, *s_body, *s_properties, *s_queue_id, *s_born_host, *s_sys_flag,
     *s_flag, *s_born_timestamp, *s_reconsume_times, *s_prepared_transaction_offset, *s_TAGS,
-    *s_KEYS, *s_UNIQ_KEY, *s_DELAY, *s_empty;
+    *s_KEYS, *s_UNIQ_KEY, *s_DELAY, *s_empty, *s_tags, *s_keys, *s_delay_level;
 
 /* An exact int in [lo, hi] into *out; 0 (no error set) when it is not one. */
 static int int_in(PyObject *o, long long lo, long long hi, long long *out) {
@@ -1007,6 +1007,7 @@ fail:
 
 /* -- decode_batch_messages: broker.convert.messages_from_batch(mqproto.framing.decode_batch) */
 #define BATCH_FIXED 22 /* TOTALSIZE MAGIC BODYCRC FLAG, body length, properties length */
+#define BATCH_HEAD 20  /* ... up to and including the body length */
 
 /* The str of `n` UTF-8 bytes, the interned one for the names every message has; NULL with a
  * UnicodeDecodeError when they are not UTF-8. */
@@ -1121,7 +1122,7 @@ static PyObject *decode_batch_messages(PyObject *self, PyObject *args) {
             Py_RETURN_NONE;
         size = (int32_t)get32(buf + pos);
         body_len = (int32_t)get32(buf + pos + 16);
-        props_len_at = pos + 20 + body_len;
+        props_len_at = pos + BATCH_HEAD + body_len;
         if (body_len < 0 || size < BATCH_FIXED || size > end - pos ||
             props_len_at + 2 > pos + size ||
             props_len_at + 2 + ((buf[props_len_at] << 8) | buf[props_len_at + 1]) != pos + size)
@@ -1136,7 +1137,7 @@ static PyObject *decode_batch_messages(PyObject *self, PyObject *args) {
         int r;
         size = (int32_t)get32(buf + pos);
         body_len = (int32_t)get32(buf + pos + 16);
-        props_len_at = pos + 20 + body_len;
+        props_len_at = pos + BATCH_HEAD + body_len;
         r = batch_properties(buf + props_len_at + 2, (Py_ssize_t)(pos + size - props_len_at - 2),
                              reserved, allowed, &props);
         if (r <= 0) {
@@ -1170,7 +1171,8 @@ static PyObject *decode_batch_messages(PyObject *self, PyObject *args) {
                 goto fail;
         }
         a[0] = topic;
-        a[1] = PyBytes_FromStringAndSize((const char *)buf + pos + 20, (Py_ssize_t)body_len);
+        a[1] = PyBytes_FromStringAndSize((const char *)buf + pos + BATCH_HEAD,
+                                         (Py_ssize_t)body_len);
         a[2] = props;
         a[3] = queue_id;
         a[4] = PyLong_FromLong((int32_t)get32(buf + pos + 12));
@@ -1191,6 +1193,205 @@ fail:
     Py_XDECREF(zero);
     Py_DECREF(out);
     return NULL;
+}
+
+/* -- client_elements: mqclient's Message.check + Message.encode -------------------------- */
+typedef struct {
+    char *p;
+    Py_ssize_t len, cap;
+} growing;
+
+static int grow(growing *b, Py_ssize_t more) {
+    if (b->len + more <= b->cap)
+        return 1;
+    Py_ssize_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *p = PyMem_Realloc(b->p, cap);
+    if (p == NULL)
+        return 0;
+    b->p = p;
+    b->cap = cap;
+    return 1;
+}
+
+static int put(growing *b, const char *p, Py_ssize_t n) {
+    if (!grow(b, n))
+        return 0;
+    memcpy(b->p + b->len, p, n);
+    b->len += n;
+    return 1;
+}
+
+/* The UTF-8 of a str with no \x01 / \x02 separator; NULL (no error set) otherwise. */
+static const char *plain_text(PyObject *s, Py_ssize_t *n) {
+    const char *p;
+    if (!PyUnicode_CheckExact(s))
+        return NULL;
+    p = PyUnicode_AsUTF8AndSize(s, n);
+    if (p == NULL) {
+        PyErr_Clear(); /* a lone surrogate: Python's encode raises for it */
+        return NULL;
+    }
+    if (memchr(p, 1, *n) != NULL || memchr(p, 2, *n) != NULL)
+        return NULL;
+    return p;
+}
+
+/* `name\x01value\x02` with plain texts; 0 (no error set) when one is not plain. */
+static int put_pair(growing *b, const char *name, Py_ssize_t name_len, PyObject *value) {
+    Py_ssize_t n;
+    const char *v = plain_text(value, &n);
+    if (v == NULL || !grow(b, name_len + n + 2))
+        return 0;
+    memcpy(b->p + b->len, name, name_len);
+    b->p[b->len + name_len] = 1;
+    memcpy(b->p + b->len + name_len + 1, v, n);
+    b->p[b->len + name_len + 1 + n] = 2;
+    b->len += name_len + n + 2;
+    return 1;
+}
+
+/* KEYS: the keys (a str is split on whitespace, as str.split()) joined by a blank; each must
+ * be non-empty, without whitespace or separators. 0 (no error set) when Python must judge. */
+static int put_keys(growing *b, PyObject *keys) {
+    PyObject *list = keys;
+    Py_ssize_t count, i, n;
+    int ok = 0;
+    if (PyUnicode_CheckExact(keys)) {
+        list = PyUnicode_Split(keys, NULL, -1);
+        if (list == NULL) {
+            PyErr_Clear();
+            return 0;
+        }
+    } else if (!PyList_CheckExact(keys) && !PyTuple_CheckExact(keys)) {
+        return 0;
+    } else {
+        Py_INCREF(list);
+    }
+    count = PySequence_Fast_GET_SIZE(list);
+    if (count == 0 || !put(b, "KEYS\x01", 5))
+        goto done;
+    for (i = 0; i < count; i++) {
+        PyObject *key = PySequence_Fast_GET_ITEM(list, i);
+        const char *k = plain_text(key, &n);
+        if (k == NULL || n == 0)
+            goto done;
+        Py_ssize_t len = PyUnicode_GET_LENGTH(key);
+        int kind = PyUnicode_KIND(key);
+        const void *data = PyUnicode_DATA(key);
+        for (Py_ssize_t j = 0; j < len; j++)
+            if (Py_UNICODE_ISSPACE(PyUnicode_READ(kind, data, j)))
+                goto done;
+        if ((i > 0 && !put(b, " ", 1)) || !put(b, k, n))
+            goto done;
+    }
+    ok = put(b, "\x02", 1);
+done:
+    Py_DECREF(list);
+    return ok;
+}
+
+/* One message as a MessageBatch element, appended to b; 0 (no error set) when Python must do
+ * it (anything its check would refuse, or an unusual type). */
+static int client_element(growing *b, PyObject *msg, PyObject *message_id, PyObject *sharding,
+                          long long max_size, long long max_props, PyObject *reserved) {
+    PyObject *o = NULL, *props = NULL, *name, *value;
+    long long flag = 0, level = 0;
+    Py_ssize_t start = b->len, body_len, props_at, props_len, pos = 0, n;
+    const char *text;
+    uint8_t *head;
+    int ok = 0, truth;
+    o = PyObject_GetAttr(msg, s_topic);
+    truth = o == NULL ? -1 : PyObject_IsTrue(o);
+    Py_CLEAR(o);
+    if (truth <= 0)
+        goto done;
+    o = PyObject_GetAttr(msg, s_body);
+    if (o == NULL || !PyBytes_CheckExact(o))
+        goto done;
+    body_len = PyBytes_GET_SIZE(o);
+    if (body_len == 0 || body_len > max_size || !grow(b, BATCH_FIXED + body_len))
+        goto done;
+    memcpy(b->p + start + BATCH_HEAD, PyBytes_AS_STRING(o), body_len);
+    b->len = props_at = start + BATCH_FIXED + body_len;
+    Py_CLEAR(o);
+    if (!attr_int(msg, s_flag, INT32_MIN, INT32_MAX_, &flag) ||
+        !attr_int(msg, s_delay_level, 0, INT32_MAX_, &level))
+        goto done;
+    if (!put_pair(b, "UNIQ_KEY", 8, message_id))
+        goto done;
+    o = PyObject_GetAttr(msg, s_tags);
+    truth = o == NULL ? -1 : PyObject_IsTrue(o);
+    if (truth < 0 || (truth && !put_pair(b, "TAGS", 4, o)))
+        goto done;
+    Py_CLEAR(o);
+    o = PyObject_GetAttr(msg, s_keys);
+    truth = o == NULL ? -1 : PyObject_IsTrue(o);
+    if (truth < 0 || (truth && !put_keys(b, o)))
+        goto done;
+    Py_CLEAR(o);
+    if (PyUnicode_GET_LENGTH(sharding) > 0 && !put_pair(b, "SHARDING_KEY", 12, sharding))
+        goto done;
+    if (level > 0) {
+        char digits[24];
+        int d = snprintf(digits, sizeof digits, "DELAY\x01%lld\x02", level);
+        if (!put(b, digits, d))
+            goto done;
+    }
+    props = PyObject_GetAttr(msg, s_properties);
+    if (props == NULL || !PyDict_CheckExact(props))
+        goto done;
+    while (PyDict_Next(props, &pos, &name, &value)) {
+        text = plain_text(name, &n);
+        if (text == NULL || n == 0 || PySet_Contains(reserved, name) != 0 ||
+            !put_pair(b, text, n, value))
+            goto done;
+    }
+    props_len = b->len - props_at;
+    if (props_len > max_props)
+        goto done;
+    head = (uint8_t *)b->p + start;
+    put32(head, (uint32_t)(BATCH_FIXED + body_len + props_len));
+    put32(head + 4, 0); /* MAGICCODE */
+    put32(head + 8, 0); /* BODYCRC */
+    put32(head + 12, (uint32_t)(int32_t)flag);
+    put32(head + 16, (uint32_t)body_len);
+    b->p[props_at - 2] = (char)(props_len >> 8);
+    b->p[props_at - 1] = (char)props_len;
+    ok = 1;
+done:
+    Py_XDECREF(o);
+    Py_XDECREF(props);
+    PyErr_Clear();
+    if (!ok)
+        b->len = start;
+    return ok;
+}
+
+/* The MessageBatch elements of msgs (with their ids) joined, as mqclient.message's
+ * Message.check then Message.encode make them; None when one needs the Python path. */
+static PyObject *client_elements(PyObject *self, PyObject *args) {
+    PyObject *msgs, *ids, *sharding, *reserved, *out = NULL;
+    long long max_size, max_props;
+    growing b = {NULL, 0, 0};
+    Py_ssize_t n, i;
+    if (!PyArg_ParseTuple(args, "O!O!ULLO!", &PyList_Type, &msgs, &PyList_Type, &ids, &sharding,
+                          &max_size, &max_props, &PyFrozenSet_Type, &reserved))
+        return NULL;
+    n = PyList_GET_SIZE(msgs);
+    if (n == 0 || PyList_GET_SIZE(ids) != n)
+        Py_RETURN_NONE;
+    for (i = 0; i < n; i++)
+        if (!client_element(&b, PyList_GET_ITEM(msgs, i), PyList_GET_ITEM(ids, i), sharding,
+                            max_size, max_props, reserved))
+            break;
+    if (i == n)
+        out = PyBytes_FromStringAndSize(b.p, b.len);
+    else
+        out = Py_NewRef(Py_None);
+    PyMem_Free(b.p);
+    return out;
 }
 
 /* -- crc32c (for tests) ------------------------------------------------------------------- */
@@ -1227,6 +1428,10 @@ static PyMethodDef methods[] = {
      "decode_batch_messages(data, topic, queue_id, born_host, born_timestamp, message_cls, "
      "reserved, client_allowed, uniq_key): as broker.convert.messages_from_batch("
      "mqproto.framing.decode_batch(data), ...), or None."},
+    {"client_elements", client_elements, METH_VARARGS,
+     "client_elements(msgs, ids, sharding_key, max_size, max_props, reserved): the "
+     "MessageBatch elements of mqclient Messages joined, as Message.check and "
+     "Message.encode make them, or None."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as crc32c.crc32c."},
     {NULL, NULL, 0, NULL},
 };
@@ -1255,6 +1460,9 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_UNIQ_KEY, "UNIQ_KEY");
     INTERN(s_DELAY, "DELAY");
     INTERN(s_empty, "");
+    INTERN(s_tags, "tags");
+    INTERN(s_keys, "keys");
+    INTERN(s_delay_level, "delay_level");
     m = PyModule_Create(&module);
     if (m == NULL)
         return NULL;
