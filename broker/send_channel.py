@@ -1,9 +1,10 @@
 """The broker's send channel: SendBatch requests as frames on plain TCP (mqproto/framing.py).
 
 Each request is handled as the gRPC SendBatch is (send.py), concurrently with the others of
-its connection, and answered by id as soon as it is done; answers ready in one loop turn go
-out in one write. A connection with MAX_INFLIGHT_PER_CONNECTION requests unanswered is not
-read until some are answered. Bytes that are not frames close the connection (logged).
+its connection, and answered by id as soon as it is done: those done as one read is handled
+go out in one write at its end, those that had to wait in one write per loop turn. A
+connection with MAX_INFLIGHT_PER_CONNECTION requests unanswered is not read until some are
+answered. Bytes that are not frames close the connection (logged).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("127.0.0.1", 0)
         self._out: list[bytes] = []
+        self._reading = False  # in buffer_updated: its answers go out at its end
         self._paused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -121,6 +123,7 @@ class _Connection(asyncio.BufferedProtocol):
             self.close()
             return
         loop = asyncio.get_running_loop()
+        self._reading = True
         for request_id, kind, payload in frames:
             coro = self._handle(request_id, kind, payload)
             # Started here, not in a new task: under ASYNC_FLUSH with no slave to wait for,
@@ -136,6 +139,9 @@ class _Connection(asyncio.BufferedProtocol):
             task = loop.create_task(_resume(coro, waiting))
             self.tasks.add(task)
             task.add_done_callback(self._done)
+        self._reading = False
+        if self._out:  # at once, not a loop turn later: most requests complete as read
+            self._flush()
         if len(self.tasks) >= MAX_INFLIGHT_PER_CONNECTION and self.transport is not None:
             self._paused = True
             self.transport.pause_reading()
@@ -162,11 +168,11 @@ class _Connection(asyncio.BufferedProtocol):
         return await self.server.send.send_batch(request, self.peer)
 
     def _reply(self, frame: bytes) -> None:
-        if not self._out:
+        if not self._out and not self._reading:
             asyncio.get_running_loop().call_soon(self._flush)
         self._out.append(frame)
 
     def _flush(self) -> None:
         out, self._out = self._out, []
-        if self.transport is not None and not self.transport.is_closing():
+        if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
