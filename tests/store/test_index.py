@@ -5,6 +5,8 @@ from __future__ import annotations
 import random
 import re
 import struct
+import subprocess
+import sys
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -428,6 +430,63 @@ def test_load_drops_a_message_cut_short_across_two_files(tmp_path: Path) -> None
     for key in "abcde":
         assert again.query_offsets(TOPIC, key, 10, 0, 2**62) == [0 if key in "ab" else 100]
     assert [f.index_count for f in again.files()] == [3, 4]  # writing goes on in the newest
+    again.close()
+
+
+# A child that indexes "ab" at 0 and "cde" at 100 into files of 4 entries (c, d in the first,
+# e in the second) and SIGKILLs itself at one point of the roll between them.
+KILLED_INDEXER = """
+import os, signal, sys
+from pathlib import Path
+from store import index
+
+point = sys.argv[2]
+create, count_in = index.IndexFile.create.__func__, index.IndexFile._count_in
+files = []
+
+def die(at):
+    if at == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+def creating(cls, path, slots, num):
+    if files:
+        die("creating next")
+    files.append(create(cls, path, slots, num))
+    if len(files) == 2:
+        die("next created")
+    return files[-1]
+
+def counting_in(self, *args):
+    if self is files[0] and len(files) == 2:
+        die("counting in full")
+        count_in(self, *args)
+        die("full counted in")
+    else:
+        count_in(self, *args)
+
+index.IndexFile.create = classmethod(creating)
+index.IndexFile._count_in = counting_in
+svc = index.IndexService(Path(sys.argv[1]), hash_slot_num=7, index_num=5)
+svc.load()
+svc.build_index("TopicA", ["a", "b"], 0, 1_700_000_000_000)
+svc.build_index("TopicA", ["c", "d", "e"], 100, 1_700_000_001_000)
+die("end")
+"""
+
+
+@pytest.mark.parametrize("point", ["creating next", "next created", "counting in full",
+                                   "full counted in"])
+def test_kill_while_rolling_in_the_middle_of_a_message(tmp_path: Path, point: str) -> None:
+    """Whatever a kill leaves, loading and dispatching again indexes every key: the message
+    split across the two files must not count as indexed while part of it is missing."""
+    p = subprocess.run([sys.executable, "-c", KILLED_INDEXER, str(tmp_path / "index"), point],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == -9, p.stderr
+    again = new_service(tmp_path, entries=5)
+    again.build_index_batch([(TOPIC, ["a", "b"], 0, T0), (TOPIC, ["c", "d", "e"], 100, T0 + 1000)])
+    for key in "abcde":
+        assert again.query_offsets(TOPIC, key, 10, 0, 2**62) == [0 if key in "ab" else 100], key
     again.close()
 
 
