@@ -1242,14 +1242,8 @@ static const char *plain_text(PyObject *s, Py_ssize_t *n) {
 static int put_pair(growing *b, const char *name, Py_ssize_t name_len, PyObject *value) {
     Py_ssize_t n;
     const char *v = plain_text(value, &n);
-    if (v == NULL || !grow(b, name_len + n + 2))
-        return 0;
-    memcpy(b->p + b->len, name, name_len);
-    b->p[b->len + name_len] = 1;
-    memcpy(b->p + b->len + name_len + 1, v, n);
-    b->p[b->len + name_len + 1 + n] = 2;
-    b->len += name_len + n + 2;
-    return 1;
+    return v != NULL && put(b, name, name_len) && put(b, "\x01", 1) && put(b, v, n) &&
+           put(b, "\x02", 1);
 }
 
 /* KEYS: the keys (a str is split on whitespace, as str.split()) joined by a blank; each must

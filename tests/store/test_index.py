@@ -457,12 +457,12 @@ def creating(cls, path, slots, num):
     return files[-1]
 
 def counting_in(self, *args):
-    if self is files[0] and len(files) == 2:
+    full = self is files[0] and len(files) == 2
+    if full:
         die("counting in full")
-        count_in(self, *args)
+    count_in(self, *args)
+    if full:
         die("full counted in")
-    else:
-        count_in(self, *args)
 
 index.IndexFile.create = classmethod(creating)
 index.IndexFile._count_in = counting_in
@@ -470,7 +470,6 @@ svc = index.IndexService(Path(sys.argv[1]), hash_slot_num=7, index_num=5)
 svc.load()
 svc.build_index("TopicA", ["a", "b"], 0, 1_700_000_000_000)
 svc.build_index("TopicA", ["c", "d", "e"], 100, 1_700_000_001_000)
-die("end")
 """
 
 
