@@ -50,6 +50,27 @@ LONG = struct.Struct(">q")
 SHORT = struct.Struct(">h")
 
 
+# A record's first bytes up to its STORETIMESTAMP, with an IPv6 born host (the longest).
+STORE_TIMESTAMP_HEAD = PREFIX.size + 20 + LONG.size
+
+
+def record_store_timestamp(head: bytes | memoryview, phy_offset: int | None = None
+                           ) -> int | None:
+    """STORETIMESTAMP of the message record starting `head` (its first
+    STORE_TIMESTAMP_HEAD bytes, or fewer when the born host is IPv4); None when `head` is
+    not a message record (an end-of-file blank, zeros, a torn head) or, given `phy_offset`,
+    not the record stored there."""
+    if len(head) < PREFIX.size:
+        return None
+    _, magic, _, _, _, _, physical_offset, sys_flag, _ = PREFIX.unpack_from(head)
+    if magic != MESSAGE_MAGIC_CODE or phy_offset not in (None, physical_offset):
+        return None
+    pos = PREFIX.size + (20 if sys_flag & 0x10 else 8)
+    if len(head) < pos + LONG.size:
+        return None
+    return int(LONG.unpack_from(head, pos)[0])
+
+
 class CorruptRecord(ValueError):
     """The bytes at an offset are not a valid record (bad magic, size or CRC)."""
 

@@ -400,6 +400,7 @@ class DefaultMessageStore:
     query_message = reading.query_message
     get_offset_in_queue_by_time = reading.get_offset_in_queue_by_time
     get_message_store_timestamp = reading.get_message_store_timestamp
+    get_queue_bytes = reading.get_queue_bytes
 
     def get_max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.find_consume_queue(topic, queue_id)

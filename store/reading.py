@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import struct
 from typing import TYPE_CHECKING
 
 from store.codec import (
     INT,
+    STORE_TIMESTAMP_HEAD,
     CorruptRecord,
     MessageExt,
     decode_offset_msg_id,
     decode_record,
+    record_store_timestamp,
     tags_code,
 )
 from store.constants import CQ_STORE_UNIT_SIZE, BrokerRole, GetMessageStatus
@@ -22,6 +25,10 @@ if TYPE_CHECKING:
     from store.message_store import DefaultMessageStore
 
 log = logging.getLogger(__name__)
+
+# Consumer lag in bytes (consume stats): summed exactly up to this many entries.
+LAG_BYTES_EXACT_MAX = 1024
+_ENTRY_SIZE = struct.Struct(">8xi8x")  # a consume-queue entry's size field
 
 
 class TagFilter:
@@ -200,13 +207,45 @@ def query_message(store: DefaultMessageStore, topic: str, key: str, max_num: int
 
 def get_message_store_timestamp(store: DefaultMessageStore, topic: str, queue_id: int,
                                 queue_offset: int) -> int:
-    """Store time of the message at a queue offset; -1 when there is none."""
+    """Store time of the message at a queue offset; -1 when there is none. Reads the
+    record's head only (no body, no CRC): consume stats ask this for every queue."""
     cq = store.find_consume_queue(topic, queue_id)
     entry = cq.get_entry(queue_offset) if cq else None
     if entry is None or entry[1] == BLANK_SIZE:
         return -1
-    msg = look_message_by_offset(store, entry[0], entry[1])
-    return msg.store_timestamp if msg else -1
+    head = store.commitlog.read(entry[0], min(entry[1], STORE_TIMESTAMP_HEAD))
+    stamp = record_store_timestamp(head, entry[0])
+    return -1 if stamp is None else stamp
+
+
+def get_queue_bytes(store: DefaultMessageStore, topic: str, queue_id: int, begin: int,
+                    end: int, exact_max: int = LAG_BYTES_EXACT_MAX) -> tuple[int, bool]:
+    """Bytes of the messages at queue offsets [begin, end) and whether that is exact: the
+    sizes of up to `exact_max` consume-queue entries are summed; past that, the mean of
+    those times the count (a consumer lag of millions is not read whole)."""
+    cq = store.find_consume_queue(topic, queue_id)
+    begin = max(begin, cq.min_offset_in_queue) if cq else begin
+    count = end - begin
+    if cq is None or count <= 0:
+        return 0, True
+    total = summed = blanks = 0
+    index = begin
+    while summed < min(count, exact_max):
+        raw = cq.read_entries(index, min(count, exact_max) - summed)
+        if not raw:
+            break
+        for (size,) in _ENTRY_SIZE.iter_unpack(raw):
+            if size == BLANK_SIZE:
+                blanks += 1
+            else:
+                total += size
+        n = len(raw) // CQ_STORE_UNIT_SIZE
+        summed += n
+        index += n
+    if summed >= count:
+        return total, True
+    messages = summed - blanks
+    return (total * count // messages if messages else 0), False
 
 
 def get_offset_in_queue_by_time(store: DefaultMessageStore, topic: str, queue_id: int,

@@ -227,6 +227,21 @@ def test_offset_in_queue_by_time_and_store_timestamps(make_store: MakeStore) -> 
     assert store.get_offset_in_queue_by_time("TopicA", 0, 9_999_999) == 50
 
 
+def test_queue_bytes_exact_then_estimated(make_store: MakeStore) -> None:
+    store = make_store()
+    sizes = []
+    for i in range(40):
+        r = store.put_message(Message("TopicA", b"x" * (100 + 10 * i), queue_id=0))
+        sizes.append(r.append.wrote_bytes)
+    wait_dispatched(store)
+    assert store.get_queue_bytes("TopicA", 0, 5, 25) == (sum(sizes[5:25]), True)
+    assert store.get_queue_bytes("TopicA", 0, 25, 25) == (0, True)
+    assert store.get_queue_bytes("TopicB", 0, 0, 10) == (0, True)
+    # Past exact_max: the mean of the first entries times the count.
+    assert store.get_queue_bytes("TopicA", 0, 0, 40, exact_max=10) == (
+        sum(sizes[:10]) * 40 // 10, False)
+
+
 def test_restart_keeps_queue_offsets_and_reads(make_store: MakeStore, tmp_path) -> None:
     store = make_store(root=tmp_path / "s")
     for i in range(300):
