@@ -27,7 +27,11 @@ from broker.constants import (
     REGISTER_NAME_SERVER_PERIOD_MS,
     SLAVE_SYNCHRONIZE_INTERVAL_MS,
 )
-from ha.constants import HA_SLAVE_FALLBEHIND_MAX
+from ha.constants import (
+    HA_HOUSEKEEPING_INTERVAL,
+    HA_MAX_TIME_SLAVE_NOT_CATCHUP,
+    HA_SLAVE_FALLBEHIND_MAX,
+)
 from store.config import StoreConfig, snake_case
 from store.constants import BrokerRole
 
@@ -58,6 +62,10 @@ class BrokerConfig:
     ha_master_address: str = ""
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
     ha_slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX
+    # SYNC_MASTER: a slave whose last ack is older than this (ms) is not in sync.
+    ha_max_time_slave_not_catchup: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP
+    # Either end drops an HA link silent this long (ms).
+    ha_housekeeping_interval: int = HA_HOUSEKEEPING_INTERVAL
     broker_ip1: str = ""  # the address clients reach; empty = this host's address
     broker_permission: int = PERM_READ_WRITE
     auto_create_topic_enable: bool = True
@@ -196,7 +204,8 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
     for name in ("register_name_server_period", "register_broker_timeout_mills",
                  "flush_consumer_offset_interval", "flush_delay_offset_interval",
-                 "slave_synchronize_interval"):
+                 "slave_synchronize_interval", "ha_max_time_slave_not_catchup",
+                 "ha_housekeeping_interval"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"{name}: must be > 0")
     for addr in c.namesrv_addr_list:

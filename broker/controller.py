@@ -41,6 +41,7 @@ from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
+from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
@@ -180,13 +181,19 @@ class BrokerController:
     async def _start_ha(self, host: str, ha_port: int) -> None:
         if self.config.is_slave:
             assert self.slave_sync is not None
-            self.ha_client = HAClient(self.store, self.config.ha_master_address,
-                                      on_connected=self.slave_sync.wake)
+            c = self.config
+            self.ha_client = HAClient(
+                self.store, c.ha_master_address, on_connected=self.slave_sync.wake,
+                hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
+                housekeeping_interval=c.ha_housekeeping_interval / 1000)
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
                             on_ack=self.ha_waiters.advance,
-                            slave_fallbehind_max=self.config.ha_slave_fallbehind_max)
+                            slave_fallbehind_max=self.config.ha_slave_fallbehind_max,
+                            max_time_slave_not_catchup_ms=(
+                                self.config.ha_max_time_slave_not_catchup),
+                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000)
         try:
             bound = await service.start()
         except OSError as e:

@@ -1,11 +1,15 @@
 """HA wire format (SPEC §5), pure functions over bytes; big-endian both ways.
 
-slave -> master: an 8-byte ack offset (the slave's commitlog max offset).
+slave -> master: an 8-byte ack offset (the slave's commitlog max offset). A slave of this
+project first says who it is: `HELLO_MAGIC (8) | length (4) | JSON`, so the master names the
+link by the slave's brokerId and address; acks can never be negative, so a plain 4.x-style
+slave that starts with an ack is still understood.
 master -> slave: frames `phyOffset (8) | bodySize (4) | body`; bodySize 0 is a heartbeat.
 """
 
 from __future__ import annotations
 
+import json
 import struct
 import sys
 from typing import NamedTuple
@@ -14,6 +18,9 @@ ACK = struct.Struct(">q")
 ACK_SIZE = ACK.size  # 8
 FRAME_HEADER = struct.Struct(">qi")
 FRAME_HEADER_SIZE = FRAME_HEADER.size  # 12
+HELLO_HEADER = struct.Struct(">qi")  # HELLO_MAGIC, JSON length
+HELLO_MAGIC = -0x4D5148_454C4C4F  # negative: never an ack
+HELLO_MAX_SIZE = 4096
 
 
 class HACodecError(ValueError):
@@ -109,14 +116,64 @@ class FrameParser:
         return frames
 
 
+class SlaveHello(NamedTuple):
+    """Who the slave at the other end of a link is."""
+
+    broker_id: int
+    broker_name: str
+    broker_addr: str
+
+
+def encode_hello(hello: SlaveHello) -> bytes:
+    body = json.dumps({"brokerId": hello.broker_id, "brokerName": hello.broker_name,
+                       "brokerAddr": hello.broker_addr}).encode()
+    return HELLO_HEADER.pack(HELLO_MAGIC, len(body)) + body
+
+
+def decode_hello(body: bytes) -> SlaveHello:
+    try:
+        data = json.loads(body)
+        hello = SlaveHello(data["brokerId"], data["brokerName"], data["brokerAddr"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise HACodecError(f"bad hello from the slave: {e}") from None
+    if (not isinstance(hello.broker_id, int) or isinstance(hello.broker_id, bool)
+            or hello.broker_id <= 0 or not isinstance(hello.broker_name, str)
+            or not isinstance(hello.broker_addr, str)):
+        raise HACodecError(f"bad hello from the slave: {data!r} (a slave's brokerId is > 0)")
+    return hello
+
+
 class AckParser:
-    """Turns byte chunks into the ack offsets they carry (8 bytes each, split anywhere)."""
+    """Turns byte chunks into what the slave reports, split anywhere: an optional hello
+    first, then ack offsets (8 bytes each)."""
 
     def __init__(self) -> None:
         self._pending = bytearray()
+        self._first = True
 
-    def feed(self, chunk: bytes | bytearray | memoryview) -> list[int]:
+    def feed(self, chunk: bytes | bytearray | memoryview) -> list[int | SlaveHello]:
         self._pending += chunk
+        out: list[int | SlaveHello] = []
+        if self._first:
+            if len(self._pending) < ACK_SIZE:
+                return out
+            magic, = ACK.unpack_from(self._pending)
+            if magic == HELLO_MAGIC:
+                if len(self._pending) < HELLO_HEADER.size:
+                    return out
+                _, size = HELLO_HEADER.unpack_from(self._pending)
+                if not 0 < size <= HELLO_MAX_SIZE:
+                    raise HACodecError(f"bad hello length {size}")
+                end = HELLO_HEADER.size + size
+                if len(self._pending) < end:
+                    return out
+                out.append(decode_hello(bytes(self._pending[HELLO_HEADER.size:end])))
+                del self._pending[:end]
+            self._first = False
+        out.extend(self._acks())
+        return out
+
+    def _acks(self) -> list[int]:
         whole = len(self._pending) - len(self._pending) % ACK_SIZE
         acks = [a for (a,) in ACK.iter_unpack(bytes(self._pending[:whole]))]
         del self._pending[:whole]

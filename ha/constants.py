@@ -7,6 +7,8 @@ HA_TRANSFER_BATCH_SIZE = 32 * 1024  # haTransferBatchSize: most body bytes in on
 HA_SEND_HEARTBEAT_INTERVAL = 5_000  # haSendHeartbeatInterval
 HA_HOUSEKEEPING_INTERVAL = 20_000  # haHousekeepingInterval: a link silent this long is dropped
 HA_SLAVE_FALLBEHIND_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax
+# haMaxTimeSlaveNotCatchup (RocketMQ 5): a slave silent this long is not in sync.
+HA_MAX_TIME_SLAVE_NOT_CATCHUP = 15_000
 HA_CONNECT_RETRY_INTERVAL = 5_000  # HAClient: the slave reconnects after this long
 SLAVE_TIMEOUT = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long for a slave ack
 

@@ -3,6 +3,10 @@
 One asyncio server on haListenPort. Per slave link two tasks: one reads the slave's ack
 offsets, one streams commitlog frames from where the slave asked. The best ack of the
 live links goes to `on_ack`, so SYNC_MASTER sends waiting on an OffsetWaiters are released.
+
+A slave that says who it is (its hello: brokerId and address) stays in the master's view of
+the group after its link goes: its fall-behind keeps growing from its last ack while it is
+paused or gone, until it catches up again or is removed (`remove_slave`).
 """
 
 from __future__ import annotations
@@ -16,9 +20,16 @@ import struct
 import time
 from collections.abc import Callable
 
-from ha.codec import AckParser, HACodecError, encode_frame_header, encode_heartbeat
+from ha.codec import (
+    AckParser,
+    HACodecError,
+    SlaveHello,
+    encode_frame_header,
+    encode_heartbeat,
+)
 from ha.constants import (
     HA_HOUSEKEEPING_INTERVAL,
+    HA_MAX_TIME_SLAVE_NOT_CATCHUP,
     HA_SEND_HEARTBEAT_INTERVAL,
     HA_SLAVE_FALLBEHIND_MAX,
     HA_TRANSFER_BATCH_SIZE,
@@ -27,18 +38,14 @@ from ha.constants import (
 )
 from ha.interface import HAStore
 from ha.rate import TransferRate
-from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, SysFlag
+from store.codec import STORE_TIMESTAMP_HEAD, record_store_timestamp
+from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 log = logging.getLogger(__name__)
 
 _RECORD_HEAD = struct.Struct(">ii")  # TOTALSIZE, MAGICCODE
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _PHYSICAL_OFFSET_POS = 28  # TOTALSIZE 4, MAGIC 4, BODYCRC 4, QUEUEID 4, FLAG 4, QUEUEOFFSET 8
-_SYS_FLAG = struct.Struct(">i")
-_SYS_FLAG_POS = 36  # after PHYSICALOFFSET 8
-_STORE_TIMESTAMP = struct.Struct(">q")
-# STORETIMESTAMP follows SYSFLAG 4, BORNTIMESTAMP 8 and BORNHOST (8, or 20 when IPv6).
-_STORE_TIMESTAMP_POS = {False: 56, True: 68}
 _CLOSED_LINKS_KEPT = 16
 
 
@@ -48,9 +55,11 @@ def _wall_clock_ms() -> int:
 
 @dataclasses.dataclass(slots=True)
 class SlaveStatus:
-    """One slave link as the master sees it (admin, analytics, SYNC_MASTER checks)."""
+    """One slave as the master sees it (admin, analytics, SYNC_MASTER checks)."""
 
-    address: str
+    address: str  # the link's peer (host:ephemeral port)
+    broker_id: int = -1  # from the slave's hello; -1 for a slave that sent none
+    broker_addr: str = ""  # the slave broker's own address, from its hello
     connected: bool = True
     ack_offset: int = -1  # -1 until the slave's first report
     last_ack_time_ms: int = 0
@@ -61,6 +70,13 @@ class SlaveStatus:
     in_sync: bool = False
     transfer_rate: float = 0.0  # bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds
     problem: str = ""
+
+    @property
+    def name(self) -> str:
+        """How logs and tools name the slave: brokerId and address when it said them."""
+        if self.broker_id < 0:
+            return f"{self.address} (link)"
+        return f"{self.broker_id}@{self.broker_addr or self.address}"
 
 
 def is_record_boundary(store: HAStore, offset: int) -> bool:
@@ -83,20 +99,14 @@ def store_timestamp_at(store: HAStore, offset: int) -> int | None:
     """STORETIMESTAMP (ms) of the record at `offset`, stepping over an end-of-file blank;
     None when no whole record head starts there (end of data, or not a record)."""
     for _ in range(2):  # a blank, then the first record of the next file
-        head = store.read_commitlog(offset, _STORE_TIMESTAMP_POS[True] + _STORE_TIMESTAMP.size)
+        head = store.read_commitlog(offset, STORE_TIMESTAMP_HEAD)
         if len(head) < _RECORD_HEAD.size:
             return None
         total, magic = _RECORD_HEAD.unpack_from(head)
         if magic == BLANK_MAGIC_CODE and total >= _RECORD_HEAD.size:
             offset += total
             continue
-        if magic != MESSAGE_MAGIC_CODE or len(head) < _SYS_FLAG_POS + _SYS_FLAG.size:
-            return None
-        born_v6 = bool(_SYS_FLAG.unpack_from(head, _SYS_FLAG_POS)[0] & SysFlag.BORNHOST_V6)
-        pos = _STORE_TIMESTAMP_POS[born_v6]
-        if len(head) < pos + _STORE_TIMESTAMP.size:
-            return None
-        return int(_STORE_TIMESTAMP.unpack_from(head, pos)[0])
+        return record_store_timestamp(head)
     return None
 
 
@@ -144,7 +154,7 @@ class HAConnection:
     def fail(self, problem: str) -> None:
         if not self.status.problem:
             self.status.problem = problem
-        log.warning("HA slave %s: %s", self.status.address, problem)
+        log.warning("HA slave %s: %s", self.status.name, problem)
 
     # -- slave -> master -------------------------------------------------------------------
     async def _read_acks(self) -> None:
@@ -157,15 +167,17 @@ class HAConnection:
                 self.fail(f"no report from the slave for {timeout:g} s: link dropped")
                 return
             if not chunk:
-                log.info("HA slave %s closed the link", self.status.address)
+                log.info("HA slave %s closed the link", self.status.name)
                 return
             try:
-                acks = parser.feed(chunk)
+                reports = parser.feed(chunk)
             except HACodecError as e:
                 self.fail(f"{e}: link closed")
                 return
-            for ack in acks:
-                if not self.on_report(ack):
+            for report in reports:
+                if isinstance(report, SlaveHello):
+                    self.service.identify(self, report)
+                elif not self.on_report(report):
                     return
 
     def on_report(self, ack: int) -> bool:
@@ -196,7 +208,7 @@ class HAConnection:
         min_offset, max_offset = store.min_phy_offset, store.max_phy_offset
         if reported == 0 and max_offset > 0:
             log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
-                     self.status.address, min_offset)
+                     self.status.name, min_offset)
             return min_offset
         if reported < min_offset:
             self.fail(f"slave offset {reported} is below the master's min offset {min_offset}: "
@@ -265,6 +277,7 @@ class HAService:
                  housekeeping_interval: float = HA_HOUSEKEEPING_INTERVAL / 1000,
                  poll_interval: float = HA_TRANSFER_POLL_INTERVAL / 1000,
                  slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX,
+                 max_time_slave_not_catchup_ms: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
         self.store = store
@@ -276,9 +289,13 @@ class HAService:
         self.housekeeping_interval = housekeeping_interval
         self.poll_interval = poll_interval
         self.slave_fallbehind_max = slave_fallbehind_max
+        self.max_time_slave_not_catchup_ms = max_time_slave_not_catchup_ms
         self.clock = clock
         self.wall_clock_ms = wall_clock_ms
         self.connections: list[HAConnection] = []
+        # Slaves (by brokerId) whose link is down, as last seen; a slave that sent no hello
+        # cannot be told apart from the next one: its closed link goes to closed_links.
+        self.absent_slaves: dict[int, SlaveStatus] = {}
         self.closed_links: collections.deque[SlaveStatus] = collections.deque(
             maxlen=_CLOSED_LINKS_KEPT)
         self._server: asyncio.Server | None = None
@@ -309,7 +326,7 @@ class HAService:
     async def _on_connect(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
         conn = HAConnection(self, reader, writer)
-        log.info("HA slave %s connected", conn.status.address)
+        log.info("HA link from %s connected", conn.status.address)
         self.connections.append(conn)
         task = asyncio.current_task()
         assert task is not None
@@ -319,8 +336,28 @@ class HAService:
         finally:
             self._tasks.discard(task)  # type: ignore[arg-type]
             self.connections.remove(conn)
-            self.closed_links.append(self._status_of(conn))
+            closed = self._status_of(conn)
+            if closed.broker_id < 0:
+                self.closed_links.append(closed)
+            elif not any(c.status.broker_id == closed.broker_id for c in self.connections):
+                self.absent_slaves[closed.broker_id] = closed
             self.acked()
+
+    def identify(self, conn: HAConnection, hello: SlaveHello) -> None:
+        """A link's slave said who it is; an older link of the same slave is stale."""
+        status = conn.status
+        status.broker_id, status.broker_addr = hello.broker_id, hello.broker_addr
+        self.absent_slaves.pop(hello.broker_id, None)
+        log.info("HA link from %s is slave %s of %s", status.address, status.name,
+                 hello.broker_name)
+        for other in self.connections:
+            if other is not conn and other.status.broker_id == hello.broker_id:
+                other.fail(f"replaced by a new link from the same slave ({status.address})")
+                other.close()
+
+    def remove_slave(self, broker_id: int) -> bool:
+        """Forgets an absent slave (it left the group); False when unknown or connected."""
+        return self.absent_slaves.pop(broker_id, None) is not None
 
     # -- acks and status -------------------------------------------------------------------
     def acked(self) -> None:
@@ -353,15 +390,20 @@ class HAService:
         return len(self.connections)
 
     def _status_of(self, conn: HAConnection) -> SlaveStatus:
-        s = dataclasses.replace(conn.status)
+        s = self._behind(conn.status)
+        s.transfer_from = conn.next_offset
+        s.transfer_rate = conn.transfer_rate() if s.connected else 0.0
+        return s
+
+    def _behind(self, status: SlaveStatus) -> SlaveStatus:
+        """A copy of `status` with its fall-behind and in-sync flag as of now."""
+        s = dataclasses.replace(status)
         store = self.store
         # Before its first report an empty slave lacks everything from the min offset.
         ack = max(s.ack_offset, store.min_phy_offset)
         s.fall_behind_bytes = max(0, store.max_phy_offset - ack)
         s.fall_behind_seconds = self._fall_behind_seconds(ack, s.fall_behind_bytes)
-        s.transfer_from = conn.next_offset
         s.in_sync = self._in_sync(s)
-        s.transfer_rate = conn.transfer_rate() if s.connected else 0.0
         return s
 
     def _fall_behind_seconds(self, ack: int, behind_bytes: int) -> float:
@@ -373,12 +415,19 @@ class HAService:
         return max(0.0, (self.wall_clock_ms() - stored) / 1000)
 
     def slave_statuses(self) -> list[SlaveStatus]:
-        """Live links, then recently closed ones (their problem says why)."""
-        return [self._status_of(c) for c in self.connections] + list(self.closed_links)
+        """Live links, then absent slaves of the group (fall-behind as of now, growing),
+        then recently closed links of slaves that never said who they are."""
+        absent = sorted(self.absent_slaves.values(), key=lambda s: s.broker_id)
+        return ([self._status_of(c) for c in self.connections]
+                + [self._behind(s) for s in absent] + list(self.closed_links))
 
     def _in_sync(self, s: SlaveStatus) -> bool:
-        """A live, healthy link whose slave is within haSlaveFallbehindMax of the master."""
+        """A live, healthy link whose slave acked recently (haMaxTimeSlaveNotCatchup: a
+        frozen slave is not in sync however close its last ack was) and is within
+        haSlaveFallbehindMax of the master."""
         return (s.connected and not s.problem and s.ack_offset >= 0
+                and self.wall_clock_ms() - s.last_ack_time_ms
+                <= self.max_time_slave_not_catchup_ms
                 and self.store.max_phy_offset - s.ack_offset <= self.slave_fallbehind_max)
 
     def slave_ok(self) -> bool:

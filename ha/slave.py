@@ -16,7 +16,15 @@ import logging
 import time
 from collections.abc import Callable
 
-from ha.codec import FRAME_HEADER_SIZE, FrameSpan, HACodecError, encode_ack, scan_frames
+from ha.codec import (
+    FRAME_HEADER_SIZE,
+    FrameSpan,
+    HACodecError,
+    SlaveHello,
+    encode_ack,
+    encode_hello,
+    scan_frames,
+)
 from ha.constants import (
     HA_CONNECT_RETRY_INTERVAL,
     HA_HOUSEKEEPING_INTERVAL,
@@ -58,6 +66,7 @@ class HAClient:
     """The slave's HA client. Intervals are seconds; `clock` is monotonic seconds."""
 
     def __init__(self, store: HAStore, master_address: str = "", *,
+                 hello: SlaveHello | None = None,
                  report_interval: float = HA_SEND_HEARTBEAT_INTERVAL / 1000,
                  housekeeping_interval: float = HA_HOUSEKEEPING_INTERVAL / 1000,
                  reconnect_interval: float = HA_CONNECT_RETRY_INTERVAL / 1000,
@@ -65,8 +74,10 @@ class HAClient:
                  clock: Callable[[], float] = time.monotonic,
                  on_connected: Callable[[], None] | None = None) -> None:
         """`on_connected` runs on the loop each time a link to the master is up (the broker
-        then reconciles its consumer offsets with the master at once)."""
+        then reconciles its consumer offsets with the master at once). `hello` tells the
+        master who this slave is, first thing on every link."""
         self.store = store
+        self.hello = hello
         self.report_interval = report_interval
         self.housekeeping_interval = housekeeping_interval
         self.reconnect_interval = reconnect_interval
@@ -155,6 +166,8 @@ class HAClient:
                 log.exception("HA on_connected callback failed")
         reporter = asyncio.create_task(self._report_loop(transport))
         try:
+            if self.hello is not None:
+                transport.write(encode_hello(self.hello))  # type: ignore[attr-defined]
             self._report(transport)
             await self._watch(link)
         finally:

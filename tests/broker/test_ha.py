@@ -106,7 +106,10 @@ def test_sync_master_replicates_to_slave(processes: Processes, tmp_path: Path,
     assert len(live) == 1
     assert (live[0].in_sync, live[0].slave_ack_offset, live[0].diff) == (True, master_max, 0)
     assert live[0].transferred_byte_in_second > 0
-    assert list(master.runtime().slave_ack_offsets.values()) == [master_max]
+    # The link is named by the slave's brokerId and address, not its ephemeral port.
+    assert (live[0].slave_broker_id, live[0].addr) == (1, slave.address)
+    assert live[0].link_addr != slave.address and live[0].connected
+    assert master.runtime().slave_ack_offsets == {slave.address: master_max}
 
     slave_ha = slave.ha_status()
     assert not slave_ha.master

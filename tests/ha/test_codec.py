@@ -1,18 +1,23 @@
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
 
 from ha.codec import (
     FRAME_HEADER_SIZE,
+    HELLO_HEADER,
+    HELLO_MAGIC,
     AckParser,
     Frame,
     FrameParser,
     HACodecError,
+    SlaveHello,
     encode_ack,
     encode_frame,
     encode_heartbeat,
+    encode_hello,
     scan_frames,
 )
 
@@ -98,3 +103,24 @@ def test_scan_frames_parses_in_place_and_says_what_the_tail_needs() -> None:
     assert (frames, rest, needed) == ([], 2, FRAME_HEADER_SIZE)
     with pytest.raises(HACodecError):
         scan_frames(view, 2, len(buf), 9)  # a body over the limit is garbage, not a frame
+
+
+def test_hello_then_acks_split_anywhere() -> None:
+    hello = SlaveHello(3, "broker-b", "127.0.0.1:10931")
+    stream = encode_hello(hello) + encode_ack(7) + encode_ack(9)
+    for cut in range(1, len(stream)):
+        parser = AckParser()
+        assert parser.feed(stream[:cut]) + parser.feed(stream[cut:]) == [hello, 7, 9]
+
+
+def test_plain_acks_without_hello_and_bad_hellos() -> None:
+    assert AckParser().feed(encode_ack(5) + encode_ack(6)) == [5, 6]
+    for bad in (json.dumps({"brokerId": 0, "brokerName": "a", "brokerAddr": "x"}),
+                json.dumps({"brokerId": "1"}), "not json"):
+        body = bad.encode()
+        with pytest.raises(HACodecError):
+            AckParser().feed(HELLO_HEADER.pack(HELLO_MAGIC, len(body)) + body)
+    with pytest.raises(HACodecError):  # a hello only first
+        AckParser().feed(encode_ack(1) + encode_hello(SlaveHello(1, "a", "b")))
+    with pytest.raises(HACodecError):
+        AckParser().feed(HELLO_HEADER.pack(HELLO_MAGIC, 1 << 20))

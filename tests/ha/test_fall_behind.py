@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ha.codec import encode_ack
+from ha.codec import SlaveHello, encode_ack, encode_hello
 from ha.master import HAService, store_timestamp_at
 from store.config import StoreConfig
 from store.constants import BrokerRole
@@ -93,6 +93,91 @@ async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
             assert service.slave_statuses()[0].fall_behind_seconds == 0.0
         finally:
             writer.close()
+    finally:
+        await service.stop()
+        store.shutdown()
+
+
+async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
+        tmp_path: Path) -> None:
+    clock = [BORN]
+    store = started_store(tmp_path, clock)
+    now = [BORN]
+    service = HAService(store, host="127.0.0.1", heartbeat_interval=0.05, poll_interval=0.01,
+                        wall_clock_ms=lambda: now[0], max_time_slave_not_catchup_ms=15_000)
+    await service.start()
+    hello = SlaveHello(2, "broker-a", "10.0.0.9:10921")
+    try:
+        offsets = []
+        for i in range(10):
+            clock[0] = BORN + 1000 * i
+            r = store.put_message(Message("FB", b"y" * 100, queue_id=0))
+            assert r.append is not None
+            offsets.append(r.append.commit_log_offsets[0])
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        writer.write(encode_hello(hello) + encode_ack(offsets[4]))
+        await writer.drain()
+        await wait_until(lambda: service.connection_count == 1
+                         and service.slave_statuses()[0].ack_offset == offsets[4])
+        (live,) = service.slave_statuses()
+        assert (live.broker_id, live.broker_addr, live.name) == (2, hello.broker_addr,
+                                                                 "2@10.0.0.9:10921")
+        assert live.connected and live.in_sync and live.address != hello.broker_addr
+
+        # Frozen: no ack for longer than haMaxTimeSlaveNotCatchup is not in sync, however
+        # close its last ack was.
+        now[0] = BORN + 15_001
+        assert not service.slave_statuses()[0].in_sync and not service.slave_ok()
+
+        # Gone: it stays a slave of the group, its fall-behind growing from its last ack.
+        writer.close()
+        await wait_until(lambda: service.connection_count == 0)
+        now[0] = BORN + 30_000
+        (gone,) = service.slave_statuses()
+        assert (gone.broker_id, gone.connected, gone.in_sync) == (2, False, False)
+        assert gone.ack_offset == offsets[4]
+        assert gone.fall_behind_bytes == store.max_phy_offset - offsets[4]
+        assert gone.fall_behind_seconds == pytest.approx(26.0)  # record 4: BORN + 4 s
+        clock[0] = BORN + 40_000
+        store.put_message(Message("FB", b"z" * 100, queue_id=0))
+        now[0] = BORN + 60_000
+        (later,) = service.slave_statuses()
+        assert later.fall_behind_bytes > gone.fall_behind_bytes
+        assert later.fall_behind_seconds == pytest.approx(56.0)
+
+        # Back: one entry again, the live link, caught up.
+        reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
+        writer.write(encode_hello(hello) + encode_ack(store.max_phy_offset))
+        await writer.drain()
+        await wait_until(lambda: [s.connected for s in service.slave_statuses()] == [True])
+        (back,) = service.slave_statuses()
+        assert back.fall_behind_bytes == 0 and back.in_sync
+        assert not service.remove_slave(2)  # connected: not removable
+        writer.close()
+        await wait_until(lambda: service.connection_count == 0)
+        assert service.remove_slave(2) and service.slave_statuses() == []
+    finally:
+        await service.stop()
+        store.shutdown()
+
+
+async def test_a_new_link_of_the_same_slave_replaces_the_old_one(tmp_path: Path) -> None:
+    store = started_store(tmp_path, [BORN])
+    service = HAService(store, host="127.0.0.1", heartbeat_interval=0.05, poll_interval=0.01)
+    await service.start()
+    hello = encode_hello(SlaveHello(1, "broker-a", "10.0.0.9:10911"))
+    try:
+        _, old = await asyncio.open_connection("127.0.0.1", service.port)
+        old.write(hello + encode_ack(0))
+        await wait_until(lambda: service.connection_count == 1
+                         and service.slave_statuses()[0].broker_id == 1)
+        _, new = await asyncio.open_connection("127.0.0.1", service.port)
+        new.write(hello + encode_ack(0))
+        await wait_until(lambda: service.connection_count == 1)
+        (status,) = service.slave_statuses()
+        assert status.connected and status.broker_id == 1
+        old.close()
+        new.close()
     finally:
         await service.stop()
         store.shutdown()
