@@ -3,11 +3,13 @@ HA state and the tables a slave copies."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from broker import consume_stats
 from broker.consumer_offsets import offset_key
 from broker.status import RequestError, ok, rpc, status
 from broker.topic_config import DataVersion, TopicConfig, config_problem
@@ -46,23 +48,27 @@ def earliest_message_store_timestamp(broker: BrokerController) -> int:
 
 
 def slave_ack_offsets(broker: BrokerController) -> dict[str, int]:
-    """Per live slave link (by its address): the slave's last ack offset."""
+    """Per live slave link (by the slave's address): the slave's last ack offset."""
     service = broker.ha_service
     if service is None:
         return {}
-    return {c.status.address: c.status.ack_offset for c in service.connections}
+    return {c.status.broker_addr or c.status.address: c.status.ack_offset
+            for c in service.connections}
 
 
 def ha_connection_infos(broker: BrokerController) -> list[A.HAConnectionRuntimeInfo]:
-    """A master's slave links: live ones, then recently closed ones (state says why)."""
+    """A master's slaves: live links, absent slaves of the group (fall-behind growing), then
+    recently closed links of slaves that never said who they are (state says why)."""
     service = broker.ha_service
     if service is None:
         return []
     return [A.HAConnectionRuntimeInfo(
-        addr=s.address, slave_ack_offset=s.ack_offset, diff=s.fall_behind_bytes,
+        addr=s.broker_addr or s.address, slave_broker_id=s.broker_id, link_addr=s.address,
+        connected=s.connected, slave_ack_offset=s.ack_offset, diff=s.fall_behind_bytes,
         fall_behind_seconds=s.fall_behind_seconds, in_sync=s.in_sync,
+        last_ack_timestamp=s.last_ack_time_ms,
         transferred_byte_in_second=int(s.transfer_rate), transfer_from_where=s.transfer_from,
-        state=s.problem or ("connected" if s.connected else "closed"))
+        state=s.problem or ("connected" if s.connected else "disconnected"))
         for s in service.slave_statuses()]
 
 
@@ -88,16 +94,18 @@ def ha_client_info(broker: BrokerController) -> A.HAClientRuntimeInfo | None:
 
 
 def ha_runtime_entries(broker: BrokerController) -> dict[str, str]:
-    """HA figures of the runtime table (text, for tools that print the table)."""
-    links = [c for c in ha_connection_infos(broker) if c.state == "connected"]
+    """HA figures of the runtime table (text, for tools that print the table); fall-behind
+    counts every slave of the group, connected or not."""
+    slaves = [c for c in ha_connection_infos(broker) if c.connected or c.slave_broker_id > 0]
     if broker.ha_service is not None:
         return {
-            "haInSyncSlaveNums": str(sum(1 for c in links if c.in_sync)),
-            "haSlaveFallBehindBytesMax": str(max((c.diff for c in links), default=0)),
+            "haInSyncSlaveNums": str(sum(1 for c in slaves if c.in_sync)),
+            "haSlaveNums": str(len(slaves)),
+            "haSlaveFallBehindBytesMax": str(max((c.diff for c in slaves), default=0)),
             "haSlaveFallBehindSecondsMax":
-                f"{max((c.fall_behind_seconds for c in links), default=0.0):.3f}",
+                f"{max((c.fall_behind_seconds for c in slaves), default=0.0):.3f}",
             "haTransferredBytesPerSecond": str(sum(c.transferred_byte_in_second
-                                                   for c in links)),
+                                                   for c in slaves)),
         }
     info = ha_client_info(broker)
     if info is None:
@@ -134,6 +142,20 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
     })
     table.update(ha_runtime_entries(broker))
     return table
+
+
+RESET_TARGETS = (A.RESET_TO_TIMESTAMP, A.RESET_TO_EARLIEST, A.RESET_TO_LATEST)
+
+
+def _reset_offsets(broker: BrokerController, topic: str, queue_ids: list[int], target: int,
+                   timestamp: int) -> dict[int, int]:
+    """The offset each queue is reset to (reads the store: run in a worker thread)."""
+    store = broker.store
+    if target == A.RESET_TO_EARLIEST:
+        return {q: store.get_min_offset_in_queue(topic, q) for q in queue_ids}
+    if target == A.RESET_TO_LATEST:
+        return {q: store.get_max_offset_in_queue(topic, q) for q in queue_ids}
+    return {q: store.get_offset_in_queue_by_time(topic, q, timestamp) for q in queue_ids}
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
@@ -204,48 +226,55 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                               context: Context) -> Any:
         broker = self.broker
         now = broker.clock_ms()
-        offsets = broker.offsets
-        known = offsets.groups() | set(broker.clients.consumer_groups)
-        if request.consumer_group:
-            if request.consumer_group not in known:
-                return A.GetConsumeStatsResponse(status=status(
-                    common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
-                    f"the consumer group[{request.consumer_group}] not exist"),
-                    snapshot_timestamp=now)
-            groups = [request.consumer_group]
-        else:
-            groups = sorted(known)
-        stats = []
-        for group in groups:
-            # Topics with offsets, and those its online consumers subscribe (nothing
-            # committed yet: all of it is lag).
-            topics = [request.topic] if request.topic else sorted(
-                {*offsets.topics_of_group(group), *broker.clients.subscribed_topics(group)})
-            table = [w for t in topics for w in self._offset_wrappers(group, t)]
-            stats.append(A.ConsumeStats(consumer_group=group, offset_table=table,
-                                        consume_tps=broker.stats.consume_tps(group)))
+        group = request.consumer_group
+        if group and group not in broker.offsets.groups() | set(broker.clients.consumer_groups):
+            return A.GetConsumeStatsResponse(status=status(
+                common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"the consumer group[{group}] not exist"), snapshot_timestamp=now)
+        plans = consume_stats.plan(broker, group, request.topic)
+        stats = await asyncio.to_thread(consume_stats.offset_wrappers, broker.store,
+                                        broker.config.broker_name, plans)
         return A.GetConsumeStatsResponse(status=ok(), snapshot_timestamp=now,
                                          consume_stats=stats)
 
-    def _offset_wrappers(self, group: str, topic: str) -> list[A.OffsetWrapper]:
+    @rpc(A.ResetOffsetResponse)
+    async def ResetOffset(self, request: A.ResetOffsetRequest, context: Context) -> Any:
         broker = self.broker
-        store = broker.store
-        committed = broker.offsets.offset_table.get(offset_key(topic, group), {})
+        group, topic = request.consumer_group, request.topic
+        if not group or not topic:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               "consumer_group and topic are required")
+        if request.target not in RESET_TARGETS:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"unknown reset target {request.target}")
+        if broker.config.is_slave:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "this broker is a slave: reset "
+                               "offsets on the master (the slave copies them)")
         config = broker.topics.get(topic)
-        queue_ids = set(committed) | set(range(config.read_queue_nums if config else 0))
-        out = []
-        for queue_id in sorted(queue_ids):
-            broker_offset = store.get_max_offset_in_queue(topic, queue_id)
-            consumer_offset = max(0, committed.get(queue_id, 0))
-            last = (store.get_message_store_timestamp(topic, queue_id, consumer_offset - 1)
-                    if consumer_offset > 0 else 0)
-            first = (store.get_message_store_timestamp(topic, queue_id, consumer_offset)
-                     if consumer_offset < broker_offset else 0)
-            out.append(A.OffsetWrapper(
-                topic=topic, broker_name=broker.config.broker_name, queue_id=queue_id,
-                broker_offset=broker_offset, consumer_offset=consumer_offset,
-                last_timestamp=max(0, last), first_unconsumed_timestamp=max(0, first)))
-        return out
+        if config is None:
+            raise RequestError(common_pb2.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
+        online = broker.clients.consumer_ids(group)
+        if online and not request.force:
+            return A.ResetOffsetResponse(status=status(
+                common_pb2.CONSUMER_ONLINE,
+                f"{len(online)} consumer(s) of group {group} are online "
+                f"({', '.join(online[:3])}{', ...' if len(online) > 3 else ''}): stop them "
+                "first, or force the reset (they then drop their queues and continue from "
+                "the new offsets); nothing changed"))
+        committed = dict(broker.offsets.offset_table.get(offset_key(topic, group), {}))
+        queue_ids = sorted(set(committed) | set(range(config.read_queue_nums)))
+        new = await asyncio.to_thread(_reset_offsets, broker, topic, queue_ids,
+                                      request.target, request.timestamp)
+        broker.offsets.reset_offsets(group, topic, new)
+        await broker.offsets.persist_if_dirty()
+        log.info("offsets of group %s on topic %s reset (%s): %s", group, topic,
+                 A.ResetOffsetTarget.Name(request.target),
+                 ", ".join(f"{q}: {committed.get(q, -1)} -> {o}" for q, o in new.items()))
+        if online:
+            broker.clients.notify_reset(group, topic, broker.config.broker_name, new)
+        return A.ResetOffsetResponse(status=ok(), queues=[
+            A.QueueOffsetReset(queue_id=q, old_offset=committed.get(q, -1), new_offset=o)
+            for q, o in new.items()])
 
     @rpc(A.GetHAStatusResponse)
     async def GetHAStatus(self, request: A.GetHAStatusRequest, context: Context) -> Any:
@@ -277,6 +306,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                 context: Context) -> Any:
         return A.GetAllDelayOffsetResponse(status=ok(),
                                            offset_table=self.broker.delay_offsets.offset_table)
+
+    @rpc(A.RemoveHASlaveResponse)
+    async def RemoveHASlave(self, request: A.RemoveHASlaveRequest, context: Context) -> Any:
+        service = self.broker.ha_service
+        if service is None or not service.remove_slave(request.broker_id):
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"no absent slave with brokerId {request.broker_id} on this "
+                               "master (a connected slave is stopped first)")
+        log.info("slave %d removed from the group by an admin", request.broker_id)
+        return A.RemoveHASlaveResponse(status=ok())
 
     @rpc(A.MergeConsumerOffsetResponse)
     async def MergeConsumerOffset(self, request: A.MergeConsumerOffsetRequest,

@@ -19,6 +19,23 @@ REBALANCE_LOCK_MAX_LIVE_TIME_MS = 60_000
 log = logging.getLogger(__name__)
 
 
+@dataclasses.dataclass(frozen=True)
+class ResetNotice:
+    """An admin reset a group's offsets on a topic while its consumers were online."""
+
+    topic: str
+    broker_name: str
+    offsets: dict[int, int]  # queue id -> new offset
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupEvent:
+    """What a membership watch stream sends: the group's consumers, and a reset if any."""
+
+    consumer_ids: list[str]
+    reset: ResetNotice | None = None
+
+
 @dataclasses.dataclass
 class ClientInfo:
     client_id: str
@@ -35,7 +52,7 @@ class ClientManager:
         self.consumer_groups: dict[str, dict[str, ClientInfo]] = {}
         self.producer_groups: dict[str, dict[str, ClientInfo]] = {}
         # group -> client id -> the queues of that client's membership watch streams
-        self.watchers: dict[str, dict[str, list[asyncio.Queue[list[str]]]]] = {}
+        self.watchers: dict[str, dict[str, list[asyncio.Queue[GroupEvent]]]] = {}
 
     def heartbeat(self, client_id: str, producer_group: str, consumer_group: str,
                   subscriptions: dict[str, str]) -> None:
@@ -67,13 +84,13 @@ class ClientManager:
             self._group_changed(consumer_group)
 
     # -- membership watchers (NOTIFY_CONSUMER_IDS_CHANGED) -----------------------------------
-    def watch(self, group: str, client_id: str) -> asyncio.Queue[list[str]]:
+    def watch(self, group: str, client_id: str) -> asyncio.Queue[GroupEvent]:
         """A queue receiving the group's consumer ids after each change."""
-        queue: asyncio.Queue[list[str]] = asyncio.Queue()
+        queue: asyncio.Queue[GroupEvent] = asyncio.Queue()
         self.watchers.setdefault(group, {}).setdefault(client_id, []).append(queue)
         return queue
 
-    def unwatch(self, group: str, client_id: str, queue: asyncio.Queue[list[str]]) -> None:
+    def unwatch(self, group: str, client_id: str, queue: asyncio.Queue[GroupEvent]) -> None:
         """The watch stream ended: when it was the client's last one, the client is gone
         (RocketMQ drops a consumer whose channel closed)."""
         by_client = self.watchers.get(group, {})
@@ -87,11 +104,16 @@ class ClientManager:
             self.watchers.pop(group, None)
         self.unregister(client_id, "", group)
 
-    def _group_changed(self, group: str) -> None:
-        ids = sorted(self.consumer_groups.get(group, {}))
+    def _group_changed(self, group: str, reset: ResetNotice | None = None) -> None:
+        event = GroupEvent(sorted(self.consumer_groups.get(group, {})), reset)
         for queues in self.watchers.get(group, {}).values():
             for queue in queues:
-                queue.put_nowait(ids)
+                queue.put_nowait(event)
+
+    def notify_reset(self, group: str, topic: str, broker_name: str,
+                     offsets: dict[int, int]) -> None:
+        """Tells the group's watching consumers that its offsets on `topic` were reset."""
+        self._group_changed(group, ResetNotice(topic, broker_name, dict(offsets)))
 
     def _scan(self, table: dict[str, dict[str, ClientInfo]], group: str) -> dict[str, ClientInfo]:
         clients = table.get(group, {})

@@ -82,6 +82,9 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         self.data_version = DataVersion()
         self.track_local_commits = track_local_commits
         self.local_commits: OffsetTable = {}
+        # (topic@group, queueId) -> clock_ms() of the last commit, moved or not (in memory:
+        # the analytics' sign that a consumer is alive).
+        self.commit_times: dict[tuple[str, int], int] = {}
 
     # -- persistence -----------------------------------------------------------------------
     def encode(self) -> Any:
@@ -112,6 +115,7 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
     # -- table -----------------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = offset_key(topic, group)
+        self.commit_times[key, queue_id] = self.clock_ms()
         queues = self.offset_table.setdefault(key, {})
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
@@ -165,6 +169,17 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         self.dirty = True
         return True
 
+    def reset_offsets(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """An admin moved the group's offsets (resetOffsetByTime): set as given, also
+        backwards; not a consumer's commit."""
+        key = offset_key(topic, group)
+        self.offset_table.setdefault(key, {}).update(offsets)
+        self.dirty = True
+
+    def last_commit_time(self, group: str, topic: str, queue_id: int) -> int:
+        """clock_ms() of the group's last commit on the queue; 0 when none since start."""
+        return self.commit_times.get((offset_key(topic, group), queue_id), 0)
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when the group committed none for this queue."""
         return self.offset_table.get(offset_key(topic, group), {}).get(queue_id, -1)
@@ -185,6 +200,8 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
             for key in [k for k in table if split_offset_key(k)[0] == topic]:
                 del table[key]
                 self.dirty = True
+        for time_key in [k for k in self.commit_times if split_offset_key(k[0])[0] == topic]:
+            del self.commit_times[time_key]
 
 
 class DelayOffsetManager(ConfigManager[dict[int, int]]):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from broker.clients import QueueLocks
+from broker.clients import GroupEvent, QueueLocks
 from broker.constants import DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM, RETRY_GROUP_TOPIC_PREFIX
 from broker.convert import message_to_proto, peer_host
 from broker.pull import PullProcessor
@@ -183,15 +183,21 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         closed = self.broker.pull_hold.closed_event
         waits: list[asyncio.Future[Any]] = []
         try:
-            ids = clients.consumer_ids(group)
+            event = GroupEvent(clients.consumer_ids(group))
             while not closed.is_set():
-                yield M.ConsumerGroupChanged(consumer_group=group, consumer_id_list=ids)
+                changed = M.ConsumerGroupChanged(consumer_group=group,
+                                                 consumer_id_list=event.consumer_ids)
+                if event.reset is not None:
+                    changed.reset.topic = event.reset.topic
+                    changed.reset.broker_name = event.reset.broker_name
+                    changed.reset.offsets.update(event.reset.offsets)
+                yield changed
                 next_change = asyncio.ensure_future(changes.get())
                 waits = [next_change, asyncio.ensure_future(closed.wait())]
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
                 if not next_change.done():
                     break  # the broker is shutting down
-                ids = next_change.result()
+                event = next_change.result()
         finally:
             for waiting in waits:
                 waiting.cancel()

@@ -8,7 +8,9 @@ Every failure is an AdminError whose message is one line naming what failed and 
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -18,11 +20,13 @@ from mqclient.admin_types import (
     AdminError,
     BrokerGroup,
     BrokerRuntime,
+    BrokerUnreachable,
     ClusterInfo,
     ConsumerProgress,
     GroupSummary,
     HAStatus,
     MasterLink,
+    QueueOffsetReset,
     QueueProgress,
     QueueStatus,
     SendResult,
@@ -100,6 +104,23 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _queue_progress(w: admin_pb2.OffsetWrapper, snapshot_ms: int) -> QueueProgress:
+    start = max(w.consumer_offset, w.queue_min_offset)  # the first message not consumed
+    diff = max(0, w.broker_offset - start)
+    first = w.first_unconsumed_timestamp
+    return QueueProgress(
+        w.topic, w.broker_name, w.queue_id, w.broker_offset, w.consumer_offset, diff,
+        w.last_timestamp, first_unconsumed_timestamp_ms=first,
+        lag_seconds=max(0.0, (snapshot_ms - first) / 1000) if diff and first else 0.0,
+        queue_min_offset=w.queue_min_offset, last_commit_timestamp_ms=w.last_commit_timestamp,
+        lag_bytes=w.lag_bytes, lag_bytes_exact=w.lag_bytes_exact)
+
+
+# Reset targets of resetOffsetByTime (-s): a time, or one of these words.
+RESET_EARLIEST = "earliest"
+RESET_LATEST = "now"
+
+
 class MQAdmin:
     """`MQAdmin("127.0.0.1:9876;127.0.0.1:9877")`; use as a context manager or close()."""
 
@@ -109,6 +130,7 @@ class MQAdmin:
         self.namesrv_addrs = parse_addresses(namesrv_addr, allow_empty=True)
         self.timeout = timeout
         self._channels: dict[str, grpc.Channel] = {}
+        self._channels_lock = threading.Lock()  # cluster-wide calls ask brokers in parallel
 
     def close(self) -> None:
         for channel in self._channels.values():
@@ -123,10 +145,33 @@ class MQAdmin:
 
     # -- transport -------------------------------------------------------------------------
     def _channel(self, addr: str) -> grpc.Channel:
-        channel = self._channels.get(addr)
-        if channel is None:
-            channel = self._channels[addr] = grpc.insecure_channel(addr)
-        return channel
+        with self._channels_lock:
+            channel = self._channels.get(addr)
+            if channel is None:
+                channel = self._channels[addr] = grpc.insecure_channel(addr)
+            return channel
+
+    def each_broker(self, brokers: Sequence[tuple[str, str, int]],
+                    ask: Callable[[str], T]) -> list[T | BrokerUnreachable]:
+        """`ask(addr)` of each (broker name, address, id) at once; a broker that fails is a
+        BrokerUnreachable in its place, so one broker down never hides the others."""
+        def one(broker: tuple[str, str, int]) -> T | BrokerUnreachable:
+            name, addr, broker_id = broker
+            try:
+                return ask(addr)
+            except AdminError as e:
+                return BrokerUnreachable(addr, name, broker_id, str(e))
+        if not brokers:
+            return []
+        with concurrent.futures.ThreadPoolExecutor(min(16, len(brokers))) as pool:
+            return list(pool.map(one, brokers))
+
+    def cluster_brokers(self, cluster: str | None = None) -> list[tuple[str, str, int]]:
+        """(broker name, address, id) of every broker of the cluster (of every cluster)."""
+        info = self.cluster_info()
+        groups = info.groups_of(cluster) if cluster is not None else info.all_groups()
+        return [(g.broker_name, addr, broker_id) for g in groups
+                for broker_id, addr in sorted(g.addrs.items())]
 
     def _call(self, what: str, addr: str, fn: Callable[..., T], request: Any) -> T:
         try:
@@ -280,11 +325,13 @@ class MQAdmin:
         return r
 
     def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
-        """Per queue: broker offset, committed offset, diff and last consumed store time."""
+        """Per queue: broker offset, committed offset (-1: never), diff, lag in seconds (the
+        age of the first unconsumed message) and the last consumed store time."""
         groups = (self.topic_route(topic).broker_groups if topic
                   else self.cluster_info().all_groups())
         queues: list[QueueProgress] = []
         tps = 0.0
+        online = 0
         known = False
         for g in groups:
             r = self._consume_stats(g.read_addr, group, topic or "")
@@ -293,15 +340,14 @@ class MQAdmin:
             known = True
             for stats in r.consume_stats:
                 tps += stats.consume_tps
-                queues.extend(QueueProgress(
-                    w.topic, w.broker_name, w.queue_id, w.broker_offset, w.consumer_offset,
-                    max(0, w.broker_offset - w.consumer_offset), w.last_timestamp)
-                    for w in stats.offset_table)
+                online = max(online, stats.online_consumers)
+                queues.extend(_queue_progress(w, r.snapshot_timestamp)
+                              for w in stats.offset_table)
         if not known:
             raise AdminError(f"consumer group {group} not exist (no broker has its offsets "
                              "or an online consumer of it)")
         queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
-        return ConsumerProgress(group, queues, tps)
+        return ConsumerProgress(group, queues, tps, online)
 
     def consumer_groups(self) -> list[GroupSummary]:
         """Every group known to a broker: online consumers, consume TPS and total diff."""
@@ -313,7 +359,7 @@ class MQAdmin:
                 name = stats.consumer_group
                 tps[name] = tps.get(name, 0.0) + stats.consume_tps
                 diff[name] = diff.get(name, 0) + sum(
-                    max(0, w.broker_offset - w.consumer_offset) for w in stats.offset_table)
+                    _queue_progress(w, 0).diff for w in stats.offset_table)
         out = []
         for name in sorted(tps):
             consumers: set[str] = set()
@@ -339,7 +385,9 @@ class MQAdmin:
         self._check(r.status, f"HA status of {addr}")
         runtime = self.broker_runtime(addr)
         slaves = [SlaveLink(c.addr, c.slave_ack_offset, c.diff, c.fall_behind_seconds,
-                            c.in_sync, c.transferred_byte_in_second, c.state)
+                            c.in_sync, c.transferred_byte_in_second, c.state,
+                            broker_id=c.slave_broker_id, link_addr=c.link_addr,
+                            connected=c.connected, last_ack_timestamp_ms=c.last_ack_timestamp)
                   for c in r.ha_connection_info]
         link = None
         if r.HasField("ha_client_info"):
@@ -349,10 +397,66 @@ class MQAdmin:
         return HAStatus(addr, runtime.broker_name, r.master, r.master_commit_log_max_offset,
                         r.in_sync_slave_nums, slaves, link)
 
-    def ha_status_of_cluster(self, cluster: str) -> list[HAStatus]:
-        """Every broker of the cluster, masters and slaves, by group then id."""
-        groups = self.cluster_info().groups_of(cluster)
-        return [self.ha_status(addr) for g in groups for _, addr in sorted(g.addrs.items())]
+    def ha_status_of_cluster(self, cluster: str) -> list[HAStatus | BrokerUnreachable]:
+        """Every broker of the cluster, masters and slaves, by group then id; one that does
+        not answer is a BrokerUnreachable in its place."""
+        return self.each_broker(self.cluster_brokers(cluster), self.ha_status)
+
+    def broker_runtimes_of_cluster(self, cluster: str
+                                   ) -> list[BrokerRuntime | BrokerUnreachable]:
+        return self.each_broker(self.cluster_brokers(cluster), self.broker_runtime)
+
+    def remove_slave(self, master_addr: str, broker_id: int) -> None:
+        """The master forgets an absent slave that left its group for good."""
+        r = self._admin_rpc(master_addr, "RemoveHASlave",
+                            admin_pb2.RemoveHASlaveRequest(broker_id=broker_id))
+        self._check(r.status, f"remove slave {broker_id} from {master_addr}")
+
+    def reset_offset_by_time(self, group: str, topic: str, when: int | str, *,
+                             force: bool = False) -> list[QueueOffsetReset]:
+        """Moves the group's offsets on every queue of the topic, on every master of its
+        route, to the first message stored at or after `when` (epoch ms), or to
+        RESET_EARLIEST / RESET_LATEST ("now": skip what accumulated). Refused while consumers
+        of the group are online unless `force` (they then continue from the new offsets).
+        Every group of the route needs a live master; nothing is reset otherwise."""
+        if when == RESET_EARLIEST:
+            target, timestamp = admin_pb2.RESET_TO_EARLIEST, 0
+        elif when == RESET_LATEST:
+            target, timestamp = admin_pb2.RESET_TO_LATEST, 0
+        elif isinstance(when, int) and when >= 0:
+            target, timestamp = admin_pb2.RESET_TO_TIMESTAMP, when
+        else:
+            raise AdminError(f"reset to {when!r}: expected epoch ms, {RESET_EARLIEST!r} or "
+                             f"{RESET_LATEST!r}")
+        route = self.topic_route(topic)
+        names = sorted({q.broker_name for q in route.queue_datas})
+        masters = {n: route.group(n).master_addr for n in names}
+        missing = [n for n, addr in masters.items() if addr is None]
+        if missing:
+            raise AdminError(f"broker group(s) {', '.join(missing)} of topic {topic} have no "
+                             "live master: nothing reset (retry when the masters are back)")
+        if not force:  # asked first everywhere, so that no broker resets alone
+            for name, addr in masters.items():
+                online = self._messaging_rpc(addr, "GetConsumerListByGroup",
+                                             messaging_pb2.GetConsumerListByGroupRequest(
+                                                 consumer_group=group)).consumer_id_list
+                if online:
+                    raise AdminError(
+                        f"{len(online)} consumer(s) of group {group} are online at {name}: "
+                        "stop them first, or force the reset (they then drop their queues "
+                        "and continue from the new offsets); nothing reset")
+        out: list[QueueOffsetReset] = []
+        for name, addr in masters.items():
+            assert addr is not None
+            r = self._admin_rpc(addr, "ResetOffset", admin_pb2.ResetOffsetRequest(
+                consumer_group=group, topic=topic, target=target, timestamp=timestamp,
+                force=force))
+            self._check(r.status, f"reset offsets of {group} on {topic} at {name} ({addr})"
+                        + (f" ({len(out)} queue(s) of other brokers were already reset)"
+                           if out else ""))
+            out.extend(QueueOffsetReset(name, q.queue_id, q.old_offset, q.new_offset)
+                       for q in r.queues)
+        return out
 
     # -- messages --------------------------------------------------------------------------
     def query_msg_by_id(self, offset_msg_id: str) -> StoredMessage:

@@ -59,9 +59,19 @@ class QueueProgress:
     broker_name: str
     queue_id: int
     broker_offset: int
-    consumer_offset: int
-    diff: int
+    consumer_offset: int  # -1: the group never committed an offset for this queue
+    diff: int  # messages not consumed: broker offset - max(consumer offset, min offset)
     last_timestamp_ms: int  # store time of the last consumed message, 0 if none
+    first_unconsumed_timestamp_ms: int = 0  # store time of the first unconsumed, 0 if none
+    lag_seconds: float = 0.0  # the broker's time - first_unconsumed_timestamp_ms
+    queue_min_offset: int = 0
+    last_commit_timestamp_ms: int = 0  # the broker's time of the last commit, 0 if unknown
+    lag_bytes: int = 0
+    lag_bytes_exact: bool = True
+
+    @property
+    def committed(self) -> bool:
+        return self.consumer_offset >= 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +79,7 @@ class ConsumerProgress:
     group: str
     queues: list[QueueProgress]
     consume_tps: float
+    online_consumers: int = 0
 
     @property
     def diff_total(self) -> int:
@@ -135,15 +146,20 @@ class SendResult:
 
 @dataclasses.dataclass(frozen=True)
 class SlaveLink:
-    """A master's view of one connected slave."""
+    """A master's view of one slave of its group: a live link, or a slave whose link is
+    down (its fall-behind growing from its last ack)."""
 
-    addr: str
+    addr: str  # the slave broker's address (the link's peer for a slave that never said it)
     ack_offset: int
     fall_behind_bytes: int
     fall_behind_seconds: float
     in_sync: bool
     transfer_bytes_per_s: int
-    state: str
+    state: str  # connected, disconnected, or the problem that closed the link
+    broker_id: int = -1  # -1: the slave never said its brokerId
+    link_addr: str = ""
+    connected: bool = True
+    last_ack_timestamp_ms: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,6 +172,24 @@ class MasterLink:
     transfer_bytes_per_s: int
     last_read_timestamp_ms: int
     state: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerUnreachable:
+    """A broker the name servers list that did not answer (cluster-wide commands go on)."""
+
+    broker_addr: str
+    broker_name: str
+    broker_id: int
+    error: str
+
+
+@dataclasses.dataclass(frozen=True)
+class QueueOffsetReset:
+    broker_name: str
+    queue_id: int
+    old_offset: int  # -1: the group had none
+    new_offset: int
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,24 @@
 # ruff: noqa
 from . import common_pb2 as _common_pb2
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from collections.abc import Iterable as _Iterable, Mapping as _Mapping
 from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class ResetOffsetTarget(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    RESET_OFFSET_TARGET_UNSPECIFIED: _ClassVar[ResetOffsetTarget]
+    RESET_TO_TIMESTAMP: _ClassVar[ResetOffsetTarget]
+    RESET_TO_EARLIEST: _ClassVar[ResetOffsetTarget]
+    RESET_TO_LATEST: _ClassVar[ResetOffsetTarget]
+RESET_OFFSET_TARGET_UNSPECIFIED: ResetOffsetTarget
+RESET_TO_TIMESTAMP: ResetOffsetTarget
+RESET_TO_EARLIEST: ResetOffsetTarget
+RESET_TO_LATEST: ResetOffsetTarget
 
 class CreateOrUpdateTopicRequest(_message.Message):
     __slots__ = ("topic_config",)
@@ -107,7 +119,7 @@ class GetConsumeStatsRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ...) -> None: ...
 
 class OffsetWrapper(_message.Message):
-    __slots__ = ("topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "last_timestamp", "first_unconsumed_timestamp")
+    __slots__ = ("topic", "broker_name", "queue_id", "broker_offset", "consumer_offset", "last_timestamp", "first_unconsumed_timestamp", "queue_min_offset", "last_commit_timestamp", "lag_bytes", "lag_bytes_exact")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -115,6 +127,10 @@ class OffsetWrapper(_message.Message):
     CONSUMER_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAST_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     FIRST_UNCONSUMED_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_COMMIT_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_EXACT_FIELD_NUMBER: _ClassVar[int]
     topic: str
     broker_name: str
     queue_id: int
@@ -122,17 +138,23 @@ class OffsetWrapper(_message.Message):
     consumer_offset: int
     last_timestamp: int
     first_unconsumed_timestamp: int
-    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., last_timestamp: _Optional[int] = ..., first_unconsumed_timestamp: _Optional[int] = ...) -> None: ...
+    queue_min_offset: int
+    last_commit_timestamp: int
+    lag_bytes: int
+    lag_bytes_exact: bool
+    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., queue_id: _Optional[int] = ..., broker_offset: _Optional[int] = ..., consumer_offset: _Optional[int] = ..., last_timestamp: _Optional[int] = ..., first_unconsumed_timestamp: _Optional[int] = ..., queue_min_offset: _Optional[int] = ..., last_commit_timestamp: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., lag_bytes_exact: _Optional[bool] = ...) -> None: ...
 
 class ConsumeStats(_message.Message):
-    __slots__ = ("consumer_group", "offset_table", "consume_tps")
+    __slots__ = ("consumer_group", "offset_table", "consume_tps", "online_consumers")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     OFFSET_TABLE_FIELD_NUMBER: _ClassVar[int]
     CONSUME_TPS_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_CONSUMERS_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     offset_table: _containers.RepeatedCompositeFieldContainer[OffsetWrapper]
     consume_tps: float
-    def __init__(self, consumer_group: _Optional[str] = ..., offset_table: _Optional[_Iterable[_Union[OffsetWrapper, _Mapping]]] = ..., consume_tps: _Optional[float] = ...) -> None: ...
+    online_consumers: int
+    def __init__(self, consumer_group: _Optional[str] = ..., offset_table: _Optional[_Iterable[_Union[OffsetWrapper, _Mapping]]] = ..., consume_tps: _Optional[float] = ..., online_consumers: _Optional[int] = ...) -> None: ...
 
 class GetConsumeStatsResponse(_message.Message):
     __slots__ = ("status", "snapshot_timestamp", "consume_stats")
@@ -149,7 +171,7 @@ class GetHAStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class HAConnectionRuntimeInfo(_message.Message):
-    __slots__ = ("addr", "slave_ack_offset", "diff", "fall_behind_seconds", "in_sync", "transferred_byte_in_second", "transfer_from_where", "state")
+    __slots__ = ("addr", "slave_ack_offset", "diff", "fall_behind_seconds", "in_sync", "transferred_byte_in_second", "transfer_from_where", "state", "slave_broker_id", "link_addr", "connected", "last_ack_timestamp")
     ADDR_FIELD_NUMBER: _ClassVar[int]
     SLAVE_ACK_OFFSET_FIELD_NUMBER: _ClassVar[int]
     DIFF_FIELD_NUMBER: _ClassVar[int]
@@ -158,6 +180,10 @@ class HAConnectionRuntimeInfo(_message.Message):
     TRANSFERRED_BYTE_IN_SECOND_FIELD_NUMBER: _ClassVar[int]
     TRANSFER_FROM_WHERE_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
+    SLAVE_BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LINK_ADDR_FIELD_NUMBER: _ClassVar[int]
+    CONNECTED_FIELD_NUMBER: _ClassVar[int]
+    LAST_ACK_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     addr: str
     slave_ack_offset: int
     diff: int
@@ -166,7 +192,11 @@ class HAConnectionRuntimeInfo(_message.Message):
     transferred_byte_in_second: int
     transfer_from_where: int
     state: str
-    def __init__(self, addr: _Optional[str] = ..., slave_ack_offset: _Optional[int] = ..., diff: _Optional[int] = ..., fall_behind_seconds: _Optional[float] = ..., in_sync: _Optional[bool] = ..., transferred_byte_in_second: _Optional[int] = ..., transfer_from_where: _Optional[int] = ..., state: _Optional[str] = ...) -> None: ...
+    slave_broker_id: int
+    link_addr: str
+    connected: bool
+    last_ack_timestamp: int
+    def __init__(self, addr: _Optional[str] = ..., slave_ack_offset: _Optional[int] = ..., diff: _Optional[int] = ..., fall_behind_seconds: _Optional[float] = ..., in_sync: _Optional[bool] = ..., transferred_byte_in_second: _Optional[int] = ..., transfer_from_where: _Optional[int] = ..., state: _Optional[str] = ..., slave_broker_id: _Optional[int] = ..., link_addr: _Optional[str] = ..., connected: _Optional[bool] = ..., last_ack_timestamp: _Optional[int] = ...) -> None: ...
 
 class HAClientRuntimeInfo(_message.Message):
     __slots__ = ("master_addr", "connected", "max_offset", "transferred_byte_in_second", "last_read_timestamp", "last_write_timestamp", "state", "connect_count")
@@ -248,6 +278,50 @@ class GetAllDelayOffsetResponse(_message.Message):
     status: _common_pb2.Status
     offset_table: _containers.ScalarMap[int, int]
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., offset_table: _Optional[_Mapping[int, int]] = ...) -> None: ...
+
+class ResetOffsetRequest(_message.Message):
+    __slots__ = ("consumer_group", "topic", "target", "timestamp", "force")
+    CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
+    consumer_group: str
+    topic: str
+    target: ResetOffsetTarget
+    timestamp: int
+    force: bool
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., target: _Optional[_Union[ResetOffsetTarget, str]] = ..., timestamp: _Optional[int] = ..., force: _Optional[bool] = ...) -> None: ...
+
+class QueueOffsetReset(_message.Message):
+    __slots__ = ("queue_id", "old_offset", "new_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OLD_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NEW_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    old_offset: int
+    new_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., old_offset: _Optional[int] = ..., new_offset: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetResponse(_message.Message):
+    __slots__ = ("status", "queues")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsetReset]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsetReset, _Mapping]]] = ...) -> None: ...
+
+class RemoveHASlaveRequest(_message.Message):
+    __slots__ = ("broker_id",)
+    BROKER_ID_FIELD_NUMBER: _ClassVar[int]
+    broker_id: int
+    def __init__(self, broker_id: _Optional[int] = ...) -> None: ...
+
+class RemoveHASlaveResponse(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class MergeConsumerOffsetRequest(_message.Message):
     __slots__ = ("offset_table",)

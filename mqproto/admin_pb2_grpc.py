@@ -79,6 +79,16 @@ class AdminServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetResponse.FromString,
                 _registered_method=True)
+        self.ResetOffset = channel.unary_unary(
+                '/mqcluster.v1.AdminService/ResetOffset',
+                request_serializer=mqcluster_dot_v1_dot_admin__pb2.ResetOffsetRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_admin__pb2.ResetOffsetResponse.FromString,
+                _registered_method=True)
+        self.RemoveHASlave = channel.unary_unary(
+                '/mqcluster.v1.AdminService/RemoveHASlave',
+                request_serializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -143,6 +153,21 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResetOffset(self, request, context):
+        """Moves a group's committed offsets on this broker's queues of a topic to a
+        time, the earliest or the latest offset (RocketMQ's resetOffsetByTime).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveHASlave(self, request, context):
+        """A master forgets an absent slave that left its group for good.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -190,6 +215,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.MergeConsumerOffset,
                     request_deserializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetResponse.SerializeToString,
+            ),
+            'ResetOffset': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResetOffset,
+                    request_deserializer=mqcluster_dot_v1_dot_admin__pb2.ResetOffsetRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_admin__pb2.ResetOffsetResponse.SerializeToString,
+            ),
+            'RemoveHASlave': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveHASlave,
+                    request_deserializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -435,6 +470,60 @@ class AdminService:
             '/mqcluster.v1.AdminService/MergeConsumerOffset',
             mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetRequest.SerializeToString,
             mqcluster_dot_v1_dot_admin__pb2.MergeConsumerOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResetOffset(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.AdminService/ResetOffset',
+            mqcluster_dot_v1_dot_admin__pb2.ResetOffsetRequest.SerializeToString,
+            mqcluster_dot_v1_dot_admin__pb2.ResetOffsetResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveHASlave(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.AdminService/RemoveHASlave',
+            mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveRequest.SerializeToString,
+            mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,6 +36,7 @@ class ResponseCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     QUERY_NOT_FOUND: _ClassVar[ResponseCode]
     TRANSACTION_FAILED: _ClassVar[ResponseCode]
     CONSUMER_NOT_ONLINE: _ClassVar[ResponseCode]
+    CONSUMER_ONLINE: _ClassVar[ResponseCode]
 RESPONSE_CODE_UNSPECIFIED: ResponseCode
 SUCCESS: ResponseCode
 SYSTEM_ERROR: ResponseCode
@@ -62,6 +63,7 @@ OFFSET_ILLEGAL: ResponseCode
 QUERY_NOT_FOUND: ResponseCode
 TRANSACTION_FAILED: ResponseCode
 CONSUMER_NOT_ONLINE: ResponseCode
+CONSUMER_ONLINE: ResponseCode
 
 class Status(_message.Message):
     __slots__ = ("code", "remark")

@@ -552,9 +552,28 @@ class WatchConsumerGroupRequest(_message.Message):
     def __init__(self, consumer_group: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class ConsumerGroupChanged(_message.Message):
-    __slots__ = ("consumer_group", "consumer_id_list")
+    __slots__ = ("consumer_group", "consumer_id_list", "reset")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_ID_LIST_FIELD_NUMBER: _ClassVar[int]
+    RESET_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     consumer_id_list: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, consumer_group: _Optional[str] = ..., consumer_id_list: _Optional[_Iterable[str]] = ...) -> None: ...
+    reset: ResetOffsetNotice
+    def __init__(self, consumer_group: _Optional[str] = ..., consumer_id_list: _Optional[_Iterable[str]] = ..., reset: _Optional[_Union[ResetOffsetNotice, _Mapping]] = ...) -> None: ...
+
+class ResetOffsetNotice(_message.Message):
+    __slots__ = ("topic", "broker_name", "offsets")
+    class OffsetsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: int
+        value: int
+        def __init__(self, key: _Optional[int] = ..., value: _Optional[int] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSETS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    broker_name: str
+    offsets: _containers.ScalarMap[int, int]
+    def __init__(self, topic: _Optional[str] = ..., broker_name: _Optional[str] = ..., offsets: _Optional[_Mapping[int, int]] = ...) -> None: ...

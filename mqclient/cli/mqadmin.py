@@ -7,12 +7,20 @@ bad arguments exit 2 (argparse).
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import sys
 from collections.abc import Callable, Sequence
 
-from mqclient.admin import NAMESRV_ADDR_ENV, AdminError, MQAdmin, parse_addresses
-from mqclient.admin_types import HAStatus, StoredMessage
+from mqclient.admin import (
+    NAMESRV_ADDR_ENV,
+    RESET_EARLIEST,
+    RESET_LATEST,
+    AdminError,
+    MQAdmin,
+    parse_addresses,
+)
+from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage
 from mqclient.cli.output import (
     TABLE_BODY_CHARS,
     body_text,
@@ -35,6 +43,18 @@ Handler = Callable[[MQAdmin, argparse.Namespace], None]
 
 def _out(text: str) -> None:
     print(text, flush=True)
+
+
+def _warn_unreachable(results: list[object]) -> None:
+    """One stderr line per broker that did not answer (the others are printed)."""
+    for r in results:
+        if isinstance(r, BrokerUnreachable):
+            print(f"{PROG}: broker {r.broker_name} id {r.broker_id} ({r.broker_addr}) did not "
+                  f"answer: {r.error}", file=sys.stderr, flush=True)
+
+
+def _offset_text(offset: int) -> str:
+    return "never" if offset < 0 else str(offset)  # -1: never committed, not "committed 0"
 
 
 # -- commands --------------------------------------------------------------------------------
@@ -145,25 +165,32 @@ def consumer_progress(admin: MQAdmin, args: argparse.Namespace) -> None:
         _out(dumps({**jsonable(progress), "diff_total": progress.diff_total}))
         return
     _out(table(["Topic", "Broker Name", "QID", "Broker Offset", "Consumer Offset", "Diff",
-                "LastTime"],
-               [[q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset,
-                 q.diff, human_time(q.last_timestamp_ms)] for q in progress.queues]))
+                "Lag Seconds", "LastTime"],
+               [[q.topic, q.broker_name, q.queue_id, q.broker_offset,
+                 _offset_text(q.consumer_offset), q.diff, f"{q.lag_seconds:.1f}",
+                 human_time(q.last_timestamp_ms)] for q in progress.queues]))
     _out("")
     _out(f"Consume TPS: {progress.consume_tps:.2f}")
     _out(f"Consume Diff Total: {progress.diff_total}")
+    _out(f"Lag Seconds Max: {max((q.lag_seconds for q in progress.queues), default=0.0):.1f}")
+    _out(f"Online Consumers: {progress.online_consumers}")
 
 
 def broker_status(admin: MQAdmin, args: argparse.Namespace) -> None:
     if args.broker_addr is not None:
-        addrs = parse_addresses(args.broker_addr)
+        runtimes: list = [admin.broker_runtime(a) for a in parse_addresses(args.broker_addr)]
     else:
-        addrs = [a for g in admin.cluster_info().groups_of(args.cluster)
-                 for _, a in sorted(g.addrs.items())]
-    runtimes = [admin.broker_runtime(a) for a in addrs]
+        runtimes = admin.broker_runtimes_of_cluster(args.cluster)
+    _warn_unreachable(runtimes)
     if args.json:
-        _out(dumps({rt.addr: rt for rt in runtimes}))
+        _out(dumps({rt.broker_addr if isinstance(rt, BrokerUnreachable) else rt.addr: rt
+                    for rt in runtimes}))
         return
     for i, rt in enumerate(runtimes):
+        if isinstance(rt, BrokerUnreachable):
+            _out(("\n" if i else "") + f"{rt.broker_name} {rt.broker_addr}")
+            _out(key_values([("UNREACHABLE", rt.error)]))
+            continue
         if len(runtimes) > 1:
             _out(("\n" if i else "") + f"{rt.broker_name} {rt.addr}")
         _out(key_values(rt.table.items()))
@@ -228,29 +255,32 @@ def consume_message(admin: MQAdmin, args: argparse.Namespace) -> None:
 
 def ha_status(admin: MQAdmin, args: argparse.Namespace) -> None:
     if args.broker_addr is not None:
-        statuses = [admin.ha_status(a) for a in parse_addresses(args.broker_addr)]
+        statuses: list = [admin.ha_status(a) for a in parse_addresses(args.broker_addr)]
     else:
         statuses = admin.ha_status_of_cluster(args.cluster)
+    _warn_unreachable(statuses)
     if args.json:
         _out(dumps(statuses))
         return
     _out("\n\n".join(_ha_tables(statuses)))
 
 
-def _ha_tables(statuses: list[HAStatus]) -> list[str]:
-    masters = [s for s in statuses if s.master]
-    slaves = [s for s in statuses if not s.master]
+def _ha_tables(statuses: list[HAStatus | BrokerUnreachable]) -> list[str]:
+    masters = [s for s in statuses if isinstance(s, HAStatus) and s.master]
+    slaves = [s for s in statuses if isinstance(s, HAStatus) and not s.master]
+    unreachable = [s for s in statuses if isinstance(s, BrokerUnreachable)]
     out = []
     if masters:
         rows: list[list[object]] = []
         for s in masters:
             head = [s.broker_name, s.broker_addr, s.master_commit_log_max_offset]
-            rows.extend([*head, link.addr, link.ack_offset, link.fall_behind_bytes,
+            rows.extend([*head, f"{link.broker_id}@{link.addr}" if link.broker_id >= 0
+                         else f"? {link.addr}", link.ack_offset, link.fall_behind_bytes,
                          f"{link.fall_behind_seconds:.1f}", link.in_sync,
                          link.transfer_bytes_per_s, link.state] for link in s.slaves)
             if not s.slaves:
                 rows.append([*head, "(no slave)", "-", "-", "-", "-", "-", "-"])
-        out.append(table(["Broker Name", "Master Addr", "Master Max Offset", "Slave (HA link)",
+        out.append(table(["Broker Name", "Master Addr", "Master Max Offset", "Slave (id@addr)",
                           "Ack Offset", "Behind Bytes", "Behind Seconds", "In Sync",
                           "Transfer B/s", "State"], rows))
     if slaves:
@@ -263,7 +293,28 @@ def _ha_tables(statuses: list[HAStatus]) -> list[str]:
                 if link else ["-", False, "-", "-", "-", "no HA client"]))
         out.append(table(["Broker Name", "Slave Addr", "Master HA Addr", "Connected",
                           "Max Offset", "Transfer B/s", "Last Read", "State"], rows))
+    if unreachable:
+        out.append(table(["Broker Name", "BID", "Addr", "State"],
+                         [[u.broker_name, u.broker_id, u.broker_addr, f"UNREACHABLE: {u.error}"]
+                          for u in unreachable]))
     return out
+
+
+def reset_offset_by_time(admin: MQAdmin, args: argparse.Namespace) -> None:
+    resets = admin.reset_offset_by_time(args.group, args.topic, args.timestamp,
+                                        force=args.force)
+    if args.json:
+        _out(dumps(resets))
+        return
+    _out(table(["Broker Name", "QID", "Old Offset", "New Offset"],
+               [[r.broker_name, r.queue_id, _offset_text(r.old_offset), r.new_offset]
+                for r in resets]))
+
+
+def remove_slave(admin: MQAdmin, args: argparse.Namespace) -> None:
+    admin.remove_slave(args.broker_addr, args.broker_id)
+    _out(dumps({"master": args.broker_addr, "removed": args.broker_id}) if args.json
+         else f"slave {args.broker_id} removed from {args.broker_addr}")
 
 
 # -- arguments -------------------------------------------------------------------------------
@@ -279,6 +330,24 @@ def _non_negative(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return value
+
+
+def _reset_time(text: str) -> int | str:
+    """-s of resetOffsetByTime: epoch ms, `now`, `earliest`, an ISO-8601 time (local time
+    unless it says its zone) or RocketMQ's yyyy-MM-dd#HH:mm:ss:SSS."""
+    if text in (RESET_EARLIEST, RESET_LATEST):
+        return text
+    if text.isdigit():
+        return int(text)
+    for parse in (lambda t: datetime.datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"),
+                  datetime.datetime.fromisoformat):
+        try:
+            return int(parse(text).timestamp() * 1000)
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(
+        f"{text!r}: expected epoch ms, 'now', 'earliest', an ISO-8601 time or "
+        "yyyy-MM-dd#HH:mm:ss:SSS")
 
 
 def _bool(text: str) -> bool:
@@ -364,6 +433,20 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("-b", "--brokerAddr", dest="broker_addr")
     where.add_argument("-c", "--clusterName", dest="cluster")
+    p = command("resetOffsetByTime", reset_offset_by_time,
+                "move a group's offsets on a topic to a time (every master of the topic)")
+    p.add_argument("-g", "--group", required=True)
+    p.add_argument("-t", "--topic", required=True)
+    p.add_argument("-s", "--timestamp", type=_reset_time, required=True,
+                   help="epoch ms, 'now' (skip what accumulated), 'earliest', ISO-8601 or "
+                        "yyyy-MM-dd#HH:mm:ss:SSS")
+    p.add_argument("-f", "--force", type=_bool, nargs="?", const=True, default=False,
+                   help="reset although consumers are online (they move to the new offsets)")
+    p = command("removeSlave", remove_slave,
+                "make a master forget an absent slave that left its group for good")
+    p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True,
+                   help="the master's address")
+    p.add_argument("-i", "--brokerId", dest="broker_id", type=_positive, required=True)
     return parser
 
 

@@ -119,7 +119,12 @@ def test_runtime_info_and_consume_stats(start_broker: Start) -> None:
     assert (w0.topic, w0.broker_name, w0.broker_offset, w0.consumer_offset) == (
         "S", "broker-a", 4, 1)
     assert 0 < w0.last_timestamp <= w0.first_unconsumed_timestamp
+    assert w0.last_commit_timestamp > 0 and w0.queue_min_offset == 0
+    assert w0.lag_bytes_exact and w0.lag_bytes == 3 * (w0.lag_bytes // 3) > 0  # 3 alike
     assert len(by_queue) == 8 and by_queue[5].broker_offset == 0
+    # Never committed is -1 (as RocketMQ answers), not 0.
+    assert (by_queue[5].consumer_offset, by_queue[5].last_commit_timestamp) == (-1, 0)
+    assert group.online_consumers == 0
     unknown = b.admin.GetConsumeStats(A.GetConsumeStatsRequest(consumer_group="nobody"))
     assert code(unknown) == "SUBSCRIPTION_GROUP_NOT_EXIST"
     every = b.admin.GetConsumeStats(A.GetConsumeStatsRequest())
@@ -131,6 +136,53 @@ def test_runtime_info_and_consume_stats(start_broker: Start) -> None:
     ha = b.admin.GetHAStatus(A.GetHAStatusRequest())
     assert ha.master and ha.master_commit_log_max_offset == info.commit_log_max_offset
     assert code(b.admin.GetAllDelayOffset(A.GetAllDelayOffsetRequest())) == "SUCCESS"
+
+
+def reset(b: BrokerThread, target: int, timestamp: int = 0, force: bool = False,
+          topic: str = "R", group: str = "RG") -> admin_pb2.ResetOffsetResponse:
+    return b.admin.ResetOffset(A.ResetOffsetRequest(
+        consumer_group=group, topic=topic, target=target, timestamp=timestamp, force=force))
+
+
+def test_reset_offsets(start_broker: Start) -> None:
+    now = [1_700_000_000_000]
+    b = start_broker({"clock_ms": lambda: now[0]})
+    for i in range(5):
+        now[0] += 1000
+        send(b, "R", b"%d" % i, queue_id=0)
+    pull_all(b, "R", 0, expect=5)
+    commit(b, "R", 0, 4, group="RG")
+    committed_at = b.call(lambda: b.controller.offsets.last_commit_time("RG", "R", 0))
+    r = reset(b, A.RESET_TO_EARLIEST)
+    assert code(r) == "SUCCESS"
+    assert [(q.queue_id, q.old_offset, q.new_offset) for q in r.queues][:2] == [
+        (0, 4, 0), (1, -1, 0)]
+    assert query(b, "R", 0, group="RG").offset == 0
+    # A reset is not a consumer's commit: the last commit time stays.
+    assert b.call(lambda: b.controller.offsets.last_commit_time("RG", "R", 0)) == committed_at
+    r = reset(b, A.RESET_TO_TIMESTAMP, 1_700_000_003_000)  # message 2 was stored then
+    assert r.queues[0].new_offset == 2
+    assert reset(b, A.RESET_TO_LATEST).queues[0].new_offset == 5
+    assert code(reset(b, A.RESET_TO_LATEST, topic="Nope")) == "TOPIC_NOT_EXIST"
+    assert code(reset(b, 0)) == "INVALID_PARAMETER"
+    assert code(reset(b, A.RESET_TO_LATEST, group="")) == "INVALID_PARAMETER"
+
+    # A consumer of the group online: refused, nothing changed; forced, it is told.
+    b.messaging.Heartbeat(M.HeartbeatRequest(
+        client_id="c1", consumer_group="RG",
+        subscriptions=[M.ConsumerSubscription(topic="R", sub_string="*")]))
+    watch = b.messaging.WatchConsumerGroup(M.WatchConsumerGroupRequest(
+        consumer_group="RG", client_id="c1"), timeout=30)
+    assert list(next(watch).consumer_id_list) == ["c1"]
+    refused = reset(b, A.RESET_TO_EARLIEST)
+    assert code(refused) == "CONSUMER_ONLINE" and "c1" in refused.status.remark
+    assert query(b, "R", 0, group="RG").offset == 5
+    assert code(reset(b, A.RESET_TO_EARLIEST, force=True)) == "SUCCESS"
+    notice = next(watch)
+    assert list(notice.consumer_id_list) == ["c1"]
+    assert (notice.reset.topic, notice.reset.broker_name) == ("R", "broker-a")
+    assert dict(notice.reset.offsets) == {q: 0 for q in range(8)}
+    watch.cancel()
 
 
 def test_heartbeats_and_consumer_list(start_broker: Start) -> None:

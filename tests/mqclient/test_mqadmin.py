@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +17,7 @@ from typing import Any
 import grpc
 import pytest
 
+from mqclient import PushConsumer
 from mqclient.admin import MQAdmin
 from mqclient.cli import mqadmin
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
@@ -217,18 +221,24 @@ def test_consumer_progress_after_committed_offsets(capsys: pytest.CaptureFixture
     progress = ok_json(capsys, running, "consumerProgress", "-g", group)
     assert [(q["broker_name"], q["queue_id"], q["broker_offset"], q["consumer_offset"],
              q["diff"]) for q in progress["queues"]] == [
-        ("broker-a", 0, 5, 3, 2), ("broker-a", 1, 0, 0, 0),
-        ("broker-b", 0, 0, 0, 0), ("broker-b", 1, 3, 3, 0)]
+        ("broker-a", 0, 5, 3, 2), ("broker-a", 1, 0, -1, 0),  # -1: never committed
+        ("broker-b", 0, 0, -1, 0), ("broker-b", 1, 3, 3, 0)]
     assert progress["diff_total"] == 2
-    assert progress["queues"][0]["last_timestamp_ms"] > 0
+    first = progress["queues"][0]
+    assert first["last_timestamp_ms"] > 0 and first["first_unconsumed_timestamp_ms"] > 0
+    assert first["last_commit_timestamp_ms"] > 0
+    assert first["lag_bytes"] > 0 and first["lag_bytes_exact"] is True
+    assert 0 <= first["lag_seconds"] < 60  # the age of message a3
     assert progress["queues"][1]["last_timestamp_ms"] == 0
+    assert progress["queues"][1]["lag_seconds"] == 0
 
     table = ok(capsys, running, "consumerProgress", "-g", group, "-t", topic)
     assert [r[:6] for r in rows(table, topic)] == [
-        [topic, "broker-a", "0", "5", "3", "2"], [topic, "broker-a", "1", "0", "0", "0"],
-        [topic, "broker-b", "0", "0", "0", "0"], [topic, "broker-b", "1", "3", "3", "0"]]
-    assert rows(table, topic)[1][6] == "N/A"
-    assert "Consume Diff Total: 2" in table
+        [topic, "broker-a", "0", "5", "3", "2"], [topic, "broker-a", "1", "0", "never", "0"],
+        [topic, "broker-b", "0", "0", "never", "0"], [topic, "broker-b", "1", "3", "3", "0"]]
+    assert float(rows(table, topic)[0][6]) == pytest.approx(first["lag_seconds"], abs=5)
+    assert rows(table, topic)[1][7] == "N/A"
+    assert "Consume Diff Total: 2" in table and "Lag Seconds Max:" in table
 
     groups = ok(capsys, running, "consumerProgress")
     assert rows(groups, group + " ") == [[group, "0", "0.00", "2"]]
@@ -292,6 +302,75 @@ def test_ha_status_shows_each_master_with_its_slave(capsys: pytest.CaptureFixtur
     table = ok(capsys, running, "haStatus", "-c", CLUSTER)
     assert [r[:2] for r in rows(table, "broker-") if r[1] == running.addr("broker-b-1")] == [
         ["broker-b", running.addr("broker-b-1")]]
+
+
+def test_reset_offset_by_time(capsys: pytest.CaptureFixture[str],
+                              running: RunningCluster) -> None:
+    topic, group = "AdminReset", "AdminResetGroup"
+    create_topic(capsys, running, topic, 1, "-b", running.addr("broker-a-0"))
+    with MQAdmin(running.namesrv) as admin:
+        for i in range(6):
+            admin.send_message(topic, b"r%d" % i, broker_name="broker-a", queue_id=0)
+            time.sleep(0.02)  # distinct store times
+    stored = [m["store_timestamp"] for m in ok_json(capsys, running, "consumeMessage", "-t",
+                                                      topic)]
+    with grpc.insecure_channel(running.addr("broker-a-0")) as channel:
+        messaging_pb2_grpc.MessagingServiceStub(channel).UpdateConsumerOffset(
+            messaging_pb2.UpdateConsumerOffsetRequest(
+                consumer_group=group, topic=topic, queue_id=0, commit_offset=6), timeout=10)
+
+    def reset(when: str) -> list[Any]:
+        return ok_json(capsys, running, "resetOffsetByTime", "-g", group, "-t", topic,
+                       "-s", when)
+
+    assert reset("earliest") == [{"broker_name": "broker-a", "queue_id": 0, "old_offset": 6,
+                                  "new_offset": 0}]
+    assert reset(str(stored[3]))[0]["new_offset"] == 3  # the first stored at or after
+    assert reset(str(stored[3] + 1))[0]["new_offset"] == 4
+    assert reset("now")[0]["new_offset"] == 6
+    table = ok(capsys, running, "resetOffsetByTime", "-g", group, "-t", topic, "-s", "earliest")
+    assert rows(table, "broker-a") == [["broker-a", "0", "6", "0"]]
+    progress = ok_json(capsys, running, "consumerProgress", "-g", group, "-t", topic)
+    assert [(q["consumer_offset"], q["diff"]) for q in progress["queues"]] == [(0, 6)]
+
+    # A consumer of the group online: refused (nothing changed) unless forced.
+    release = threading.Event()
+    consumer = PushConsumer(group, running.namesrv)
+    consumer.subscribe(topic, "*")
+    consumer.register_listener_concurrently(lambda msgs: release.wait(30))  # holds its batch
+    consumer.start()
+    try:
+        with MQAdmin(running.namesrv) as admin:
+            wait_until(lambda: admin.consumer_progress(group, topic).online_consumers == 1,
+                       timeout=WAIT_S, message="consumer online")
+        code, out, err = run(capsys, running, "resetOffsetByTime", "-g", group, "-t", topic,
+                             "-s", "now")
+        assert code == 1 and "online" in err and "nothing reset" in err and out == ""
+        forced = ok_json(capsys, running, "resetOffsetByTime", "-g", group, "-t", topic,
+                         "-s", "now", "-f")
+        assert forced[0]["new_offset"] == 6
+    finally:
+        release.set()
+        consumer.shutdown()
+
+
+def test_cluster_wide_commands_go_on_past_an_unreachable_broker(
+        capsys: pytest.CaptureFixture[str], running: RunningCluster) -> None:
+    stopped = running.nodes["broker-b-1"]
+    os.kill(int(stopped["pid"]), signal.SIGSTOP)
+    try:
+        for command in ("haStatus", "brokerStatus"):
+            code, out, err = run(capsys, running, command, "-c", CLUSTER, "--timeout", "1")
+            assert code == 0
+            assert f"broker broker-b id 1 ({stopped['address']}) did not answer" in err
+            assert "UNREACHABLE" in out and running.addr("broker-a-0") in out
+        code, out, _ = run(capsys, running, "haStatus", "-c", CLUSTER, "--timeout", "1",
+                           "--json")
+        listing = json.loads(out)
+        assert [s.get("error") is not None for s in listing] == [False, False, False, True]
+        assert listing[3]["broker_addr"] == stopped["address"]
+    finally:
+        os.kill(int(stopped["pid"]), signal.SIGCONT)
 
 
 # -- errors ------------------------------------------------------------------------------------
