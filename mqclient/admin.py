@@ -116,6 +116,13 @@ def _queue_progress(w: admin_pb2.OffsetWrapper, snapshot_ms: int) -> QueueProgre
         lag_bytes=w.lag_bytes, lag_bytes_exact=w.lag_bytes_exact)
 
 
+def _slave_link(c: admin_pb2.HAConnectionRuntimeInfo) -> SlaveLink:
+    return SlaveLink(c.addr, c.slave_ack_offset, c.diff, c.fall_behind_seconds, c.in_sync,
+                     c.transferred_byte_in_second, c.state, broker_id=c.slave_broker_id,
+                     link_addr=c.link_addr, connected=c.connected,
+                     last_ack_timestamp_ms=c.last_ack_timestamp)
+
+
 # Reset targets of resetOffsetByTime (-s): a time, or one of these words.
 RESET_EARLIEST = "earliest"
 RESET_LATEST = "now"
@@ -378,17 +385,23 @@ class MQAdmin:
         return BrokerRuntime(
             addr, r.broker_name, r.broker_id, r.broker_role, r.commit_log_min_offset,
             r.commit_log_max_offset, r.dispatch_behind_bytes, r.put_tps, r.get_total_tps,
-            dict(r.slave_ack_offsets), dict(sorted(r.table.items())))
+            dict(r.slave_ack_offsets), dict(sorted(r.table.items())), r.snapshot_timestamp,
+            [_slave_link(c) for c in r.ha_connection_info])
+
+    def broker_consume_stats(self, addr: str) -> tuple[int, list[ConsumerProgress]]:
+        """The broker's time and the progress of every group it knows on its queues."""
+        r = self._consume_stats(addr, "", "")
+        return r.snapshot_timestamp, [
+            ConsumerProgress(s.consumer_group,
+                             [_queue_progress(w, r.snapshot_timestamp) for w in s.offset_table],
+                             s.consume_tps, s.online_consumers)
+            for s in r.consume_stats]
 
     def ha_status(self, addr: str) -> HAStatus:
         r = self._admin_rpc(addr, "GetHAStatus", admin_pb2.GetHAStatusRequest())
         self._check(r.status, f"HA status of {addr}")
         runtime = self.broker_runtime(addr)
-        slaves = [SlaveLink(c.addr, c.slave_ack_offset, c.diff, c.fall_behind_seconds,
-                            c.in_sync, c.transferred_byte_in_second, c.state,
-                            broker_id=c.slave_broker_id, link_addr=c.link_addr,
-                            connected=c.connected, last_ack_timestamp_ms=c.last_ack_timestamp)
-                  for c in r.ha_connection_info]
+        slaves = [_slave_link(c) for c in r.ha_connection_info]
         link = None
         if r.HasField("ha_client_info"):
             c = r.ha_client_info

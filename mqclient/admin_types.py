@@ -107,6 +107,8 @@ class BrokerRuntime:
     get_total_tps: float
     slave_ack_offsets: dict[str, int]
     table: dict[str, str]  # every value by its RocketMQ name
+    snapshot_timestamp_ms: int = 0  # the broker's clock when it answered
+    slaves: list[SlaveLink] = dataclasses.field(default_factory=list)  # a master's slaves
 
 
 @dataclasses.dataclass(frozen=True)
