@@ -331,6 +331,16 @@ class MQAdmin:
                     common_pb2.SUCCESS, common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST)
         return r
 
+    def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int,
+                               offset: int) -> None:
+        """Commits a group's offset on one broker, as a consumer does."""
+        r = self._messaging_rpc(addr, "UpdateConsumerOffset",
+                                messaging_pb2.UpdateConsumerOffsetRequest(
+                                    consumer_group=group, topic=topic, queue_id=queue_id,
+                                    commit_offset=offset))
+        self._check(r.status, f"commit offset {offset} of {group} on {topic}-{queue_id} at "
+                    f"{addr}")
+
     def consumer_progress(self, group: str, topic: str | None = None) -> ConsumerProgress:
         """Per queue: broker offset, committed offset (-1: never), diff, lag in seconds (the
         age of the first unconsumed message) and the last consumed store time."""
