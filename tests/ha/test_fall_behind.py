@@ -54,6 +54,17 @@ def test_store_timestamp_at_records_blanks_and_the_end(tmp_path: Path) -> None:
         store.shutdown()
 
 
+def put_one_a_second(store: DefaultMessageStore, clock: list[int], count: int) -> list[int]:
+    """`count` records stored at BORN, BORN + 1 s, ...; their commitlog offsets."""
+    offsets = []
+    for i in range(count):
+        clock[0] = BORN + 1000 * i
+        r = store.put_message(Message("FB", b"y" * 100, queue_id=0))
+        assert r.append is not None
+        offsets.append(r.append.commit_log_offsets[0])
+    return offsets
+
+
 def _record_end(store: DefaultMessageStore, offset: int) -> int:
     size = int.from_bytes(store.read_commitlog(offset, 4), "big")
     return offset + size
@@ -67,12 +78,7 @@ async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
                         poll_interval=0.01, wall_clock_ms=lambda: now[0])
     await service.start()
     try:
-        offsets = []
-        for i in range(10):
-            clock[0] = BORN + 1000 * i
-            r = store.put_message(Message("FB", b"y" * 100, queue_id=0))
-            assert r.append is not None
-            offsets.append(r.append.commit_log_offsets[0])
+        offsets = put_one_a_second(store, clock, 10)
         reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
         try:
             # A slave holding records 0..3 lacks record 4, stored at BORN + 4 s.
@@ -108,12 +114,7 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
     await service.start()
     hello = SlaveHello(2, "broker-a", "10.0.0.9:10921")
     try:
-        offsets = []
-        for i in range(10):
-            clock[0] = BORN + 1000 * i
-            r = store.put_message(Message("FB", b"y" * 100, queue_id=0))
-            assert r.append is not None
-            offsets.append(r.append.commit_log_offsets[0])
+        offsets = put_one_a_second(store, clock, 10)
         reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
         writer.write(encode_hello(hello) + encode_ack(offsets[4]))
         await writer.drain()
