@@ -15,6 +15,7 @@
 # 3. Project image pyrocketmq-cluster:<hash of its sources, wheelhouse and base>, also tagged
 #    pyrocketmq-cluster:latest; skipped when that tag exists. Built from compose/Dockerfile
 #    (its build stage compiles store/_native.c; the image checks store._native imports).
+#    Older project images beyond the newest MQ_KEEP_IMAGES (3) are removed.
 #
 # The last line on stdout is the project image's tag; progress goes to stderr.
 set -euo pipefail
@@ -36,7 +37,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --base) BASE_IMAGE="$2"; shift 2 ;;
         --quiet) QUIET=1; shift ;;
-        -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         *) echo "build-images.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
 done
@@ -44,6 +45,14 @@ done
 say() { echo "build-images: $*" >&2; }
 step_start() { STEP_T0=$(date +%s%N); }
 step_done() { say "$1 ($(awk "BEGIN { printf \"%.1f\", ($(date +%s%N) - $STEP_T0) / 1e9 }") s)"; }
+stamp_lines() {
+    local t0 now line
+    t0=$(date +%s%N)
+    while IFS= read -r line; do
+        now=$(date +%s%N)
+        printf '%6d.%d %s\n' $(( (now - t0) / 1000000000 )) $(( (now - t0) / 100000000 % 10 )) "$line"
+    done
+}
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
 mkdir -p "$BUILD_DIR"
@@ -143,14 +152,23 @@ else
     step_start
     say "building $image from $BASE_IMAGE"
     build_log="$BUILD_DIR/docker-build.log"
-    if ! docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" --label "org.pyrocketmq.source-hash=$source_hash" \
-            -t "$image" "$context" >"$build_log" 2>&1; then
+    # Each line of the log is prefixed with the seconds since the build began.
+    if ! docker build --build-arg "BASE_IMAGE=$BASE_IMAGE" -t "$image" "$context" 2>&1 \
+            | stamp_lines >"$build_log"; then
         tail -30 "$build_log" >&2
         echo "build-images.sh: docker build failed (whole log: $build_log)" >&2
         exit 1
     fi
-    [ "$QUIET" = 1 ] || grep -E '^Step ' "$build_log" >&2 || true
+    [ "$QUIET" = 1 ] || grep -E '^ *[0-9.]+ Step ' "$build_log" >&2 || true
     step_done "image $image built"
 fi
 docker tag "$image" "$IMAGE_REPO:latest"
+# Each source change makes a new image: keep the newest few (and this one). An image a
+# container still uses is not removed (no -f).
+docker image ls "$IMAGE_REPO" --format '{{.CreatedAt}}|{{.Tag}}' | sort -r | cut -d'|' -f2 \
+    | grep -v -x -e latest -e "$source_hash" | tail -n +"${MQ_KEEP_IMAGES:-3}" \
+    | while read -r old_tag; do
+        docker image rm "$IMAGE_REPO:$old_tag" >/dev/null 2>&1 \
+            && say "removed the older image $IMAGE_REPO:$old_tag"
+    done || true
 echo "$image"

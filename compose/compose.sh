@@ -8,22 +8,23 @@
 # --async adds docker-compose.async.yml (ASYNC_MASTER + ASYNC_FLUSH), --in-network adds
 # docker-compose.in-network.yml (addresses for clients in containers on the compose network).
 # COMMAND is any compose command: up -d, ps, logs broker-a-0, --profile analytics up -d,
-# down -v, ...
+# down -v, ... PROJECT defaults to $COMPOSE_PROJECT_NAME, else pyrocketmq (network
+# pyrocketmq_default, volumes pyrocketmq_broker-a-0, ...).
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 files=(-f "$HERE/docker-compose.yml")
-project=()
+project=(-p "${COMPOSE_PROJECT_NAME:-pyrocketmq}")
 while [ $# -gt 0 ]; do
     case "$1" in
         --async) files+=(-f "$HERE/docker-compose.async.yml"); shift ;;
         --in-network) files+=(-f "$HERE/docker-compose.in-network.yml"); shift ;;
         -p|--project-name) project=(-p "$2"); shift 2 ;;
-        -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         *) break ;;
     esac
 done
-[ $# -gt 0 ] || { sed -n '2,11p' "$0" >&2; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,/^set /{/^#/p}' "$0" >&2; exit 2; }
 
 if docker compose version >/dev/null 2>&1; then
     compose=(docker compose)
