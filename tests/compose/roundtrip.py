@@ -6,9 +6,10 @@ compose network (it needs only mqclient and the standard library, which the imag
 
     python roundtrip.py NAMESRV_ADDR TOPIC COUNT [--probe HOST:PORT ...]
 
-prints one JSON object: the send statuses and brokers used, what was consumed, the
-container's address as broker.config.local_ip() sees it and, for each --probe address,
-whether a TCP connection to it succeeds.
+waits until every master has a slave in sync, then prints one JSON object: the send
+statuses and brokers used, what was consumed, the container's address as
+broker.config.local_ip() sees it and, for each --probe address, whether a TCP connection
+to it succeeds.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ CLUSTER = "DefaultCluster"
 QUEUES = 4
 ROUTE_TIMEOUT_S = 30.0
 CONSUME_TIMEOUT_S = 60.0
+IN_SYNC_TIMEOUT_S = 60.0
 
 
 def create_topic(namesrv: str, topic: str, groups: int) -> None:
@@ -45,6 +47,29 @@ def create_topic(namesrv: str, topic: str, groups: int) -> None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"no route of {topic} on {groups} groups after "
                                    f"{ROUTE_TIMEOUT_S:g} s")
+            time.sleep(0.2)
+
+
+def wait_for_slaves_in_sync(namesrv: str, groups: int = 2,
+                            timeout: float = IN_SYNC_TIMEOUT_S) -> None:
+    """Until `groups` masters each count a slave in sync: before that a SYNC_MASTER answers
+    SLAVE_NOT_AVAILABLE by design (health checks say only that brokers are registered)."""
+    deadline = time.monotonic() + timeout
+    with MQAdmin(namesrv) as admin:
+        while True:
+            masters = [g.master_addr for g in admin.cluster_info().all_groups()
+                       if g.master_addr is not None]
+            in_sync = []
+            for addr in masters:
+                try:
+                    in_sync.append(admin.ha_status(addr).in_sync_slave_nums > 0)
+                except AdminError:
+                    in_sync.append(False)
+            if len(masters) >= groups and all(in_sync):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"masters {masters}: slaves in sync {in_sync} after "
+                                   f"{timeout:g} s")
             time.sleep(0.2)
 
 
@@ -107,6 +132,7 @@ def main() -> None:
     args = parser.parse_args()
     from broker.config import local_ip
 
+    wait_for_slaves_in_sync(args.namesrv)
     result = round_trip(args.namesrv, args.topic, args.count)
     result["local_ip"] = local_ip()
     result["probes"] = {a: can_connect(a) for a in args.probe}

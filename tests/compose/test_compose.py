@@ -37,7 +37,7 @@ from tests.compose.cluster import (
     ComposeCluster,
     timed,
 )
-from tests.compose.roundtrip import round_trip
+from tests.compose.roundtrip import round_trip, wait_for_slaves_in_sync
 
 pytestmark = pytest.mark.timeout(1200)  # the first test may build the images from nothing
 
@@ -56,6 +56,8 @@ def cluster(docker_client: docker.DockerClient, compose_tool: list[str],
             c.compose("up", "-d")
         with timed("until every container is healthy"):
             c.wait_healthy()
+        with timed("until both masters have their slave in sync"):
+            wait_for_slaves_in_sync(c.namesrv_addr)
         yield c
     finally:
         with timed("compose down -v and the project's leftovers"):
@@ -206,10 +208,9 @@ def test_analytics_profile_collects_into_its_volume(cluster: ComposeCluster) -> 
     """The collector (host network) reaches every broker at its advertised address."""
     if not collector_built():
         pytest.skip("spark_analytics.collect (the lag collector) is not in this checkout")
-    started_ms = time.time_ns() // 1_000_000
     with timed("analytics profile: collector up and a snapshot of every broker"):
         cluster.compose("--profile", "analytics", "up", "-d", "collector")
-        rows = broker_rows_of_a_new_snapshot(cluster, started_ms)
+        rows = broker_rows_of_a_new_snapshot(cluster, time.time_ns() // 1_000_000)
     assert [(r["broker_name"], r["broker_id"], r["broker_addr"], r["reachable"], r["error"])
             for r in rows] == [
         (b[:8], int(b[9]), f"127.0.0.1:{cluster.port(b)}", True, None) for b in BROKERS]
@@ -257,10 +258,10 @@ def test_clients_inside_the_network(cluster: ComposeCluster,
     if not collector_built():
         return
     # The collector, moved onto the network by the override, reaches the brokers by name.
-    started_ms = time.time_ns() // 1_000_000
     with timed("in-network override: collector recreated and a snapshot of every broker"):
         cluster.compose("--profile", "analytics", "up", "-d", "collector",
                         files=[BASE_FILE, IN_NETWORK_FILE])
-        rows = broker_rows_of_a_new_snapshot(cluster, started_ms)
+        # Snapshots from after the old collector (host network) was replaced.
+        rows = broker_rows_of_a_new_snapshot(cluster, time.time_ns() // 1_000_000)
     assert [(r["broker_addr"], r["reachable"]) for r in rows] == [
         (f"{b}:{cluster.port(b)}", True) for b in BROKERS]
