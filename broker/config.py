@@ -67,6 +67,10 @@ class BrokerConfig:
     # Either end drops an HA link silent this long (ms).
     ha_housekeeping_interval: int = HA_HOUSEKEEPING_INTERVAL
     broker_ip1: str = ""  # the address clients reach; empty = this host's address
+    # The address the group's slaves reach this broker by (its HA address, and a slave's
+    # calls to its master's admin service): RocketMQ's brokerIP2. Empty = brokerIP1. In
+    # Docker, brokerIP1 is what the host's clients dial and brokerIP2 the container's name.
+    broker_ip2: str = ""
     broker_permission: int = PERM_READ_WRITE
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS

@@ -135,7 +135,8 @@ class BrokerController:
         ha_port = self.config.ha_listen_port
         if ha_port < 0:  # unset: listenPort + 1, or any free port when listenPort is
             ha_port = port + HA_LISTEN_PORT_OFFSET if self.config.listen_port else 0
-        self.ha_server_addr = format_host((host, ha_port))
+        ha_host = self.config.broker_ip2 or host  # slaves may reach us by another address
+        self.ha_server_addr = format_host((ha_host, ha_port))
         self.uniq_key = UniqKeyFactory(self.store_host[0])
         self.store_config.store_host = self.store_host
 
@@ -149,7 +150,7 @@ class BrokerController:
         loop = asyncio.get_running_loop()
         self.pull_hold = PullRequestHoldService(loop, store.get_max_offset_in_queue)
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
-        await self._start_ha(host, ha_port)
+        await self._start_ha(ha_host, ha_port)
         await self._start_send_channel(host, port)
 
         await server.start()

@@ -8,8 +8,11 @@ up, a slave:
 2. copies the master's topic configs (when their data version changed), consumer offsets
    (never lowering one still to be reported) and delay offsets.
 
-The master's admin address is the one the name servers answer the slave's registration
-with; without it (no name server, or no live master) there is nothing to do.
+The master's admin service is called at its listen port (from the brokerAddr the name
+servers answer the slave's registration with) on the host of its HA address (brokerIP2):
+brokerIP1 is the address clients reach, which a slave may not (in Docker: 127.0.0.1 and a
+port published on the host), while the group's own network carries replication. Without a
+master address (no name server, or no live master) there is nothing to do.
 """
 
 from __future__ import annotations
@@ -34,6 +37,17 @@ A = admin_pb2
 
 class MasterRefused(Exception):
     """The master answered a sync call with a status other than SUCCESS."""
+
+
+def master_admin_address(master_addr: str, ha_master_addr: str) -> str:
+    """Where a slave calls its master's admin service: the port of `master_addr` (the
+    master's brokerAddr, brokerIP1:listenPort) on the host of `ha_master_addr` (its HA
+    address, brokerIP2:haListenPort). `master_addr` as it is when either is unknown."""
+    if not master_addr or not ha_master_addr:
+        return master_addr
+    ha_host = ha_master_addr.rpartition(":")[0]
+    port = master_addr.rpartition(":")[2]
+    return f"{ha_host}:{port}" if ha_host and port.isdigit() else master_addr
 
 
 def _checked(response: object, call: str) -> None:
@@ -84,7 +98,9 @@ class SlaveSynchronizer:
 
     async def sync_all(self) -> bool:
         """One round; False when there is no master to copy from or a call failed."""
-        addr = self.broker.master_addr
+        ha_client = self.broker.ha_client
+        addr = master_admin_address(self.broker.master_addr,
+                                    ha_client.master_address if ha_client else "")
         if not addr:
             return False
         stub = await self._stub(addr)

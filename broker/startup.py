@@ -1,7 +1,10 @@
 """Process entry point of the broker (RocketMQ's BrokerStartup).
 
-    python -m broker -c broker.conf [-n NAMESRV_ADDR] [--log-level LEVEL]
-    mqbroker         -c broker.conf [-n NAMESRV_ADDR] [--log-level LEVEL]
+    python -m broker -c broker.conf [-n NAMESRV_ADDR] [--set KEY=VALUE ...] [--log-level LEVEL]
+    mqbroker         -c broker.conf [-n NAMESRV_ADDR] [--set KEY=VALUE ...] [--log-level LEVEL]
+
+`--set` gives a broker.conf key on the command line (it wins over the file, `-n` over
+both): one file can serve several brokers whose ports or addresses differ (compose/).
 
 Logs go to stderr. Once serving and registered it prints one line on stdout,
 ``The broker[NAME, HOST:PORT] boot success. serializeType=PROTOBUF and name server is ADDRS``
@@ -30,15 +33,33 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s - %(message)s"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (a broker.conf key), got {text!r}")
+    return key.strip(), value.strip()
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="mqbroker", description="Broker of the message cluster.")
     parser.add_argument("-c", "--config-file", required=True,
                         help="broker.conf (RocketMQ properties: brokerName=broker-a, ...)")
     parser.add_argument("-n", "--namesrv-addr", default=None,
                         help="name server addresses HOST:PORT;HOST:PORT (overrides namesrvAddr)")
+    parser.add_argument("--set", type=_key_value, action="append", default=[],
+                        metavar="KEY=VALUE", dest="set_keys",
+                        help="a broker.conf key, overriding the file (repeatable)")
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                         help="logging level (default INFO)")
     return parser.parse_args(argv)
+
+
+def config_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """broker.conf keys given on the command line: `--set` pairs, then `-n`."""
+    overrides = dict(args.set_keys)
+    if args.namesrv_addr:
+        overrides["namesrvAddr"] = args.namesrv_addr
+    return overrides
 
 
 def boot_message(controller: BrokerController) -> str:
@@ -73,9 +94,8 @@ async def serve(loaded: LoadedConfig) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
-    overrides = {"namesrvAddr": args.namesrv_addr} if args.namesrv_addr else None
     try:
-        loaded = load_config_file(args.config_file, overrides)
+        loaded = load_config_file(args.config_file, config_overrides(args))
     except ConfigError as e:
         log.error("bad configuration in %s: %s", args.config_file, e)
         return 1

@@ -27,6 +27,7 @@ autoCreateTopicEnable=false
 defaultTopicQueueNums=4
 slaveReadEnable=true
 brokerIP1=10.0.0.5
+brokerIP2=broker-a-0
 ! a bang comment
 flushConsumerOffsetInterval=\\
   1000
@@ -39,6 +40,7 @@ def test_reads_rocketmq_keys_for_broker_and_store() -> None:
     assert (b.broker_cluster_name, b.broker_name, b.broker_id) == ("DefaultCluster", "broker-a", 0)
     assert b.namesrv_addr_list == ["10.0.0.1:9876", "10.0.0.2:9876"]
     assert (b.listen_port, b.ha_listen_port, b.broker_ip1) == (10911, 10912, "10.0.0.5")
+    assert b.broker_ip2 == "broker-a-0"
     assert b.auto_create_topic_enable is False
     assert b.default_topic_queue_nums == 4
     assert b.slave_read_enable is True

@@ -14,6 +14,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from broker.startup import config_overrides, parse_args
 from mqproto import (
     admin_pb2,
     admin_pb2_grpc,
@@ -284,3 +285,24 @@ def test_bad_config_exits_1(tmp_path: Path, props: dict[str, str], error: str) -
     done = subprocess.run([sys.executable, "-m", "broker", "-c", str(conf)], cwd=REPO_ROOT,
                           env=child_env(), capture_output=True, text=True, timeout=30)
     assert done.returncode == 1 and error in done.stderr, done.stderr
+
+
+def test_set_keys_on_the_command_line_win_over_the_file() -> None:
+    args = parse_args(["-c", "b.conf", "--set", "listenPort=10921", "--set",
+                       " brokerIP1 = 127.0.0.1 ", "--set", "namesrvAddr=a:1", "-n", "b:2"])
+    assert config_overrides(args) == {"listenPort": "10921", "brokerIP1": "127.0.0.1",
+                                      "namesrvAddr": "b:2"}
+
+
+@pytest.mark.parametrize(("args", "code", "error"), [
+    (["--set", "listenPort=port"], 1, "listenPort: expected an integer"),
+    (["--set", "brokerRole=SLAVE"], 1, "a SLAVE's brokerId must be > 0"),
+    (["--set", "listenPort"], 2, "expected KEY=VALUE"),
+])
+def test_set_keys_are_checked_like_the_file(tmp_path: Path, args: list[str], code: int,
+                                            error: str) -> None:
+    conf = write_conf(tmp_path / "good.conf", broker_props(tmp_path / "s"))
+    done = subprocess.run([sys.executable, "-m", "broker", "-c", str(conf), *args],
+                          cwd=REPO_ROOT, env=child_env(), capture_output=True, text=True,
+                          timeout=30)
+    assert done.returncode == code and error in done.stderr, done.stderr
