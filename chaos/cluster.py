@@ -1,0 +1,100 @@
+"""What mqchaos asks the cluster itself, through the name servers and the brokers' admin
+service (the same for every target): preparing the topics, waiting for replication, and
+probing the replication fall-behind of a group just before a fault."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from chaos.constants import ADMIN_TIMEOUT_S, POLL_S
+from mqclient.admin import AdminError, MQAdmin
+from mqclient.admin_types import BrokerGroup
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
+
+
+class ClusterError(Exception):
+    """The cluster is not in the shape a run needs; one line for a person."""
+
+
+class ClusterObserver:
+    def __init__(self, namesrv_addr: str) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.admin = MQAdmin(namesrv_addr, timeout=ADMIN_TIMEOUT_S)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def groups(self) -> list[BrokerGroup]:
+        return self.admin.cluster_info().all_groups()
+
+    def group(self, name: str) -> BrokerGroup:
+        for g in self.groups():
+            if g.broker_name == name:
+                return g
+        raise ClusterError(f"the name servers list no broker group {name}")
+
+    # -- preparing a run -----------------------------------------------------------------------
+    def prepare_topics(self, topics: list[str], queues: int, timeout: float) -> None:
+        """Creates the topics on every master and waits until every slave has copied them
+        (a slave serves a topic it knows; it copies configs every 10 s) and every master
+        has a slave in sync."""
+        for topic in topics:
+            self.admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
+        deadline = time.monotonic() + timeout
+        groups = self.groups()
+        for g in groups:
+            for broker_id, addr in sorted(g.addrs.items()):
+                if broker_id == 0:
+                    continue
+                _wait(lambda addr=addr: set(topics) <= self._topics_of(addr), deadline,
+                      f"slave {addr} of {g.broker_name} to copy topics {', '.join(topics)}")
+            master = g.master_addr
+            if master is not None and len(g.addrs) > 1:
+                _wait(lambda master=master: self._in_sync(master), deadline,
+                      f"a slave of {g.broker_name} in sync with its master {master}")
+
+    def _topics_of(self, addr: str) -> set[str]:
+        with grpc.insecure_channel(addr) as channel:
+            try:
+                r = admin_pb2_grpc.AdminServiceStub(channel).GetTopicList(
+                    admin_pb2.GetTopicListRequest(), timeout=ADMIN_TIMEOUT_S)
+            except grpc.RpcError:
+                return set()
+        if r.status.code != common_pb2.SUCCESS:
+            return set()
+        return {c.topic_name for c in r.topic_configs}
+
+    def _in_sync(self, master: str) -> bool:
+        try:
+            return self.admin.ha_status(master).in_sync_slave_nums >= 1
+        except AdminError:
+            return False
+
+    # -- probes --------------------------------------------------------------------------------
+    def fall_behind(self, group: str) -> dict[str, Any]:
+        """The group master's view of its slaves: max offset, the best slave's ack offset and
+        fall-behind in bytes and seconds (what `mqadmin haStatus` shows)."""
+        g = self.group(group)
+        if g.master_addr is None:
+            raise ClusterError(f"broker group {group} has no master listed")
+        status = self.admin.ha_status(g.master_addr)
+        if not status.slaves:
+            raise ClusterError(f"the master of {group} reports no slave")
+        best = max(status.slaves, key=lambda s: s.ack_offset)
+        return {"group": group, "master": g.master_addr,
+                "master_max_offset": status.master_commit_log_max_offset,
+                "slave": best.addr, "slave_ack_offset": best.ack_offset,
+                "fall_behind_bytes": best.fall_behind_bytes,
+                "fall_behind_seconds": best.fall_behind_seconds,
+                "in_sync": best.in_sync}
+
+
+def _wait(condition: Callable[[], bool], deadline: float, what: str) -> None:
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out waiting for {what}")
+        time.sleep(POLL_S)
