@@ -2,8 +2,9 @@
 JSON-able dicts). Modelled on Jepsen's queue checkers and OpenMessaging Chaos's MQ, order
 and recovery (RTO) checkers.
 
-- check_queue: acknowledged but never consumed (lost), consumed more than once
-  (duplicates), consumed but never sent (unexpected). A send that failed, timed out or never
+- check_queue: acknowledged but never consumed nor found by the final read (lost),
+  consumed more than once (duplicates), consumed but never sent (unexpected), found by the
+  final read but never consumed (undelivered). A send that failed, timed out or never
   completed is *unknown*: consumed is fine (`recovered`, as Jepsen says), not consumed too.
 - check_order: per key of the ordered sends, a message consumed for the first time after a
   later one of its key was consumed (a redelivery is a duplicate, not an order violation).
@@ -28,6 +29,7 @@ from chaos.operations import (
     Operation,
     consumes,
     fault_windows,
+    final_reads,
     history_end,
     ordered_entries,
     probes,
@@ -54,13 +56,15 @@ def check_queue(entries: Sequence[Entry]) -> dict[str, Any]:
     entries = ordered_entries(entries)
     send_ops = sends(entries)
     delivered = collections.Counter(op.id for op in consumes(entries))
+    stored = final_reads(entries)
     attempted = {op.id: op for op in send_ops}
     acked = {op.id for op in send_ops if op.acknowledged}
     weak = {op.id: op.value.get("status") for op in send_ops if op.ok and not op.acknowledged}
     unknown = {op.id for op in send_ops if op.failed}
     failed_definitely = {op.id for op in send_ops if op.type == "fail"}
-    lost = _sort_ids([i for i in acked if not delivered[i]])
-    lost_weak = _sort_ids([i for i in weak if not delivered[i]])
+    lost = _sort_ids([i for i in acked if not delivered[i] and i not in stored])
+    lost_weak = _sort_ids([i for i in weak if not delivered[i] and i not in stored])
+    undelivered = _sort_ids([i for i in stored if not delivered[i]])
     duplicates = {i: n for i, n in delivered.items() if n > 1}
     unexpected = _sort_ids([i for i in delivered if i not in attempted])
     recovered = _sort_ids([i for i in unknown if delivered[i]])
@@ -78,6 +82,10 @@ def check_queue(entries: Sequence[Entry]) -> dict[str, Any]:
         "lost": _examples(lost),
         "lost_weak_count": len(lost_weak),
         "lost_weak": _examples(lost_weak),
+        # still stored on a broker at the end (the final read found them), yet never given
+        # to the consumer group: not lost, but not delivered either
+        "undelivered_count": len(undelivered),
+        "undelivered": _examples(undelivered),
         "duplicate_count": len(duplicates),
         "duplicate_deliveries": sum(n - 1 for n in duplicates.values()),
         # how many messages were delivered twice, three times, ...
@@ -258,7 +266,7 @@ def check_loss_within_fall_behind(entries: Sequence[Entry]) -> dict[str, Any]:
     the probe and the kill)."""
     entries = ordered_entries(entries)
     send_ops = sends(entries)
-    delivered = {op.id for op in consumes(entries)}
+    delivered = {op.id for op in consumes(entries)} | final_reads(entries)
     results = []
     for probe in probes(entries, FALL_BEHIND):
         v = probe["value"]

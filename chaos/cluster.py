@@ -13,7 +13,13 @@ import grpc
 from chaos.constants import ADMIN_TIMEOUT_S, POLL_S
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.admin_types import BrokerGroup
-from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+
+# Raw pulls of the final read: the tools' group, which commits nothing (MixAll).
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+PULL_BATCH = 32
+# (topic, broker group, queue id) -> queue offsets to look for
+Wanted = dict[tuple[str, str, int], set[int]]
 
 
 class ClusterError(Exception):
@@ -74,6 +80,30 @@ class ClusterObserver:
         except AdminError:
             return False
 
+    # -- the final read ------------------------------------------------------------------------
+    def final_read(self, wanted: Wanted) -> tuple[list[dict[str, Any]], list[str]]:
+        """Reads the given queue offsets back with raw pulls from any live broker of their
+        group (master first, then slaves), committing nothing: what is still in the cluster.
+        Returns the messages found (their properties) and the queues no broker answered."""
+        try:
+            groups = {g.broker_name: g for g in self.groups()}
+        except AdminError as e:
+            return [], [f"name servers: {e}"]
+        found: list[dict[str, Any]] = []
+        unanswered: list[str] = []
+        for (topic, group, queue), offsets in sorted(wanted.items()):
+            g = groups.get(group)
+            addrs = [a for _, a in sorted(g.addrs.items())] if g is not None else []
+            for addr in addrs:
+                got = _pull_range(addr, topic, queue, min(offsets), max(offsets) + 1)
+                if got is not None:
+                    found += [dict(m, broker=group, addr=addr) for m in got
+                              if m["queue_offset"] in offsets]
+                    break
+            else:
+                unanswered.append(f"{topic}@{group}-{queue}")
+        return found, unanswered
+
     # -- probes --------------------------------------------------------------------------------
     def fall_behind(self, group: str) -> dict[str, Any]:
         """The group master's view of its slaves: max offset, the best slave's ack offset and
@@ -91,6 +121,33 @@ class ClusterObserver:
                 "fall_behind_bytes": best.fall_behind_bytes,
                 "fall_behind_seconds": best.fall_behind_seconds,
                 "in_sync": best.in_sync}
+
+
+def _pull_range(addr: str, topic: str, queue: int, start: int, end: int
+                ) -> list[dict[str, Any]] | None:
+    """Messages of queue offsets [start, end) on one broker; None when it does not answer."""
+    out: list[dict[str, Any]] = []
+    offset = start
+    with grpc.insecure_channel(addr) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        while offset < end:
+            try:
+                r = stub.PullMessage(messaging_pb2.PullMessageRequest(
+                    consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue,
+                    queue_offset=offset, max_msg_nums=min(PULL_BATCH, end - offset),
+                    subscription="*"), timeout=ADMIN_TIMEOUT_S)
+            except grpc.RpcError:
+                return None
+            if r.status.code not in (common_pb2.SUCCESS, common_pb2.NO_MATCHED_MSG):
+                break  # NO_NEW_MSG, OFFSET_ILLEGAL...: nothing more here
+            for m in r.messages:
+                sp = m.system_properties
+                out.append({"queue_offset": sp.queue_offset, "properties": dict(m.user_properties),
+                            "body": m.body[:64]})
+            if r.next_begin_offset <= offset:
+                break
+            offset = r.next_begin_offset
+    return out
 
 
 def _wait(condition: Callable[[], bool], deadline: float, what: str) -> None:

@@ -6,15 +6,23 @@ from __future__ import annotations
 PROPERTY_KEY = "chaos_key"
 PROPERTY_SEQ = "chaos_seq"
 
+# Consumers throttled to keep a backlog pull this many messages per call and cache at most
+# about twice this per queue (the client's defaults: 32 and 1000).
+THROTTLED_PULL_BATCH = 8
+
 # Each client shutdown is waited for this long; one that hangs is reported, not waited on.
 SHUTDOWN_TIMEOUT_S = 30.0
 # Producer threads end within a send timeout (3 s) after the send phase; waited this long.
 PRODUCER_JOIN_TIMEOUT_S = 30.0
 
-# After the send phase: wait until every acknowledged message was consumed, or until no
-# message came for DRAIN_QUIET_S, and never longer than DRAIN_MAX_S.
-DRAIN_QUIET_S = 10.0
-DRAIN_MAX_S = 90.0
+# After the send phase: wait until every acknowledged message was consumed; or, once no
+# message came for DRAIN_CHECK_S, until a final read finds none of the missing ones on any
+# broker (they are lost: nothing to wait for); or until no message came for DRAIN_QUIET_S
+# (longer than the 30 s a client skips a broker address whose pull failed); never longer
+# than DRAIN_MAX_S.
+DRAIN_CHECK_S = 5.0
+DRAIN_QUIET_S = 40.0
+DRAIN_MAX_S = 120.0
 
 # Preparing the cluster: topics reach the slaves (every 10 s, slaveSynchronizeInterval),
 # slaves in sync, a restarted broker booted and registered.

@@ -11,7 +11,9 @@ Each entry (Jepsen's operation model, OpenMessaging Chaos's history file):
 - `type`: `invoke` (an operation begins), `ok` (it did what was asked), `fail` (it certainly
   did not), `info` (unknown outcome: a timeout, a broken connection; or an event that is not
   an operation: run, fault and probe entries).
-- `f`: `send`, `consume` (an `ok` only: a message a listener was given), `fault` (value
+- `f`: `send`, `consume` (an `ok` only: a message a listener was given), `read` (an `ok`
+  only: a message the final read found still stored on a broker, though never consumed),
+  `fault` (value
   `phase` start / end of a fault window, with its `window` number), `probe` (what the
   cluster reported, e.g. replication fall-behind), `run` (start / end of the run).
 - `error` on `fail` / `info` completions: the client's status (`TIMEOUT`, `SEND_FAILED`,
@@ -29,7 +31,8 @@ from typing import IO, Any
 
 INVOKE, OK, FAIL, INFO = "invoke", "ok", "fail", "info"
 TYPES = frozenset({INVOKE, OK, FAIL, INFO})
-SEND, CONSUME, FAULT, PROBE, RUN = "send", "consume", "fault", "probe", "run"
+SEND, CONSUME, READ, FAULT, PROBE, RUN = "send", "consume", "read", "fault", "probe", "run"
+FINAL_READ = "final-read"
 START, END = "start", "end"
 NEMESIS = "nemesis"
 FALL_BEHIND = "fall-behind"  # probe kind: a master's view of its slave's replication

@@ -24,6 +24,7 @@ from chaos.scenarios import Step
 from mqclient.admin import AdminError
 
 log = logging.getLogger(__name__)
+ENDS_A_PAUSE = frozenset({"kill", "stop"})
 
 
 class Nemesis:
@@ -63,6 +64,10 @@ class Nemesis:
                 return
             self.open[(step.fault, step.node)] = window
             self._note("applied", step.fault, step.node, window, detail=detail)
+            if step.fault in ENDS_A_PAUSE:  # the frozen process is gone: its pause is over
+                paused = self.open.pop(("pause", step.node), None)
+                if paused is not None:
+                    self._note(END, "pause", step.node, paused, ended_by=step.fault)
 
     def heal(self, fault: str, node: str) -> None:
         with self._lock:

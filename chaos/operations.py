@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from chaos.history import CONSUME, END, FAIL, FAULT, INFO, INVOKE, OK, PROBE, RUN, SEND, Entry
+from chaos.history import CONSUME, END, FAULT, INVOKE, OK, PROBE, READ, RUN, SEND, Entry
 
 SEND_OK = "SEND_OK"
 
@@ -118,6 +118,11 @@ def consumes(entries: Sequence[Entry]) -> list[Operation]:
     return [op for op in operations(entries, CONSUME) if op.type == OK]
 
 
+def final_reads(entries: Sequence[Entry]) -> set[str]:
+    """Ids of the messages the final read found stored on a broker."""
+    return {str(e["value"].get("id")) for e in entries if e["f"] == READ and e["type"] == OK}
+
+
 def fault_windows(entries: Sequence[Entry]) -> list[FaultWindow]:
     """Start / end entries paired by their `window` number (else by fault and node)."""
     starts: dict[Any, Entry] = {}
@@ -159,5 +164,3 @@ def run_info(entries: Sequence[Entry]) -> dict[str, Any]:
 def history_end(entries: Sequence[Entry]) -> float:
     return max((e["time"] for e in entries), default=0.0)
 
-
-UNKNOWN_TYPES = (FAIL, INFO, None)

@@ -30,7 +30,7 @@ class Progress:
         c = self.counters
         with c.lock:
             ok, failed, consumed = c.sent_ok, c.sent_failed, c.consumed
-            missing = len(c.acked - c.delivered)
+            missing = len(c.acked.keys() - c.delivered)
         faults = ", ".join(f"{f} {n}" for f, n in self.nemesis.open) or "none"
         phase = "draining" if draining else f"{elapsed:5.1f}/{self.duration_s:.0f}s"
         return (f"{self.name} {phase}  sent ok {ok} failed/unknown {failed}  consumed "

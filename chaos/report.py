@@ -48,6 +48,7 @@ def summary(result: dict[str, Any]) -> str:
         f"consumed: {q['consumed_distinct']} messages in {q['deliveries']} deliveries",
         f"lost: {q['lost_count']}" + (f" {q['lost'][:5]}" if q["lost_count"] else "")
         + (f"   lost weak acks: {q['lost_weak_count']}" if q["lost_weak_count"] else "")
+        + f"   undelivered (still stored): {q['undelivered_count']}"
         + f"   unexpected: {q['unexpected_count']}"
         + f"   duplicates: {q['duplicate_count']} messages, {q['duplicate_deliveries']} extra "
         f"deliveries" + (f" ({dup_hist})" if dup_hist else ""),

@@ -30,6 +30,7 @@ from chaos.constants import (
     CHART_FILE,
     CLIENT_LOG_FILE,
     CLUSTER_DIR,
+    DRAIN_CHECK_S,
     DRAIN_MAX_S,
     DRAIN_QUIET_S,
     HISTORY_FILE,
@@ -39,11 +40,23 @@ from chaos.constants import (
     SUMMARY_FILE,
 )
 from chaos.faults import FaultError, FaultInjector
-from chaos.history import END, INFO, RUN, RUNNER, START, HistoryWriter, read_history
+from chaos.history import (
+    END,
+    FINAL_READ,
+    INFO,
+    OK,
+    READ,
+    RUN,
+    RUNNER,
+    START,
+    HistoryWriter,
+    message_id,
+    read_history,
+)
 from chaos.nemesis import Nemesis
 from chaos.progress import Progress
 from chaos.scenarios import Scenario
-from chaos.workload import Workload, WorkloadConfig
+from chaos.workload import Workload, WorkloadConfig, identity
 from mqclient.admin import AdminError
 from mqclient.cli.local_cluster import LocalClusterError, is_alive
 from mqclient.cli.mqcluster import load_state
@@ -239,9 +252,10 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         nemesis.heal_all(everything=scenario.heal_at_end)
         workload.consume_freely()
         note(RUNNER, "drain", {"missing": workload.counters.missing()})
-        _drain(workload, options, lambda: progress.tick(history.now() - phase_start,
-                                                        draining=True))
-        note(RUNNER, "drained", {"missing": workload.counters.missing()})
+        why = _drain(workload, observer, options,
+                     lambda: progress.tick(history.now() - phase_start, draining=True))
+        note(RUNNER, "drained", {"missing": workload.counters.missing(), "why": why})
+        _final_read(workload, observer, history)
     finally:
         stop_sending.set()
         if nemesis_thread is not None:
@@ -255,18 +269,43 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         injector.close()
 
 
-def _drain(workload: Workload, options: RunOptions, tick: Callable[[], None]) -> None:
-    """Until every acknowledged message was consumed, or nothing came for a while."""
+def _drain(workload: Workload, observer: ClusterObserver, options: RunOptions,
+           tick: Callable[[], None]) -> str:
+    """Waits for the consumers to take what is still to consume; returns why it stopped."""
     deadline = time.monotonic() + options.drain_max_s
-    last_count, last_change = -1, time.monotonic()
-    while workload.counters.missing() and time.monotonic() < deadline:
+    last_count, last_change, last_read = -1, time.monotonic(), 0.0
+    while time.monotonic() < deadline:
+        if not workload.counters.missing():
+            return "everything acknowledged was consumed"
+        now = time.monotonic()
         count = workload.counters.consumed
         if count != last_count:
-            last_count, last_change = count, time.monotonic()
-        elif time.monotonic() - last_change > options.drain_quiet_s:
-            return
+            last_count, last_change = count, now
+        quiet = now - last_change
+        if quiet >= options.drain_quiet_s:
+            return f"nothing consumed for {options.drain_quiet_s:.0f} s"
+        if quiet >= DRAIN_CHECK_S and now - last_read >= DRAIN_CHECK_S:
+            last_read = now
+            found, unanswered = observer.final_read(workload.counters.missing_where())
+            if not found and not unanswered:
+                return "no broker holds the messages still missing"
         tick()
         time.sleep(0.2)
+    return f"drain time over ({options.drain_max_s:.0f} s)"
+
+
+def _final_read(workload: Workload, observer: ClusterObserver, history: HistoryWriter) -> None:
+    """Records which acknowledged messages never consumed are still on a broker."""
+    wanted = workload.counters.missing_where()
+    found, unanswered = observer.final_read(wanted) if wanted else ([], [])
+    for m in found:
+        key, seq = identity(m["properties"], m["body"])
+        history.append(FINAL_READ, OK, READ, {
+            "id": message_id(key, seq), "key": key, "seq": seq, "broker": m["broker"],
+            "queue_offset": m["queue_offset"], "addr": m["addr"]})
+    history.append(RUNNER, INFO, RUN, {
+        "phase": FINAL_READ, "looked_for": sum(map(len, wanted.values())),
+        "found": len(found), "queues_unanswered": unanswered})
 
 
 # -- checking ----------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from chaos.constants import (
     PROPERTY_KEY,
     PROPERTY_SEQ,
     SHUTDOWN_TIMEOUT_S,
+    THROTTLED_PULL_BATCH,
 )
 from chaos.history import CONSUME, FAIL, INFO, INVOKE, OK, SEND, HistoryWriter, message_id
 from mqclient import (
@@ -114,13 +115,23 @@ class Counters:
         self.sent_ok = 0
         self.sent_failed = 0
         self.consumed = 0
-        self.acked: set[str] = set()
+        # acknowledged message -> where it was stored: (topic, broker group, queue, offset)
+        self.acked: dict[str, tuple[str, str, int, int]] = {}
         self.delivered: set[str] = set()
 
     def missing(self) -> int:
         """Acknowledged messages not consumed yet."""
         with self.lock:
-            return len(self.acked - self.delivered)
+            return len(self.acked.keys() - self.delivered)
+
+    def missing_where(self) -> dict[tuple[str, str, int], set[int]]:
+        """The queue offsets of the acknowledged messages not consumed yet."""
+        out: dict[tuple[str, str, int], set[int]] = {}
+        with self.lock:
+            for mid in self.acked.keys() - self.delivered:
+                topic, broker, queue, offset = self.acked[mid]
+                out.setdefault((topic, broker, queue), set()).add(offset)
+        return out
 
 
 class Workload:
@@ -152,10 +163,16 @@ class Workload:
             self._throttles.append(throttle)
             for i in range(self.config.consumers):
                 process = f"consumer-{stream}-{i}"
+                # A throttled consumer pulls little ahead, so that its backlog stays on the
+                # brokers: what it pulled from a master before the master died would count
+                # as delivered, whether or not the slave has it.
+                cache = ({"pull_batch_size": THROTTLED_PULL_BATCH,
+                          "pull_threshold_for_queue": THROTTLED_PULL_BATCH}
+                         if c.consume_ratio > 0 else {})
                 consumer = PushConsumer(
                     self.config.group(stream), self.namesrv_addr,
                     message_model=MessageModel.CLUSTERING,
-                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+                    consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET, **cache)
                 consumer.subscribe(topic, "*")
                 listener = self._listener(process, throttle)
                 if orderly:
@@ -266,7 +283,9 @@ class Workload:
             with self.counters.lock:
                 self.counters.sent_ok += 1
                 if r.status.value == "SEND_OK":
-                    self.counters.acked.add(mid)
+                    mq = r.message_queue
+                    self.counters.acked[mid] = (topic, mq.broker_name, mq.queue_id,
+                                                r.queue_offset)
 
     def _failed(self, process: str, mid: str, type_: str, code: str, text: str,
                 started: float) -> None:
@@ -314,10 +333,14 @@ def _balanced(consumers: list[PushConsumer], topic: str, queues: int) -> bool:
 
 
 def _identity(m: MessageExt) -> tuple[str, int]:
-    """The message's key and sequence number (properties; else the head of its body)."""
-    key, seq = m.properties.get(PROPERTY_KEY), m.properties.get(PROPERTY_SEQ)
+    return identity(m.properties, m.body)
+
+
+def identity(properties: dict[str, str], body: bytes) -> tuple[str, int]:
+    """A message's key and sequence number (properties; else the head of its body)."""
+    key, seq = properties.get(PROPERTY_KEY), properties.get(PROPERTY_SEQ)
     if key is None or seq is None:
-        head = m.body.split(b" ", 1)[0].decode("utf-8", errors="replace")
+        head = body.split(b" ", 1)[0].decode("utf-8", errors="replace")
         key, _, seq = head.rpartition("#")
     try:
         return key, int(seq)
