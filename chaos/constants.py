@@ -8,7 +8,7 @@ PROPERTY_SEQ = "chaos_seq"
 
 # Consumers throttled to keep a backlog pull this many messages per call and cache at most
 # about twice this per queue (the client's defaults: 32 and 1000).
-THROTTLED_PULL_BATCH = 8
+THROTTLED_PULL_BATCH = 32
 
 # Each client shutdown is waited for this long; one that hangs is reported, not waited on.
 SHUTDOWN_TIMEOUT_S = 30.0
@@ -31,6 +31,7 @@ RESTART_TIMEOUT_S = 60.0
 # Consumers of a group share the queues before the send phase begins (an orderly consumer
 # that lost the race for a queue's lock tries again at the next rebalance, 20 s later).
 BALANCE_TIMEOUT_S = 45.0
+BALANCE_NUDGE_S = 2.0  # not balanced yet: ask the group's consumers to rebalance now
 POLL_S = 0.2
 ADMIN_TIMEOUT_S = 3.0
 

@@ -5,8 +5,9 @@ containers)."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from chaos.constants import POLL_S, RESTART_TIMEOUT_S
@@ -32,6 +33,18 @@ def docker_client() -> Any:
     except Exception as e:  # noqa: BLE001 - docker raises several kinds here
         raise FaultError(f"no Docker engine answers: {e}") from None
     return client
+
+
+@contextlib.contextmanager
+def _api(node: str, what: str) -> Iterator[None]:
+    """Docker API errors as FaultError, one line naming the node."""
+    import docker.errors
+    try:
+        yield
+    except docker.errors.NotFound as e:
+        raise FaultError(f"{what} {node}: gone ({e.explanation})") from None
+    except docker.errors.APIError as e:
+        raise FaultError(f"{what} {node}: {e.explanation or e}") from None
 
 
 class DockerInjector(FaultInjector):
@@ -70,6 +83,8 @@ class DockerInjector(FaultInjector):
             return self.client.containers.get(self.containers[node])
         except docker.errors.NotFound:
             raise FaultError(f"container {self.containers[node]} of {node} is gone") from None
+        except docker.errors.APIError as e:
+            raise FaultError(f"container {self.containers[node]} of {node}: {e}") from None
 
     def _wait_state(self, container: Any, node: str, done: Callable[[dict[str, Any]], bool],
                     what: str, timeout: float = STATE_WAIT_S) -> None:
@@ -89,13 +104,15 @@ class DockerInjector(FaultInjector):
 
     def kill(self, node: str) -> Detail:
         c, started = self._container(node), time.monotonic()
-        c.kill(signal="SIGKILL")
+        with _api(node, "kill"):
+            c.kill(signal="SIGKILL")
         self._wait_state(c, node, lambda s: not s["Running"], "dead")
         return self._detail(c, started, signal="SIGKILL")
 
     def stop(self, node: str) -> Detail:
         c, started = self._container(node), time.monotonic()
-        c.stop(timeout=STOP_TIMEOUT_S)
+        with _api(node, "stop"):
+            c.stop(timeout=STOP_TIMEOUT_S)
         self._wait_state(c, node, lambda s: not s["Running"], "stopped")
         return self._detail(c, started, exit_code=c.attrs["State"].get("ExitCode"))
 
@@ -105,7 +122,8 @@ class DockerInjector(FaultInjector):
         c, started = self._container(node), time.monotonic()
         if c.attrs["State"]["Running"]:
             raise FaultError(f"{node} ({c.name}) is still running")
-        c.start()
+        with _api(node, "start"):
+            c.start()
 
         def up(state: dict[str, Any]) -> bool:
             if not state["Running"]:
@@ -118,13 +136,15 @@ class DockerInjector(FaultInjector):
 
     def pause(self, node: str) -> Detail:
         c, started = self._container(node), time.monotonic()
-        c.pause()
+        with _api(node, "pause"):
+            c.pause()
         self._wait_state(c, node, lambda s: s["Paused"], "paused")
         return self._detail(c, started)
 
     def resume(self, node: str) -> Detail:
         c, started = self._container(node), time.monotonic()
-        c.unpause()
+        with _api(node, "unpause"):
+            c.unpause()
         self._wait_state(c, node, lambda s: not s["Paused"], "unpaused")
         return self._detail(c, started)
 
@@ -138,7 +158,8 @@ class DockerInjector(FaultInjector):
         cut = []
         for name, endpoint in networks.items():
             aliases = [a for a in (endpoint.get("Aliases") or []) if a != c.id[:12]]
-            self.client.networks.get(name).disconnect(c)
+            with _api(node, "disconnect"):
+                self.client.networks.get(name).disconnect(c)
             cut.append((name, aliases))
         self._cut[node] = cut
         c.reload()
@@ -153,7 +174,8 @@ class DockerInjector(FaultInjector):
         if cut is None:
             raise FaultError(f"{node} was not disconnected by this injector")
         for name, aliases in cut:
-            self.client.networks.get(name).connect(c, aliases=aliases or None)
+            with _api(node, "connect"):
+                self.client.networks.get(name).connect(c, aliases=aliases or None)
         return self._detail(c, started, networks=[n for n, _ in cut])
 
     def close(self) -> None:

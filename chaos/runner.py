@@ -232,9 +232,10 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         except (ClusterError, AdminError) as e:
             raise RunError(f"preparing the cluster: {e}") from None
         workload.start_consumers()
+        started = time.monotonic()
         balanced = workload.wait_balanced(BALANCE_TIMEOUT_S)
         note(RUNNER, "consumers balanced" if balanced else "consumers not balanced",
-             {"timeout_s": BALANCE_TIMEOUT_S})
+             {"took_s": round(time.monotonic() - started, 3), "timeout_s": BALANCE_TIMEOUT_S})
         workload.start_producers()
         phase_start = history.now()
         note(RUNNER, "send-phase", {"duration_s": duration})

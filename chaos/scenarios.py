@@ -153,7 +153,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         "down, so what its slave lacked is lost",
         ClusterShape(role="ASYNC_MASTER", flush="ASYNC_FLUSH"),
         (Step(0.5, "start", "kill", "broker-a-0", probe_fall_behind="broker-a"),),
-        heal_at_end=False, ordered_producers=0, rate=800.0, consume_ratio=0.5,
+        heal_at_end=False, ordered_producers=0, rate=800.0, consume_ratio=0.8,
         expect=expect_loss_within_fall_behind),
     Scenario(
         "kill-master-async-lagging",

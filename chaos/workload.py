@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from chaos.constants import (
+    BALANCE_NUDGE_S,
     PROPERTY_KEY,
     PROPERTY_SEQ,
     SHUTDOWN_TIMEOUT_S,
@@ -197,9 +198,18 @@ class Workload:
         topics = {self.config.group("plain"): self.config.plain_topic,
                   self.config.group("ordered"): self.config.ordered_topic}
         want = self.config.queues * self._masters
+        nudge_at = time.monotonic() + BALANCE_NUDGE_S
         while time.monotonic() < deadline:
-            if all(_balanced(consumers, topics[g], want) for g, consumers in by_group.items()):
+            pending = [consumers for g, consumers in by_group.items()
+                       if not _balanced(consumers, topics[g], want)]
+            if not pending:
                 return True
+            if time.monotonic() >= nudge_at:
+                # An orderly consumer that lost the race for a queue's lock to the consumer
+                # giving it up tries again only at its next rebalance (20 s): ask for it now.
+                for consumer in (c for consumers in pending for c in consumers):
+                    consumer.rebalance_immediately()
+                nudge_at = time.monotonic() + BALANCE_NUDGE_S
             time.sleep(0.2)
         return False
 
