@@ -5,7 +5,7 @@
     mqchaos scenarios
 
 Exit codes: 0 the scenario passed (check: the history is valid), 1 it did not, 2 bad
-arguments, 3 the run could not be carried out (no cluster, a fault that failed to start...).
+arguments, 3 the run could not be carried out (no cluster, a cluster of the wrong shape...).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from chaos.cluster import ClusterError, ClusterObserver
-from chaos.faults import ALWAYS_HEALED, FaultError, FaultInjector, heal_fault, start_fault
+from chaos.faults import ALWAYS_HEALED, FaultInjector, heal_fault, start_fault
 from chaos.history import (
     END,
     FALL_BEHIND,
@@ -58,7 +58,7 @@ class Nemesis:
             self._note(START, step.fault, step.node, window)
             try:
                 detail = start_fault(self.injector, step.fault, step.node)
-            except FaultError as e:
+            except Exception as e:  # noqa: BLE001 - FaultError, or an OS / API error
                 self._error(f"{step.fault} {step.node} failed: {e}")
                 self._note(END, step.fault, step.node, window, error=str(e))
                 return
@@ -78,7 +78,7 @@ class Nemesis:
             self._note("healing", fault, node, window)
             try:
                 detail = heal_fault(self.injector, fault, node)
-            except FaultError as e:
+            except Exception as e:  # noqa: BLE001 - FaultError, or an OS / API error
                 self._error(f"healing {fault} {node} failed: {e}")
                 self._note("heal-failed", fault, node, window, error=str(e))
                 return

@@ -313,8 +313,12 @@ def _final_read(workload: Workload, observer: ClusterObserver, history: HistoryW
 def evaluate(entries: list[dict[str, Any]], scenario: Scenario | None) -> dict[str, Any]:
     """The checkers' result plus the scenario's verdict (when the history names one)."""
     result = check(entries)
+    result["nemesis_errors"] = [err for e in entries if e["f"] == RUN
+                                and e["value"].get("phase") == END
+                                for err in e["value"].get("nemesis_errors", [])]
     if scenario is not None:
-        problems = scenario.expect(result)
+        problems = [f"fault injection: {err}" for err in result["nemesis_errors"]]
+        problems += scenario.expect(result)
         result["scenario"] = {"name": scenario.name, "description": scenario.description,
                               "problems": problems, "passed": not problems}
     return result
