@@ -259,22 +259,26 @@ def check_errors_outside_faults(entries: Sequence[Entry]) -> dict[str, Any]:
 # -- loss against the replication fall-behind --------------------------------------------------
 def check_loss_within_fall_behind(entries: Sequence[Entry]) -> dict[str, Any]:
     """For each fall-behind probe taken just before a fault (value `before_window`): the
-    group's lost messages (acknowledged, never consumed) must all lie at or beyond the
-    slave's acknowledged commitlog offset. Compared in messages through their commitlog
-    offsets: `behind_messages` are the group's acknowledged messages inside the reported
-    byte range [slave ack, master max), `written_after_probe` those beyond it (sent between
-    the probe and the kill)."""
+    group's lost messages (acknowledged before the fault, never consumed nor found by the
+    final read) must all lie at or beyond the slave's acknowledged commitlog offset.
+    Compared in messages through their commitlog offsets: `behind_messages` are the group's
+    acknowledged messages inside the reported byte range [slave ack, master max),
+    `written_after_probe` those beyond it (sent between the probe and the kill)."""
     entries = ordered_entries(entries)
     send_ops = sends(entries)
     delivered = {op.id for op in consumes(entries)} | final_reads(entries)
+    starts = {w.window: w.start for w in fault_windows(entries)}
     results = []
     for probe in probes(entries, FALL_BEHIND):
         v = probe["value"]
         if v.get("before_window") is None:
             continue
         group, ack, top = v.get("group"), int(v["slave_ack_offset"]), int(v["master_max_offset"])
+        # what the group acknowledged before the fault (a master restarted later writes on)
+        fault_start = starts.get(v["before_window"], float("inf"))
         acked = [op for op in send_ops if op.acknowledged and op.value.get("broker") == group
-                 and isinstance(op.value.get("commit_log_offset"), int)]
+                 and isinstance(op.value.get("commit_log_offset"), int)
+                 and op.complete_time is not None and op.complete_time <= fault_start]
         lost = [op for op in acked if op.id not in delivered]
         below = [op.id for op in lost if op.value["commit_log_offset"] < ack]
         offsets = sorted(op.value["commit_log_offset"] for op in acked)

@@ -230,3 +230,13 @@ def test_probes_not_taken_before_a_fault_are_ignored() -> None:
          {**probe(2.0, ack=1000, top=1100), "value": {
              **probe(2.0, ack=1000, top=1100)["value"], "before_window": None}}]
     assert check_loss_within_fall_behind(h)["probes"] == []
+
+
+def test_fall_behind_counts_only_what_was_acknowledged_before_the_fault() -> None:
+    """A master restarted after the kill writes on at higher offsets: not 'after the probe'."""
+    h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
+         fault(2.3, "start"), fault(5.0, "end"),
+         *sent(6.0, 6.1, "p0", "k", 1, offset=1500), consume(6.5, "k", 0)]
+    [p] = check_loss_within_fall_behind(h)["probes"]
+    assert p["written_after_probe"] == 0 and p["lost_messages"] == 0
+    assert check_queue(h)["lost"] == ["k#1"]  # the queue checker still sees it
