@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.history import FALL_BEHIND, Entry
+from chaos.history import FALL_BEHIND, RUN, RUNNER, Entry
 from chaos.operations import (
     SEND_OK,
     FaultWindow,
@@ -70,6 +70,7 @@ def check_queue(entries: Sequence[Entry]) -> dict[str, Any]:
     recovered = _sort_ids([i for i in unknown if delivered[i]])
     recovered_failed = _sort_ids([i for i in failed_definitely if delivered[i]])
     dup_counts = collections.Counter(duplicates.values())
+    by_phase = _redeliveries_by_phase(entries)
     return {
         "attempted": len(attempted),
         "acknowledged": len(acked),
@@ -91,6 +92,9 @@ def check_queue(entries: Sequence[Entry]) -> dict[str, Any]:
         # how many messages were delivered twice, three times, ...
         "duplicate_histogram": {str(k): dup_counts[k] for k in sorted(dup_counts)},
         "duplicates": {i: duplicates[i] for i in _examples(_sort_ids(duplicates))},
+        # when the extra deliveries came: in a fault window, in the send phase outside one,
+        # while draining, or after the drain (while the clients shut down)
+        "duplicate_deliveries_by_phase": by_phase,
         "unexpected_count": len(unexpected),
         "unexpected": _examples(unexpected),
         "recovered_count": len(recovered),  # unknown sends that were consumed
@@ -104,6 +108,30 @@ def check_queue(entries: Sequence[Entry]) -> dict[str, Any]:
         "at_most_once": not duplicates,
         "valid": not lost and not unexpected and not recovered_failed,
     }
+
+
+def _redeliveries_by_phase(entries: Sequence[Entry]) -> dict[str, int]:
+    marks = {e["value"].get("phase"): e["time"] for e in entries
+             if e["f"] == RUN and e["process"] == RUNNER}
+    drain, drained = marks.get("drain", float("inf")), marks.get("drained", float("inf"))
+    end = history_end(entries)
+    windows = fault_windows(entries)
+    seen: set[str] = set()
+    out: collections.Counter[str] = collections.Counter()
+    for op in consumes(entries):
+        if op.id not in seen:
+            seen.add(op.id)
+            continue
+        t = op.invoke_time
+        if t >= drained:
+            out["shutdown"] += 1
+        elif t >= drain:
+            out["drain"] += 1
+        elif any(w.start <= t <= w.until(end) for w in windows):
+            out["fault windows"] += 1
+        else:
+            out["send phase"] += 1
+    return dict(out)
 
 
 # -- order -------------------------------------------------------------------------------------

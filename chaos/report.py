@@ -51,7 +51,8 @@ def summary(result: dict[str, Any]) -> str:
         + f"   undelivered (still stored): {q['undelivered_count']}"
         + f"   unexpected: {q['unexpected_count']}"
         + f"   duplicates: {q['duplicate_count']} messages, {q['duplicate_deliveries']} extra "
-        f"deliveries" + (f" ({dup_hist})" if dup_hist else ""),
+        f"deliveries" + (f" ({dup_hist}; when: {q['duplicate_deliveries_by_phase']})"
+                         if dup_hist else ""),
         f"order: {order['keys_checked']} ordered keys, {order['violation_count']} violations"
         + (f" in {order['keys_with_violations']}" if order["violation_count"] else ""),
         f"errors outside fault windows: {result['errors_outside_faults']['count']}"

@@ -240,3 +240,15 @@ def test_fall_behind_counts_only_what_was_acknowledged_before_the_fault() -> Non
     [p] = check_loss_within_fall_behind(h)["probes"]
     assert p["written_after_probe"] == 0 and p["lost_messages"] == 0
     assert check_queue(h)["lost"] == ["k#1"]  # the queue checker still sees it
+
+
+def test_redeliveries_are_told_apart_by_phase() -> None:
+    run = [{"time": t, "process": "runner", "type": "info", "f": "run",
+            "value": {"phase": phase}} for t, phase in ((20.0, "drain"), (30.0, "drained"))]
+    h = [*sent(1.0, 1.1, "p0", "k", 0), consume(2.0, "k", 0), consume(3.0, "k", 0),
+         fault(10.0, "start"), consume(11.0, "k", 0), fault(12.0, "end"), *run,
+         consume(25.0, "k", 0), consume(30.5, "k", 0), consume(30.6, "k", 0)]
+    q = check_queue(h)
+    assert q["duplicate_deliveries"] == 5
+    assert q["duplicate_deliveries_by_phase"] == {"send phase": 1, "fault windows": 1,
+                                                  "drain": 1, "shutdown": 2}

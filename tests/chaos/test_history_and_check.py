@@ -86,7 +86,7 @@ def test_check_command_reports_the_loss_and_writes_the_outputs(
     text = capsys.readouterr().out
     assert "kill-master-sync on local - FAILED" in text
     assert "lost: 1 ['k#1']" in text
-    assert "duplicates: 1 messages, 1 extra deliveries (x2: 1)" in text
+    assert "duplicates: 1 messages, 1 extra deliveries (x2: 1; when: {" in text
     assert "#1 kill broker-a-0: from 2.0 s, healed at 4.0 s" in text
     assert "1 acknowledged messages lost" in text
     result = json.loads((out / "result.json").read_text())
