@@ -198,6 +198,8 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
                        else options.consume_ratio),
         consumers=options.consumers, max_messages=options.max_messages,
         body_size=options.body_size)
+    if config.threads == 0:
+        raise RunError("no producer thread: give --producers or --ordered-producers")
     try:
         injector, namesrv_addr = _injector(options, cluster_dir)
     except FaultError as e:
