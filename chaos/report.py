@@ -146,13 +146,15 @@ def chart(entries: list[Entry], result: dict[str, Any], path: Path) -> Path | No
     bottom.set_xlabel("seconds since the run started")
     if by_kind or failed_points:
         bottom.legend(loc="upper right", fontsize=8, markerscale=3)
-    for w in fault_windows(entries):
+    for i, w in enumerate(fault_windows(entries)):
         until = w.until(end)
         for ax in (top, bottom):
             ax.axvspan(w.start, until, color="tab:orange", alpha=0.18, linewidth=0)
-        top.text(w.start, 1.01, f" {w.name}" + ("" if w.end is not None else " (not healed)"),
-                 transform=top.get_xaxis_transform(), fontsize=8, color="tab:orange",
-                 va="bottom")
+        # stacked, so that windows close together keep readable labels
+        top.text(w.start, 0.97 - 0.08 * (i % 4),
+                 f" #{w.window} {w.name}" + ("" if w.end is not None else " (not healed)"),
+                 transform=top.get_xaxis_transform(), fontsize=8, color="saddlebrown",
+                 va="top")
     for e in entries:
         if e["f"] == RUN and e["value"].get("phase") in ("drain", "send-phase"):
             for ax in (top, bottom):
