@@ -1,0 +1,157 @@
+"""What mqchaos asks the cluster itself, through the name servers and the brokers' admin
+service (the same for every target): preparing the topics, waiting for replication, and
+probing the replication fall-behind of a group just before a fault."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from chaos.constants import ADMIN_TIMEOUT_S, POLL_S
+from mqclient.admin import AdminError, MQAdmin
+from mqclient.admin_types import BrokerGroup
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+
+# Raw pulls of the final read: the tools' group, which commits nothing (MixAll).
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+PULL_BATCH = 32
+# (topic, broker group, queue id) -> queue offsets to look for
+Wanted = dict[tuple[str, str, int], set[int]]
+
+
+class ClusterError(Exception):
+    """The cluster is not in the shape a run needs; one line for a person."""
+
+
+class ClusterObserver:
+    def __init__(self, namesrv_addr: str) -> None:
+        self.namesrv_addr = namesrv_addr
+        self.admin = MQAdmin(namesrv_addr, timeout=ADMIN_TIMEOUT_S)
+
+    def close(self) -> None:
+        self.admin.close()
+
+    def groups(self) -> list[BrokerGroup]:
+        return self.admin.cluster_info().all_groups()
+
+    def group(self, name: str) -> BrokerGroup:
+        for g in self.groups():
+            if g.broker_name == name:
+                return g
+        raise ClusterError(f"the name servers list no broker group {name}")
+
+    # -- preparing a run -----------------------------------------------------------------------
+    def prepare_topics(self, topics: list[str], queues: int, timeout: float) -> None:
+        """Creates the topics on every master and waits until every slave has copied them
+        (a slave serves a topic it knows; it copies configs every 10 s) and every master
+        has a slave in sync."""
+        for topic in topics:
+            self.admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
+        deadline = time.monotonic() + timeout
+        groups = self.groups()
+        for g in groups:
+            for broker_id, addr in sorted(g.addrs.items()):
+                if broker_id == 0:
+                    continue
+                _wait(lambda addr=addr: set(topics) <= self._topics_of(addr), deadline,
+                      f"slave {addr} of {g.broker_name} to copy topics {', '.join(topics)}")
+            master = g.master_addr
+            if master is not None and len(g.addrs) > 1:
+                _wait(lambda master=master: self._in_sync(master), deadline,
+                      f"a slave of {g.broker_name} in sync with its master {master}")
+
+    def _topics_of(self, addr: str) -> set[str]:
+        with grpc.insecure_channel(addr) as channel:
+            try:
+                r = admin_pb2_grpc.AdminServiceStub(channel).GetTopicList(
+                    admin_pb2.GetTopicListRequest(), timeout=ADMIN_TIMEOUT_S)
+            except grpc.RpcError:
+                return set()
+        if r.status.code != common_pb2.SUCCESS:
+            return set()
+        return {c.topic_name for c in r.topic_configs}
+
+    def _in_sync(self, master: str) -> bool:
+        try:
+            return self.admin.ha_status(master).in_sync_slave_nums >= 1
+        except AdminError:
+            return False
+
+    # -- the final read ------------------------------------------------------------------------
+    def final_read(self, wanted: Wanted) -> tuple[list[dict[str, Any]], list[str]]:
+        """Reads the given queue offsets back with raw pulls from any live broker of their
+        group (master first, then slaves), committing nothing: what is still in the cluster.
+        Returns the messages found (their properties) and the queues no broker answered."""
+        try:
+            groups = {g.broker_name: g for g in self.groups()}
+        except AdminError as e:
+            return [], [f"name servers: {e}"]
+        found: list[dict[str, Any]] = []
+        unanswered: list[str] = []
+        for (topic, group, queue), offsets in sorted(wanted.items()):
+            g = groups.get(group)
+            addrs = [a for _, a in sorted(g.addrs.items())] if g is not None else []
+            for addr in addrs:
+                got = _pull_range(addr, topic, queue, min(offsets), max(offsets) + 1)
+                if got is not None:
+                    found += [dict(m, broker=group, addr=addr) for m in got
+                              if m["queue_offset"] in offsets]
+                    break
+            else:
+                unanswered.append(f"{topic}@{group}-{queue}")
+        return found, unanswered
+
+    # -- probes --------------------------------------------------------------------------------
+    def fall_behind(self, group: str) -> dict[str, Any]:
+        """The group master's view of its slaves: max offset, the best slave's ack offset and
+        fall-behind in bytes and seconds (what `mqadmin haStatus` shows)."""
+        g = self.group(group)
+        if g.master_addr is None:
+            raise ClusterError(f"broker group {group} has no master listed")
+        status = self.admin.ha_status(g.master_addr)
+        if not status.slaves:
+            raise ClusterError(f"the master of {group} reports no slave")
+        best = max(status.slaves, key=lambda s: s.ack_offset)
+        return {"group": group, "master": g.master_addr,
+                "master_max_offset": status.master_commit_log_max_offset,
+                "slave": best.addr, "slave_ack_offset": best.ack_offset,
+                "fall_behind_bytes": best.fall_behind_bytes,
+                "fall_behind_seconds": best.fall_behind_seconds,
+                "in_sync": best.in_sync}
+
+
+def _pull_range(addr: str, topic: str, queue: int, start: int, end: int
+                ) -> list[dict[str, Any]] | None:
+    """Messages of queue offsets [start, end) on one broker; None when it does not answer."""
+    out: list[dict[str, Any]] = []
+    offset = start
+    with grpc.insecure_channel(addr) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        while offset < end:
+            try:
+                r = stub.PullMessage(messaging_pb2.PullMessageRequest(
+                    consumer_group=TOOLS_CONSUMER_GROUP, topic=topic, queue_id=queue,
+                    queue_offset=offset, max_msg_nums=min(PULL_BATCH, end - offset),
+                    subscription="*"), timeout=ADMIN_TIMEOUT_S)
+            except grpc.RpcError:
+                return None
+            if r.status.code not in (common_pb2.SUCCESS, common_pb2.NO_MATCHED_MSG):
+                break  # NO_NEW_MSG, OFFSET_ILLEGAL...: nothing more here
+            for m in r.messages:
+                sp = m.system_properties
+                out.append({"queue_offset": sp.queue_offset, "properties": dict(m.user_properties),
+                            "body": m.body[:64]})
+            if r.next_begin_offset <= offset:
+                break
+            offset = r.next_begin_offset
+    return out
+
+
+def _wait(condition: Callable[[], bool], deadline: float, what: str) -> None:
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ClusterError(f"timed out waiting for {what}")
+        time.sleep(POLL_S)
