@@ -178,7 +178,7 @@ def test_roll_ups_per_group_topic_group_and_cluster(outputs: Path) -> None:
     assert len(cluster) == 1
     c = cluster[0]
     assert (c["groups"], c["queues"], c["message_lag_sum"], c["message_lag_max"]) == \
-        (8, 11, 1570, 500)
+        (8, 12, 1570, 500)
     assert (c["worst_group"], c["worst_topic"], c["worst_broker_name"], c["worst_queue_id"]) \
         == ("G_INTERP", "TopicB", "broker-a", 1)
     assert c["time_lag_unknown_queues"] == 0
