@@ -4,6 +4,7 @@ skips with the reason printed when Java or pyspark is missing."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -39,3 +40,25 @@ def spark() -> Iterator[SparkSession]:
     configure(session, TEST_SHUFFLE_PARTITIONS)
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def scenario_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """scenario.py's snapshots written as the collector writes them (DIR/snapshots/...)."""
+    from tests.spark_analytics.scenario import scenario_rows
+    from tests.spark_analytics.snapshots import write_snapshots
+
+    return write_snapshots(tmp_path_factory.mktemp("scenario") / "in", scenario_rows())
+
+
+@pytest.fixture(scope="session")
+def outputs(spark: SparkSession, scenario_dir: Path) -> Path:
+    """The lag job's outputs for scenario.py, computed once in the shared session."""
+    from spark_analytics.constants import OUTPUT_TABLES
+    from spark_analytics.lag import run_lag_job
+    from tests.spark_analytics.scenario import WINDOW
+
+    out = scenario_dir.parent / "out"
+    seconds = run_lag_job(spark, str(scenario_dir), str(out), WINDOW)
+    assert set(seconds) == set(OUTPUT_TABLES)
+    return out

@@ -1,6 +1,6 @@
 """The lag job on the hand-made history of scenario.py: every figure below is worked out by
-hand from the rows there (the job runs once, in the shared SparkSession; the tests read its
-Parquet outputs with pyarrow, as other tools would)."""
+hand from the rows there (the job runs once, in the shared SparkSession: conftest's
+`outputs`; the tests read its Parquet outputs with pyarrow, as other tools would)."""
 
 from __future__ import annotations
 
@@ -11,19 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_analytics import constants as C
-from tests.spark_analytics.scenario import WINDOW, scenario_rows
-from tests.spark_analytics.snapshots import at, write_snapshots
-
-
-@pytest.fixture(scope="module")
-def outputs(spark, tmp_path_factory) -> Path:
-    from spark_analytics.lag import run_lag_job
-
-    base = tmp_path_factory.mktemp("lag-job")
-    write_snapshots(base / "in", scenario_rows())
-    seconds = run_lag_job(spark, str(base / "in"), str(base / "out"), WINDOW)
-    assert set(seconds) == set(C.OUTPUT_TABLES)
-    return base / "out"
+from tests.spark_analytics.snapshots import at
 
 
 def table(out: Path, name: str) -> list[dict[str, Any]]:
