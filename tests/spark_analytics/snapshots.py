@@ -73,7 +73,7 @@ def slave(snapshot: int, broker_name: str, slave_id: int, **values: Any) -> dict
 
 def write_snapshots(directory: Path, rows: list[dict[str, Any]]) -> Path:
     """Writes rows as the collector does: one file per snapshot under
-    DIR/snapshots/date=YYYY-MM-DD/hour=HH/. Returns DIR."""
+    DIR/snapshots/date=YYYY-MM-DD/hour=HH/, each written aside and renamed. Returns DIR."""
     by_time: dict[dt.datetime, list[dict[str, Any]]] = {}
     for r in rows:
         by_time.setdefault(r["snapshot_time"], []).append(r)
@@ -81,5 +81,7 @@ def write_snapshots(directory: Path, rows: list[dict[str, Any]]) -> Path:
         part = (directory / SNAPSHOTS_DIR / f"date={when:%Y-%m-%d}" / f"hour={when:%H}")
         part.mkdir(parents=True, exist_ok=True)
         table = pa.Table.from_pylist(snapshot_rows, schema=arrow_schema())
-        pq.write_table(table, part / f"snapshot-{int(when.timestamp() * 1000)}.parquet")
+        name = f"snapshot-{int(when.timestamp() * 1000)}.parquet"
+        pq.write_table(table, part / f".{name}.tmp")  # hidden from readers until renamed
+        (part / f".{name}.tmp").rename(part / name)
     return directory
