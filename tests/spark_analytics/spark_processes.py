@@ -75,6 +75,7 @@ class StandaloneCluster:
 
     def __init__(self, work: Path) -> None:
         self.work = work
+        work.mkdir(parents=True, exist_ok=True)
         port, ui = free_port(), free_port()
         self.url = f"spark://127.0.0.1:{port}"
         self.ui = f"http://127.0.0.1:{ui}/json/"
@@ -117,3 +118,29 @@ def run_lag(*args: str, timeout: float = 600, env: dict[str, str] | None = None
     return subprocess.run([sys.executable, "-m", "spark_analytics.lag", *args], cwd=REPO_ROOT,
                           env=env or loopback_env(), capture_output=True, text=True,
                           timeout=timeout)
+
+
+class ConnectServer:
+    """A Spark Connect server (`spark-submit --class ...SparkConnectServer`, local[2]) on
+    127.0.0.1; `url` is sc://127.0.0.1:PORT."""
+
+    def __init__(self, work: Path) -> None:
+        work.mkdir(parents=True, exist_ok=True)
+        port = free_port()
+        self.url = f"sc://127.0.0.1:{port}"
+        self.log = work / "connect.log"
+        self.process = start(
+            [str(spark_home() / "bin" / "spark-submit"), "--class",
+             "org.apache.spark.sql.connect.service.SparkConnectServer", "--master", "local[2]",
+             "--conf", f"spark.connect.grpc.binding.port={port}",
+             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+             "--conf", "spark.ui.enabled=false", "spark-internal"], self.log, loopback_env())
+        try:
+            wait_for(lambda: "Spark Connect server started" in self.log.read_text(
+                errors="replace"), "the Spark Connect server", START_TIMEOUT_S, [self.log])
+        except BaseException:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        stop(self.process)

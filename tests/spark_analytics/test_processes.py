@@ -20,6 +20,7 @@ from tests.spark_analytics.scenario import WINDOW, scenario_rows
 from tests.spark_analytics.snapshots import at, write_snapshots
 from tests.spark_analytics.spark_processes import (
     REPO_ROOT,
+    ConnectServer,
     StandaloneCluster,
     loopback_env,
     run_lag,
@@ -53,6 +54,24 @@ def test_job_on_a_standalone_cluster_matches_local_mode(
                    "--master", standalone_cluster.url)
     assert done.returncode == 0, done.stderr[-5000:]
     assert "wrote 8 tables" in done.stderr
+    for name in OUTPUT_TABLES:
+        assert sorted_rows(out / name) == sorted_rows(outputs / name), name
+
+
+def test_job_over_spark_connect_matches_local_mode(scenario_dir: Path, outputs: Path,
+                                                   tmp_path: Path) -> None:
+    require_spark()
+    for module in ("pandas", "grpc_status", "google.protobuf", "zstandard"):
+        pytest.importorskip(module, reason="Spark Connect client needs the 'spark-connect' "
+                            "extra")
+    server = ConnectServer(tmp_path / "connect")
+    try:
+        out = tmp_path / "out"
+        done = run_lag("--in", str(scenario_dir), "--out", str(out), "--window", str(WINDOW),
+                       "--remote", server.url)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-5000:]
     for name in OUTPUT_TABLES:
         assert sorted_rows(out / name) == sorted_rows(outputs / name), name
 
