@@ -26,22 +26,33 @@ def _worst(lag: str, time_lag: str, topic: str, broker: str, queue: str) -> Colu
                           F.col(queue).alias("queue_id"))).alias("_worst")
 
 
+GROUP_TOPIC_KEY = ("snapshot_time", "cluster", "group", "topic", "topic_kind")
+
+
 def group_topic_lag(queue_lag: DataFrame) -> DataFrame:
     """Per (snapshot_time, cluster, group, topic, topic_kind): queues, never-committed
     queues, sum and max of message and byte lag, max time lag, queues whose byte / time lag
-    is unknown, and the worst queue (most messages behind, then most seconds)."""
-    return (queue_lag.groupBy("snapshot_time", "cluster", "group", "topic", "topic_kind")
-            .agg(F.count(F.lit(1)).alias("queues"),
-                 F.count_if(F.col("never_committed")).alias("never_committed_queues"),
-                 F.sum("message_lag").alias("message_lag_sum"),
-                 F.max("message_lag").alias("message_lag_max"),
-                 F.sum("byte_lag").alias("byte_lag_sum"),
-                 F.max("byte_lag").alias("byte_lag_max"),
-                 F.count_if(F.col("byte_lag").isNull()).alias("byte_lag_unknown_queues"),
-                 F.max("time_lag_s").alias("time_lag_max_s"),
-                 F.count_if(F.col("time_lag_s").isNull()).alias("time_lag_unknown_queues"),
-                 _worst("message_lag", "time_lag_s", "topic", "broker_name", "queue_id"))
-            .transform(_with_worst))
+    is unknown, and the worst queue (most messages behind, then most seconds).
+
+    The figures are fixed-width aggregates (a hash aggregation: no sort of the queue rows);
+    the worst queue comes from the few rows at the maximum lag, found with a broadcast join,
+    as a max over names would make Spark sort every row."""
+    figures = queue_lag.groupBy(*GROUP_TOPIC_KEY).agg(
+        F.count(F.lit(1)).alias("queues"),
+        F.count_if(F.col("never_committed")).alias("never_committed_queues"),
+        F.sum("message_lag").alias("message_lag_sum"),
+        F.max("message_lag").alias("message_lag_max"),
+        F.sum("byte_lag").alias("byte_lag_sum"),
+        F.max("byte_lag").alias("byte_lag_max"),
+        F.count_if(F.col("byte_lag").isNull()).alias("byte_lag_unknown_queues"),
+        F.max("time_lag_s").alias("time_lag_max_s"),
+        F.count_if(F.col("time_lag_s").isNull()).alias("time_lag_unknown_queues"))
+    at_max = (queue_lag.join(F.broadcast(figures.select(*GROUP_TOPIC_KEY, "message_lag_max")),
+                             list(GROUP_TOPIC_KEY))
+              .filter(F.col("message_lag") == F.col("message_lag_max"))
+              .groupBy(*GROUP_TOPIC_KEY)
+              .agg(_worst("message_lag", "time_lag_s", "topic", "broker_name", "queue_id")))
+    return figures.join(at_max, list(GROUP_TOPIC_KEY)).transform(_with_worst)
 
 
 def _roll_up(finer: DataFrame, keys: tuple[str, ...], extra: list[Column]) -> DataFrame:
