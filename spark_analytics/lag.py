@@ -83,17 +83,21 @@ def run_lag_job(spark: SparkSession, in_dir: str, out_dir: str, window: int,
     """Computes every output table from the snapshots under `in_dir` and publishes them
     under `out_dir`; returns the seconds each table took.
 
-    Passes over the input: one small aggregate per broker and snapshot (cached), one that
-    writes queue_lag row by row (only the queues needing the time-lag lookup are shuffled);
+    Passes over the input: one small aggregate per broker and snapshot and per queue
+    (cached), one that writes queue_lag row by row, one over the rows of the queues that need
+    the time-lag lookup (only those are shuffled);
     the roll-ups and statuses then read queue_lag's Parquet back, the statuses only the
     rows of each broker's last `window` snapshots."""
     snapshots = read_snapshots(spark, snapshots_path(in_dir))
     writer = TableWriter(spark, out_dir, atomic)
     rows = queue_lag.lagging_rows(snapshots)
-    brokers = queue_lag.broker_snapshots(rows).cache()
+    facts = queue_lag.snapshot_facts(rows).cache()
+    brokers = queue_lag.broker_snapshots(facts).cache()
+    needing = queue_lag.queues_needing_lookup(facts)
     group_topic = group = None
     try:
-        queue_path = writer.write(constants.QUEUE_LAG, queue_lag.queue_lag(rows, brokers))
+        queue_path = writer.write(constants.QUEUE_LAG,
+                                  queue_lag.queue_lag(rows, brokers, needing))
         queues = spark.read.parquet(queue_path)
         status_path = writer.write(constants.QUEUE_STATUS, queues.transform(
             status.recent_rows(brokers, window)).transform(status.queue_status))
@@ -114,7 +118,7 @@ def run_lag_job(spark: SparkSession, in_dir: str, out_dir: str, window: int,
             writer.discard()
         raise
     finally:
-        for cached in (brokers, group_topic, group):
+        for cached in (facts, brokers, group_topic, group):
             if cached is not None:
                 cached.unpersist()
     return writer.seconds

@@ -74,22 +74,41 @@ def message_lag(df: DataFrame) -> DataFrame:
                         F.greatest(F.col("broker_offset") - position, F.lit(0)).cast("long")))
 
 
-def broker_snapshots(df: DataFrame) -> DataFrame:
+def _needs_lookup() -> Column:
+    return (F.col("message_lag") > 0) & F.col("first_unconsumed_ms").isNull()
+
+
+def snapshot_facts(df: DataFrame) -> DataFrame:
+    """One pass over the queue rows, two small answers (grouping sets): per (cluster,
+    broker_name, snapshot_time) the bytes and messages of its lagging queues whose bytes are
+    known (`_bytes`, `_messages`); per queue how many of its rows need the time-lag lookup
+    (`_needing`). `_per_broker` tells the two kinds of row apart. The job caches it."""
+    known = F.col("lag_bytes").isNotNull() & (F.col("message_lag") > 0)
+    columns = list(dict.fromkeys([*BROKER_SNAPSHOT_KEY, *QUEUE_KEY]))
+    return (df.groupingSets([list(BROKER_SNAPSHOT_KEY), list(QUEUE_KEY)], *columns)
+            .agg(F.sum(F.when(known, F.col("lag_bytes"))).alias("_bytes"),
+                 F.sum(F.when(known, F.col("message_lag"))).alias("_messages"),
+                 F.count_if(_needs_lookup()).alias("_needing"),
+                 (F.grouping("snapshot_time") == 0).alias("_per_broker")))
+
+
+def broker_snapshots(facts: DataFrame) -> DataFrame:
     """One row per (cluster, broker_name, snapshot_time) the queue rows come from, with the
     broker's mean message size there: the bytes it measured for its lagging queues over their
     messages (sum lag_bytes / sum message_lag of the rows where lag_bytes is known and
     message_lag > 0; null when none); `broker_mean_bytes` is the same ratio over all the
     broker's snapshots. Small (brokers x snapshots): the job broadcasts it."""
-    known = (F.col("lag_bytes").isNotNull() & (F.col("message_lag") > 0))
-    per_snapshot = df.groupBy(*BROKER_SNAPSHOT_KEY).agg(
-        F.sum(F.when(known, F.col("lag_bytes"))).alias("_bytes"),
-        F.sum(F.when(known, F.col("message_lag"))).alias("_messages"))
     per_broker = Window.partitionBy("cluster", "broker_name")
-    return (per_snapshot
+    return (facts.filter(F.col("_per_broker"))
             .withColumn("snapshot_mean_bytes", F.col("_bytes") / F.col("_messages"))
             .withColumn("broker_mean_bytes", F.sum("_bytes").over(per_broker)
                         / F.sum("_messages").over(per_broker))
-            .drop("_bytes", "_messages"))
+            .select(*BROKER_SNAPSHOT_KEY, "snapshot_mean_bytes", "broker_mean_bytes"))
+
+
+def queues_needing_lookup(facts: DataFrame) -> DataFrame:
+    """The queues (QUEUE_KEY) with a lagging row that has no first_unconsumed_ms."""
+    return facts.filter(~F.col("_per_broker") & (F.col("_needing") > 0)).select(*QUEUE_KEY)
 
 
 def byte_lag(brokers: DataFrame) -> Callable[[DataFrame], DataFrame]:
@@ -117,14 +136,11 @@ def byte_lag(brokers: DataFrame) -> Callable[[DataFrame], DataFrame]:
     return step
 
 
-def _needs_lookup() -> Column:
-    return (F.col("message_lag") > 0) & F.col("first_unconsumed_ms").isNull()
-
-
-def looked_up_store_time(history: DataFrame) -> Callable[[DataFrame], DataFrame]:
-    """For lagging rows with no first_unconsumed_ms: estimate when the broker's offset reached
-    the consume position, in the manner of kafka-lag-exporter's lookup table. The table is
-    the queue's history of points (broker_offset, clock_ms) in `history`: between the newest
+def looked_up_store_time(queues: DataFrame) -> Callable[[DataFrame], DataFrame]:
+    """The rows of `queues` (queues_needing_lookup), with `estimated_store_ms` /
+    `estimated_method` where a lagging row has no first_unconsumed_ms: when the broker's
+    offset reached the consume position, in the manner of kafka-lag-exporter's lookup table.
+    The table is the queue's history of points (broker_offset, clock_ms): between the newest
     two neighbouring points that hold the position, interpolate (`interpolated`); when the
     position is below every point, extrapolate on the line through the oldest point and the
     current one (`extrapolated`); with no such line (one point, or a flat history) `unknown`.
@@ -132,41 +148,46 @@ def looked_up_store_time(history: DataFrame) -> Callable[[DataFrame], DataFrame]
     point is the left end), and a point below an earlier one is left out, as that table
     refuses a non-monotonic point.
 
-    Adds `estimated_store_ms` / `estimated_method`. Only the queues of these rows are read
-    from `history`: points and rows meet in one window per queue ordered by offset, where a
-    row takes the last point at or below its position (the newest such, as offsets rise
-    with time); each point carries its successor, so (left, right) need no second search."""
+    One pass over those queues' rows: in time order each row becomes a point carrying its
+    successor, and also a query at its consume position; in offset order a query then takes
+    the last point at or below its position (the newest such, as offsets rise with time).
+    The estimate is used only where a lagging row has no store time (time_lag)."""
 
     def step(rows: DataFrame) -> DataFrame:
-        keys = F.broadcast(rows.select(*QUEUE_KEY).distinct())
         in_time = Window.partitionBy(*QUEUE_KEY).orderBy("snapshot_time")
-        points = (history.join(keys, list(QUEUE_KEY), "left_semi")
-                  .select(*QUEUE_KEY, "snapshot_time", "broker_offset", "clock_ms")
-                  .withColumn("_highest_before", F.max("broker_offset").over(
-                      in_time.rowsBetween(Window.unboundedPreceding, -1)))
-                  .filter(F.col("_highest_before").isNull()
-                          | (F.col("broker_offset") >= F.col("_highest_before")))
-                  .withColumn("next_offset", F.lead("broker_offset").over(in_time))
-                  .withColumn("next_ms", F.lead("clock_ms").over(in_time))
-                  .select(*QUEUE_KEY, F.col("broker_offset").alias("_at"),
-                          F.lit(0).alias("_is_row"), F.col("clock_ms").alias("_order_ms"),
-                          F.struct(F.col("broker_offset").alias("offset"),
-                                   F.col("clock_ms").alias("ms"), "next_offset",
-                                   "next_ms").alias("_point")))
         payload = [c for c in rows.columns if c not in QUEUE_KEY]
-        queries = rows.select(*QUEUE_KEY, F.col("consume_position").alias("_at"),
-                              F.lit(1).alias("_is_row"), F.col("clock_ms").alias("_order_ms"),
-                              F.struct(*payload).alias("_row"))
-        by_offset = Window.partitionBy(*QUEUE_KEY).orderBy("_at", "_is_row", "_order_ms")
-        looked_up = (points.unionByName(queries, allowMissingColumns=True)
-                     .withColumn("left", F.last("_point", ignorenulls=True).over(
+        timed = (rows.join(F.broadcast(queues), list(QUEUE_KEY), "left_semi")
+                 .withColumn("_highest_before", F.max("broker_offset").over(
+                     in_time.rowsBetween(Window.unboundedPreceding, -1)))
+                 .withColumn("_next_offset", F.lead("broker_offset").over(in_time))
+                 .withColumn("_next_ms", F.lead("clock_ms").over(in_time)))
+        rising = F.col("_highest_before").isNull() | (
+            F.col("broker_offset") >= F.col("_highest_before"))
+        point = F.struct(F.col("broker_offset").alias("offset"), F.col("clock_ms").alias("ms"),
+                         F.col("_next_offset").alias("next_offset"),
+                         F.col("_next_ms").alias("next_ms"))
+        row = F.struct(*payload)
+
+        def entry(at: Column, is_row: int, point_value: Column, row_value: Column) -> Column:
+            return F.struct(at.alias("at"), F.lit(is_row).alias("is_row"),
+                            F.col("clock_ms").alias("order_ms"), point_value.alias("point"),
+                            row_value.alias("row"))
+
+        null_point = F.lit(None).cast(timed.select(point).schema[0].dataType)
+        null_row = F.lit(None).cast(timed.select(row).schema[0].dataType)
+        entries = F.array(
+            F.when(rising, entry(F.col("broker_offset"), 0, point, null_row)),
+            entry(F.col("consume_position"), 1, null_point, row))
+        by_offset = Window.partitionBy(*QUEUE_KEY).orderBy("at", "is_row", "order_ms")
+        looked_up = (timed.select(*QUEUE_KEY, F.explode(F.array_compact(entries)).alias("e"))
+                     .select(*QUEUE_KEY, "e.*")
+                     .withColumn("left", F.last("point", ignorenulls=True).over(
                          by_offset.rowsBetween(Window.unboundedPreceding, Window.currentRow)))
-                     .withColumn("oldest", F.min(F.when(F.col("_point").isNotNull(), F.struct(
-                         F.col("_point.ms").alias("ms"),
-                         F.col("_point.offset").alias("offset"))))
+                     .withColumn("oldest", F.min(F.when(F.col("point").isNotNull(), F.struct(
+                         F.col("point.ms").alias("ms"), F.col("point.offset").alias("offset"))))
                          .over(Window.partitionBy(*QUEUE_KEY)))
-                     .filter(F.col("_is_row") == 1)
-                     .select(*QUEUE_KEY, "_row.*", "left", "oldest"))
+                     .filter(F.col("is_row") == 1)
+                     .select(*QUEUE_KEY, "row.*", "left", "oldest"))
         pos, cur_off, cur_ms = (F.col(c) for c in ("consume_position", "broker_offset",
                                                     "clock_ms"))
         left_ok = F.col("left").isNotNull() & (F.col("left.next_offset") > F.col("left.offset"))
@@ -188,31 +209,32 @@ def looked_up_store_time(history: DataFrame) -> Callable[[DataFrame], DataFrame]
     return step
 
 
-def time_lag(history: DataFrame) -> Callable[[DataFrame], DataFrame]:
+def time_lag(needing: DataFrame) -> Callable[[DataFrame], DataFrame]:
     """`time_lag_s` and `time_lag_method`: 0 when caught up; else the broker's clock minus
-    the store time of the first unconsumed message (store_time); else minus the estimate
-    looked up in `history` (interpolated / extrapolated); else null (unknown). Never below 0.
-    Only the rows that need the lookup go through it; the others need no shuffle."""
-    return lambda df: _time_lag(df, history)
+    the store time of the first unconsumed message (store_time); else minus the looked-up
+    estimate (interpolated / extrapolated); else null (unknown). Never below 0. Only the
+    rows of the queues `needing` the lookup go through it (a shuffle of those queues' rows);
+    the others pass row by row."""
 
+    def step(df: DataFrame) -> DataFrame:
+        plain = (df.join(F.broadcast(needing), list(QUEUE_KEY), "left_anti")
+                 .withColumn("estimated_store_ms", F.lit(None).cast("double"))
+                 .withColumn("estimated_method", F.lit(None).cast("string")))
+        both = plain.unionByName(df.transform(looked_up_store_time(needing)))
+        lag_ms = F.when(F.col("message_lag") == 0, F.lit(0.0)) \
+            .when(F.col("first_unconsumed_ms").isNotNull(),
+                  F.col("clock_ms") - F.col("first_unconsumed_ms")) \
+            .otherwise(F.col("clock_ms") - F.col("estimated_store_ms"))
+        method = F.when(F.col("message_lag") == 0, F.lit(TIME_CAUGHT_UP)) \
+            .when(F.col("first_unconsumed_ms").isNotNull(), F.lit(TIME_STORE_TIME)) \
+            .otherwise(F.coalesce(F.col("estimated_method"), F.lit(TIME_UNKNOWN)))
+        seconds = F.when(lag_ms.isNotNull(),
+                         F.greatest(lag_ms, F.lit(0.0)).cast("double") / 1000.0)
+        return (both.withColumn("time_lag_s", seconds)
+                .withColumn("time_lag_method", method)
+                .drop("estimated_store_ms", "estimated_method"))
 
-def _time_lag(df: DataFrame, history: DataFrame) -> DataFrame:
-    plain = (df.filter(~_needs_lookup())
-             .withColumn("estimated_store_ms", F.lit(None).cast("double"))
-             .withColumn("estimated_method", F.lit(None).cast("string")))
-    looked_up = df.filter(_needs_lookup()).transform(looked_up_store_time(history))
-    both = plain.unionByName(looked_up)
-    lag_ms = F.when(F.col("message_lag") == 0, F.lit(0.0)) \
-        .when(F.col("first_unconsumed_ms").isNotNull(),
-              F.col("clock_ms") - F.col("first_unconsumed_ms")) \
-        .otherwise(F.col("clock_ms") - F.col("estimated_store_ms"))
-    method = F.when(F.col("message_lag") == 0, F.lit(TIME_CAUGHT_UP)) \
-        .when(F.col("first_unconsumed_ms").isNotNull(), F.lit(TIME_STORE_TIME)) \
-        .otherwise(F.coalesce(F.col("estimated_method"), F.lit(TIME_UNKNOWN)))
-    seconds = F.when(lag_ms.isNotNull(), F.greatest(lag_ms, F.lit(0.0)).cast("double") / 1000.0)
-    return (both.withColumn("time_lag_s", seconds)
-            .withColumn("time_lag_method", method)
-            .drop("estimated_store_ms", "estimated_method"))
+    return step
 
 
 QUEUE_LAG_COLUMNS = (
@@ -227,9 +249,9 @@ def lagging_rows(snapshots: DataFrame) -> DataFrame:
     return snapshots.transform(queue_rows).transform(topic_kind).transform(message_lag)
 
 
-def queue_lag(rows: DataFrame, brokers: DataFrame) -> DataFrame:
-    """The queue_lag table from lagging_rows and their broker_snapshots: one row per queue
-    and snapshot (QUEUE_LAG_COLUMNS)."""
+def queue_lag(rows: DataFrame, brokers: DataFrame, needing: DataFrame) -> DataFrame:
+    """The queue_lag table from lagging_rows, their broker_snapshots and the
+    queues_needing_lookup: one row per queue and snapshot (QUEUE_LAG_COLUMNS)."""
     return (rows.transform(byte_lag(brokers))
-            .transform(time_lag(history=rows))
+            .transform(time_lag(needing))
             .select(*QUEUE_LAG_COLUMNS))
