@@ -195,3 +195,33 @@ def test_broker_health_keeps_unreachable_brokers(outputs: Path) -> None:
     assert (gone["reachable"], gone["error"], gone["commitlog_max_offset"]) == \
         (False, "DEADLINE_EXCEEDED", None)
     assert rows[("broker-a", 0, at(4))]["dispatch_behind_bytes"] == 123
+
+
+def test_a_single_snapshot_is_ok_unless_stop_applies(spark) -> None:
+    from pyspark.testing import assertDataFrameEqual
+
+    from spark_analytics.status import queue_status
+    from tests.spark_analytics.snapshots import ms
+
+    schema = ("snapshot_time timestamp, cluster string, `group` string, topic string, "
+              "topic_kind string, broker_name string, queue_id int, clock_ms long, "
+              "queue_min_offset long, broker_offset long, consumer_offset long, "
+              "never_committed boolean, message_lag long, byte_lag long, "
+              "byte_lag_method string, time_lag_s double, time_lag_method string, "
+              "last_commit_ms long, online_consumers int")
+
+    def row(group: str, last_commit: int | None, online: int) -> tuple:
+        return (at(0), "C", group, "T", "normal", "b", 0, ms(0), 0, 100, 50, False, 50, None,
+                "unknown", 1.0, "store_time", last_commit, online)
+
+    recent = spark.createDataFrame([
+        row("fresh_commit", ms(0, -3_000), 1),  # 3 s ago: within two commit intervals
+        row("old_commit", ms(0, -11_000), 1),  # 11 s: longer than the 10 s floor of the span
+        row("no_commit_time_no_consumer", None, 0),
+        row("no_commit_time_consumer_online", None, 1)], schema)
+    statuses = queue_status(recent).select("group", "status", "window_snapshots")
+    assertDataFrameEqual(statuses, spark.createDataFrame(
+        [("fresh_commit", "OK", 1), ("old_commit", "STOP", 1),
+         ("no_commit_time_no_consumer", "STOP", 1),
+         ("no_commit_time_consumer_online", "OK", 1)],
+        "`group` string, status string, window_snapshots long"))

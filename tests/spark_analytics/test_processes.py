@@ -29,6 +29,9 @@ from tests.spark_analytics.spark_processes import (
 )
 
 FOLLOW_TIMEOUT_S = 300.0
+# Each of these starts JVMs; on a loaded 2-core machine one takes minutes (the suite's
+# default 300 s cut the standalone and --follow tests short under a load of 20).
+SPARK_PROCESS_TEST_TIMEOUT_S = 900
 
 
 @pytest.fixture
@@ -46,6 +49,7 @@ def sorted_rows(directory: Path) -> list[tuple[Any, ...]]:
     return sorted(tuple(r.values()) for r in table.to_pylist())
 
 
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
 def test_job_on_a_standalone_cluster_matches_local_mode(
         standalone_cluster: StandaloneCluster, scenario_dir: Path, outputs: Path,
         tmp_path: Path) -> None:
@@ -58,6 +62,7 @@ def test_job_on_a_standalone_cluster_matches_local_mode(
         assert sorted_rows(out / name) == sorted_rows(outputs / name), name
 
 
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
 def test_job_over_spark_connect_matches_local_mode(scenario_dir: Path, outputs: Path,
                                                    tmp_path: Path) -> None:
     require_spark()
@@ -88,6 +93,7 @@ def snapshot_times(out: Path) -> set[Any]:
         return set()
 
 
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
 def test_follow_keeps_outputs_current_and_stops_on_sigterm(tmp_path: Path) -> None:
     require_spark()
     data, out, log = tmp_path / "in", tmp_path / "out", tmp_path / "follow.log"
