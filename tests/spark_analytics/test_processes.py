@@ -1,0 +1,133 @@
+"""The lag job as people run it: a child process on a real standalone Spark cluster
+(compared with local mode), in --follow mode while snapshots arrive, and without Java."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from spark_analytics.constants import OUTPUT_TABLES, QUEUE_LAG
+from tests.spark_analytics.conftest import require_spark
+from tests.spark_analytics.scenario import WINDOW, scenario_rows
+from tests.spark_analytics.snapshots import at, write_snapshots
+from tests.spark_analytics.spark_processes import (
+    REPO_ROOT,
+    ConnectServer,
+    StandaloneCluster,
+    loopback_env,
+    run_lag,
+    stop,
+    wait_for,
+)
+
+FOLLOW_TIMEOUT_S = 300.0
+# Each of these starts JVMs; on a loaded 2-core machine one takes minutes (the suite's
+# default 300 s cut the standalone and --follow tests short under a load of 20).
+SPARK_PROCESS_TEST_TIMEOUT_S = 900
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    require_spark()
+    cluster = StandaloneCluster(tmp_path / "cluster")
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def sorted_rows(directory: Path) -> list[tuple[Any, ...]]:
+    table = pq.read_table(directory)
+    return sorted(tuple(r.values()) for r in table.to_pylist())
+
+
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
+def test_job_on_a_standalone_cluster_matches_local_mode(
+        standalone_cluster: StandaloneCluster, scenario_dir: Path, outputs: Path,
+        tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run_lag("--in", str(scenario_dir), "--out", str(out), "--window", str(WINDOW),
+                   "--master", standalone_cluster.url)
+    assert done.returncode == 0, done.stderr[-5000:]
+    assert "wrote 8 tables" in done.stderr
+    for name in OUTPUT_TABLES:
+        assert sorted_rows(out / name) == sorted_rows(outputs / name), name
+
+
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
+def test_job_over_spark_connect_matches_local_mode(scenario_dir: Path, outputs: Path,
+                                                   tmp_path: Path) -> None:
+    require_spark()
+    for module in ("pandas", "grpc_status", "google.protobuf", "zstandard"):
+        pytest.importorskip(module, reason="Spark Connect client needs the 'spark-connect' "
+                            "extra")
+    server = ConnectServer(tmp_path / "connect")
+    try:
+        out = tmp_path / "out"
+        done = run_lag("--in", str(scenario_dir), "--out", str(out), "--window", str(WINDOW),
+                       "--remote", server.url)
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-5000:]
+    for name in OUTPUT_TABLES:
+        assert sorted_rows(out / name) == sorted_rows(outputs / name), name
+
+
+def snapshot_rows(first: int, last: int) -> list[dict[str, Any]]:
+    return [r for r in scenario_rows() if at(first) <= r["snapshot_time"] <= at(last)]
+
+
+def snapshot_times(out: Path) -> set[Any]:
+    try:
+        return set(pq.read_table(out / QUEUE_LAG, columns=["snapshot_time"])
+                   .column(0).to_pylist())
+    except (OSError, ValueError):
+        return set()
+
+
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
+def test_follow_keeps_outputs_current_and_stops_on_sigterm(tmp_path: Path) -> None:
+    require_spark()
+    data, out, log = tmp_path / "in", tmp_path / "out", tmp_path / "follow.log"
+    write_snapshots(data, snapshot_rows(0, 1))
+    with log.open("w") as stderr:
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "spark_analytics.lag", "--in", str(data), "--out",
+             str(out), "--window", str(WINDOW), "--follow"], cwd=REPO_ROOT,
+            env=loopback_env(), stdout=subprocess.DEVNULL, stderr=stderr,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: snapshot_times(out) == {at(0), at(1)}, "the first two snapshots",
+                 FOLLOW_TIMEOUT_S, [log])
+        write_snapshots(data, snapshot_rows(2, 4))
+        wait_for(lambda: snapshot_times(out) == {at(i) for i in range(5)},
+                 "the snapshots added later", FOLLOW_TIMEOUT_S, [log])
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == \
+            sorted(OUTPUT_TABLES)
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(timeout=120) == 0, log.read_text()[-5000:]
+        assert "stopped" in log.read_text()
+        assert not list(out.glob("staging-*"))
+    finally:
+        stop(follower)
+
+
+def test_missing_java_is_one_clear_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "JAVA_HOME"}
+    env.update(PATH=str(tmp_path / "no-java-here"), PYTHONPATH=str(REPO_ROOT))
+    data = write_snapshots(tmp_path / "in", snapshot_rows(0, 0))
+    done = subprocess.run([sys.executable, "-m", "spark_analytics.lag", "--in", str(data),
+                           "--out", str(tmp_path / "out")], cwd=REPO_ROOT, env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("spark_analytics.lag: java not found")
+    assert not (tmp_path / "out").exists()

@@ -1,0 +1,50 @@
+"""The report over the lag job's outputs for scenario.py: terminal table and HTML page."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from spark_analytics.report import Report, html_report
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_terminal_table_lists_worst_groups_queues_slaves_and_silent_brokers(
+        outputs: Path, tmp_path: Path) -> None:
+    page = tmp_path / "report.html"
+    done = subprocess.run([sys.executable, "-m", "spark_analytics.report", "--in",
+                           str(outputs), "--html", str(page)], cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("Worst groups")
+    assert lines[2].split()[:2] == ["REWIND", "G_REWIND"]  # the worst status first
+    assert "Worst queues:" in lines and "Slaves (newest snapshot):" in lines
+    slave_rows = lines[lines.index("Slaves (newest snapshot):") + 2:][:2]
+    assert [r.split()[:4] for r in slave_rows] == [["broker-a", "2", "5000", "slave_max"],
+                                                   ["broker-a", "1", "500", "ack"]]
+    assert any(line.startswith("broker-c") and "DEADLINE_EXCEEDED" in line for line in lines)
+    assert f"HTML report: {page.resolve()}" in lines
+    assert page.read_text(encoding="utf-8").count("<svg") == 3
+
+
+def test_html_page_is_self_contained_with_charts_and_the_worst_group(outputs: Path) -> None:
+    report = Report(outputs)
+    assert report.worst_groups[0]["group"] == "G_REWIND"
+    page = html_report(report, outputs)
+    assert page.count("<svg") == 3 and page.count("<polyline") >= 8 + 2 + 1
+    assert "Message lag per group over time" in page and "Fall-behind per slave" in page
+    assert "G_REWIND" in page and "G_INTERP" in page
+    assert 'class="status" style="background:#6a1b9a">REWIND' in page
+    # nothing fetched from anywhere: no scripts, no external references
+    assert "<script" not in page and not re.search(r"(src|href)=\"?(https?:|//)", page)
+
+
+def test_report_without_outputs_says_so(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "spark_analytics.report", "--in",
+                           str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 1 and "no lag job outputs" in done.stderr
