@@ -1,9 +1,11 @@
-"""The lag collector against a real cluster (`mqcluster up`: a name server, broker-a master
-and slave), with lag and fall-behind known by construction: produce N, consume M, SIGSTOP
-the slave under load for longer than the master's link timeout, reset a group."""
+"""The collector and the lag job against a real cluster (`mqcluster up`: a name server,
+broker-a master and slave), with lag and fall-behind known by construction: produce N,
+consume M, SIGSTOP the slave under load for longer than the master's link timeout, reset a
+group; then the Spark job over what was collected."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import signal
@@ -12,7 +14,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -20,11 +22,23 @@ import pytest
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
 from mqclient.admin import RESET_EARLIEST, MQAdmin
 from spark_analytics.collect import Collector, write_snapshot
+from spark_analytics.constants import (
+    BROKER_HEALTH,
+    GROUP_STATUS,
+    QUEUE_LAG,
+    QUEUE_STATUS,
+    SLAVE_FALL_BEHIND,
+)
+from spark_analytics.lag import run_lag_job
 from tests.broker.conftest import wait_until
 from tests.processes import LocalCluster
 
-pytestmark = pytest.mark.timeout(300)
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.timeout(600)
 TOPIC, GROUP = "LagTopic", "LagGroup"
+STUCK_GROUP, STUCK_AT = "StuckGroup", 10  # commits offset 10 once, then nothing
 QUEUES = 4
 CONSUMED, UNCONSUMED = 200, 120  # per topic; the producer spreads them over the 4 queues
 LINK_TIMEOUT_MS = 3000  # haHousekeepingInterval: the master drops a silent slave after this
@@ -55,10 +69,11 @@ def store_max_offset(store_dir: Path) -> int:
     return int(json.loads(out.stdout)["commitlog"]["max_offset"])
 
 
-def test_collector_sees_lag_fall_behind_and_a_rewind(cluster: LocalCluster,
-                                                     tmp_path: Path) -> None:
+def test_collector_and_lag_job_see_lag_fall_behind_a_stop_and_a_rewind(
+        cluster: LocalCluster, tmp_path: Path, spark: SparkSession) -> None:
     namesrv = cluster.namesrv_addr
     out = tmp_path / "collected"
+    master_addr = node(cluster, "broker-a-0")["address"]
     with MQAdmin(namesrv) as admin, Collector(namesrv, timeout=2.0) as collector:
         admin.create_topic(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
         wait_until(lambda: _has_route(admin), timeout=30, message="route")
@@ -70,12 +85,17 @@ def test_collector_sees_lag_fall_behind_and_a_rewind(cluster: LocalCluster,
                 producer.send(Message(TOPIC, b"consumed-%d" % i))
             consumed = _consume_all(namesrv, CONSUMED)
             assert consumed == CONSUMED
+            for q in range(QUEUES):
+                admin.update_consumer_offset(master_addr, STUCK_GROUP, TOPIC, q, STUCK_AT)
             for i in range(UNCONSUMED):
                 producer.send(Message(TOPIC, b"waiting-%d" % i))
 
             # Lag per queue: exactly what was produced minus what was consumed.
             snap = collector.snapshot()
             write_snapshot(snap.table(), out, snap.snapshot_ms)
+            first_lags = {r["queue_id"]: r["broker_offset"] - r["consumer_offset"]
+                          for r in rows(snap, "queue", group=GROUP, topic=TOPIC)}
+            first_time = snap.snapshot_ms
             queues = rows(snap, "queue", group=GROUP, topic=TOPIC)
             assert len(queues) == QUEUES
             lags = [r["broker_offset"] - r["consumer_offset"] for r in queues]
@@ -121,6 +141,7 @@ def test_collector_sees_lag_fall_behind_and_a_rewind(cluster: LocalCluster,
                 slave_max = store_max_offset(Path(cluster.directory) / "broker-a-1" / "store")
                 assert link["slave_ack_offset"] == slave_max
                 assert link["fall_behind_bytes"] == master_row["commitlog_max_offset"] - slave_max
+                paused_time, paused_behind = snap.snapshot_ms, link["fall_behind_bytes"]
 
                 # A group reset to the earliest offsets (its consumer is offline).
                 resets = admin.reset_offset_by_time(GROUP, TOPIC, RESET_EARLIEST)
@@ -145,6 +166,34 @@ def test_collector_sees_lag_fall_behind_and_a_rewind(cluster: LocalCluster,
     table = pq.read_table(out / "snapshots")  # partitioned by date and hour
     assert table.num_rows > 0 and {"date", "hour"} <= set(table.column_names)
     assert not list(out.rglob(".*.tmp"))
+
+    # The lag job over every snapshot taken (the window covers them all).
+    lag_out = tmp_path / "lag"
+    snapshots = len(list((out / "snapshots").rglob("*.parquet")))
+    run_lag_job(spark, str(out), str(lag_out), window=snapshots)
+    queue_lag = pq.read_table(lag_out / QUEUE_LAG).to_pylist()
+    at_first = {r["queue_id"]: r["message_lag"] for r in queue_lag
+                if r["group"] == GROUP and r["topic"] == TOPIC
+                and _ms(r["snapshot_time"]) == first_time}
+    assert at_first == first_lags and sum(at_first.values()) == UNCONSUMED
+    status = {(r["group"], r["topic"], r["queue_id"]): r["status"]
+              for r in pq.read_table(lag_out / QUEUE_STATUS).to_pylist()}
+    assert {status[GROUP, TOPIC, q] for q in range(QUEUES)} == {"REWIND"}  # the reset
+    assert {status[STUCK_GROUP, TOPIC, q] for q in range(QUEUES)} == {"STOP"}  # no commits
+    groups = {(r["group"], r["topic_kind"]): r["status"]
+              for r in pq.read_table(lag_out / GROUP_STATUS).to_pylist()}
+    assert groups[GROUP, "normal"] == "REWIND" and groups[STUCK_GROUP, "normal"] == "STOP"
+    slaves = sorted(pq.read_table(lag_out / SLAVE_FALL_BEHIND).to_pylist(),
+                    key=lambda r: r["snapshot_time"])
+    (paused,) = [r for r in slaves if _ms(r["snapshot_time"]) == paused_time]
+    assert paused["fall_behind_bytes"] == paused_behind and not paused["in_sync"]
+    assert slaves[-1]["fall_behind_bytes"] == 0 and slaves[-1]["in_sync"]
+    health = pq.read_table(lag_out / BROKER_HEALTH).to_pylist()
+    assert any(not r["reachable"] and r["broker_id"] == 1 for r in health)
+
+
+def _ms(t: datetime.datetime) -> int:
+    return round(t.timestamp() * 1000)
 
 
 def _has_route(admin: MQAdmin) -> bool:
