@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench clean
+.PHONY: run test bench bench-lag clean
 
 $(STAMP): pyproject.toml setup.py store/_native.c
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,10 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.store
+
+# The lag job on 6.4 M synthetic snapshot rows against a floor job, and one collector snapshot.
+bench-lag: $(STAMP)
+	$(PY) -m bench.lag
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build store/_native*.so

@@ -38,7 +38,7 @@ def mqcluster(directory: Path, *args: str) -> str:
 
 
 def progress(text: str) -> None:
-    print(f"[bench.collect] {text}", flush=True)
+    print(f"[bench.collect] {text}", file=sys.stderr, flush=True)
 
 
 def prepare(admin: MQAdmin, brokers: int, queues: int, groups: int) -> int:

@@ -8,9 +8,11 @@ store time (their time lag is interpolated) and one broker gives no lag_bytes (a
 
 Then times, each as a subprocess so the JVM start counts:
 - job_s: `python -m spark_analytics.lag` in local mode over them;
-- floor_s: a Spark job that reads the same files and writes one count per queue.
+- floor_s: a Spark job that reads the same files and writes one count per queue;
+- collect_s: one collector snapshot of 4 brokers x 200 queues x 20 groups against real
+  brokers (bench.collect; its reference: one runtime-info round to the same brokers).
 Progress lines go to stderr; the last line is one JSON object (rows, job_s, rows_s, floor_s,
-and the per-table seconds of the job's last run).
+collect_s, and the per-table seconds of the job's last run).
 """
 
 from __future__ import annotations
@@ -218,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench.lag", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="100 groups x 20 snapshots")
     parser.add_argument("--runs", type=int, default=1, help="timed runs of each (best kept)")
+    parser.add_argument("--no-collect", action="store_true",
+                        help="skip collect_s (it starts 4 brokers)")
     parser.add_argument("--keep", type=Path, default=None, help="generate into / reuse DIR")
     parser.add_argument("--floor-job", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -248,8 +252,17 @@ def main(argv: list[str] | None = None) -> int:
             floor_runs.append(seconds)
             progress(f"floor {seconds:.1f} s")
         job_s, floor_s = min(job_runs), min(floor_runs)
+        collect: dict[str, object] = {}
+        if not args.no_collect:
+            from bench.collect import measure
+
+            progress("collect_s: one snapshot of 4 brokers x 200 queues x 20 groups")
+            collect = measure()
         print(json.dumps({"rows": rows, "job_s": round(job_s, 2),
                           "rows_s": round(rows / job_s), "floor_s": round(floor_s, 2),
+                          "job_over_floor": round(job_s / floor_s, 2),
+                          "collect_s": collect.get("collect_s"),
+                          "collect_ref_runtime_round_s": collect.get("ref_runtime_round_s"),
                           "job_runs_s": [round(s, 2) for s in job_runs],
                           "floor_runs_s": [round(s, 2) for s in floor_runs],
                           "job_tables_s": {k: float(v) for k, v in tables.items()}}))

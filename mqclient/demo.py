@@ -7,12 +7,16 @@ the group's consumer progress, left running for the reader to explore.
 2. a producer sends the messages (sync sends, then async sends batched by the producer);
 3. a push consumer of `DemoGroup` consumes them, commits its offsets and leaves;
 4. a few more messages are sent while nobody consumes, so the lag is not zero;
-5. `mqadmin consumerProgress` and `mqadmin haStatus` print what the brokers report.
+5. `mqadmin consumerProgress` and `mqadmin haStatus` print what the brokers report;
+6. lag analytics: a few collector snapshots of the whole cluster (`mqcollect`), the Spark
+   lag job over them (`spark_analytics.lag`, local mode; needs Java) and its report: the
+   terminal table (DemoGroup 100 behind) and an HTML page with charts.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import threading
 import time
@@ -22,6 +26,8 @@ from pathlib import Path
 from mqclient import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli import mqadmin, mqcluster
+from spark_analytics.collect import Collector, write_snapshot
+from spark_analytics.session import java_problem
 
 TOPIC = "DemoTopic"
 GROUP = "DemoGroup"
@@ -29,6 +35,9 @@ PRODUCER_GROUP = "DemoProducer"
 LAGGING_MESSAGES = 100
 CONSUME_TIMEOUT_S = 60.0
 SLAVE_WAIT_S = 15.0
+SNAPSHOTS = 3
+SNAPSHOT_INTERVAL_S = 2.0
+LAG_JOB_TIMEOUT_S = 600.0
 
 
 def _title(text: str) -> None:
@@ -98,12 +107,51 @@ def run(directory: str, messages: int) -> int:
     _wait_for_slaves(namesrv, state[0].cluster_name)
     mqadmin.main(["haStatus", "-n", namesrv, "-c", state[0].cluster_name])
 
+    analytics = Path(directory) / "analytics"
+    analysed = _lag_analytics(namesrv, analytics) if finished else False
+
     print(f"\nThe cluster keeps running. Try:\n"
           f"  export NAMESRV_ADDR='{namesrv}'\n"
           f"  .venv/bin/mqadmin clusterList\n"
           f"  .venv/bin/mqadmin consumeMessage -t {TOPIC} -c 3\n"
+          f"  .venv/bin/mqcollect --out {analytics} --interval 10     # more snapshots\n"
+          f"  .venv/bin/python -m spark_analytics.lag --in {analytics} "
+          f"--out {analytics}/lag\n"
           f"Stop it:  .venv/bin/mqcluster down --dir {directory}   (add --clean to drop data)")
-    return 0 if finished else 1
+    return 0 if finished and analysed else 1
+
+
+def _lag_analytics(namesrv: str, analytics: Path) -> bool:
+    """Collects SNAPSHOTS snapshots, runs the lag job and prints its report; False when a
+    step failed (said why). Without Java the Spark part is skipped with the reason."""
+    _title(f"lag analytics: {SNAPSHOTS} snapshots of the cluster (mqcollect --out {analytics})")
+    with Collector(namesrv) as collector:
+        for n in range(SNAPSHOTS):
+            if n:
+                time.sleep(SNAPSHOT_INTERVAL_S)
+            snap = collector.snapshot()
+            path = write_snapshot(snap.table(), analytics, snap.snapshot_ms)
+            print(f"snapshot {n + 1}: {snap.rows} rows -> {path}", flush=True)
+    if problem := java_problem():
+        print(f"skipping the Spark lag job: {problem}")
+        return True
+    out, page = analytics / "lag", analytics / "lag-report.html"
+    _title(f"the Spark lag job (python -m spark_analytics.lag --in {analytics} --out {out})")
+    started = time.monotonic()
+    for step in (["-m", "spark_analytics.lag", "--in", str(analytics), "--out", str(out)],
+                 ["-m", "spark_analytics.report", "--in", str(out), "--html", str(page)]):
+        try:
+            done = subprocess.run([sys.executable, *step], timeout=LAG_JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            print(f"{step[1]} did not finish within {LAG_JOB_TIMEOUT_S:.0f} s", flush=True)
+            return False
+        if done.returncode != 0:
+            print(f"{step[1]} failed (exit {done.returncode})", flush=True)
+            return False
+        if step[1] == "spark_analytics.lag":
+            print(f"lag job done in {time.monotonic() - started:.1f} s; its report:", flush=True)
+    print(f"Open the page in a browser: file://{page.resolve()}")
+    return True
 
 
 def _wait_for_slaves(namesrv: str, cluster: str) -> None:

@@ -49,6 +49,10 @@ def build_session(app_name: str, master: str | None = None, remote: str | None =
         builder = builder.remote(remote)
     else:
         local = master is None and not under_spark_submit()
+        if local or (master or "").startswith("local"):
+            # A local JVM binds its driver to loopback (Spark would pick the host's first
+            # interface and warn that the hostname resolves to 127.0.0.1).
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         if master or local:
             builder = builder.master(master or LOCAL_MASTER)
         if local or driver_memory:

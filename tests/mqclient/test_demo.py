@@ -1,24 +1,30 @@
 """The README's main job (`make run` = `python -m mqclient.demo`) end to end: it starts a
-local cluster, produces, consumes, prints consumer progress and leaves the cluster running;
-the test then stops that cluster by the PIDs mqcluster recorded."""
+local cluster, produces, consumes, prints consumer progress, collects snapshots, runs the
+Spark lag job and prints its report, and leaves the cluster running; the test then stops
+that cluster by the PIDs mqcluster recorded."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from spark_analytics.session import java_problem
 from tests.broker.conftest import REPO_ROOT
 from tests.processes import stop_local_cluster
 
 
+@pytest.mark.timeout(900)  # the lag job starts a JVM: slow on a loaded 2-core machine
 def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:
     directory = tmp_path / "cluster"
     try:
         run = subprocess.run([sys.executable, "-m", "mqclient.demo", "--dir", str(directory),
                               "--messages", "400"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, timeout=240)
+                             text=True, timeout=840)
         assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
         out = run.stdout
         assert "consumed 400 of the 400 messages sent now in" in out
@@ -28,6 +34,12 @@ def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:
         # master listened reconnects only after 5 s: the demo waits for it).
         ha = out[out.index("== mqadmin haStatus"):]
         assert "(no slave)" not in ha and ha.count(" connected") >= 4, ha
+        assert out.count("snapshot ") >= 3 and "rows -> " in out
+        if java_problem() is None:  # the lag job's report: DemoGroup 100 behind, its page
+            report = out[out.index("Worst groups"):]
+            assert re.search(r"^\w+\s+DemoGroup\s+normal\s+\d+\s+100\s", report, re.M), report
+            page = Path(out.split("file://")[1].split()[0])
+            assert page.is_file() and "DemoGroup" in page.read_text()
         state = json.loads((directory / "mqcluster.state.json").read_text())
         assert len(state["processes"]) == 5  # 1 name server, 2 masters, 2 slaves: left running
     finally:
