@@ -47,7 +47,14 @@ def recent_rows(brokers: DataFrame, window: int) -> Callable[[DataFrame], DataFr
                .groupBy("cluster", "broker_name")
                .agg(F.min("snapshot_time").alias("_window_start")))
 
+    # The oldest cutoff as a literal too: Parquet skips the files and row groups before it
+    # (queue_lag is written in snapshot order), so only the window's rows are read.
+    oldest = cutoffs.agg(F.min(F.unix_micros("_window_start"))).first()[0]
+
     def step(queue_lag: DataFrame) -> DataFrame:
+        if oldest is not None:
+            queue_lag = queue_lag.filter(
+                F.col("snapshot_time") >= F.timestamp_micros(F.lit(oldest)))
         return (queue_lag.join(F.broadcast(cutoffs), ["cluster", "broker_name"])
                 .filter(F.col("snapshot_time") >= F.col("_window_start"))
                 .drop("_window_start"))
