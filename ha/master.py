@@ -228,6 +228,7 @@ class HAConnection:
         store, writer, clock = service.store, self.writer, service.clock
         batch = service.transfer_batch_size
         last_write = clock()
+        unreadable_since: float | None = None
         while True:
             self.wake.clear()  # before looking, so a wake-up after the look is not lost
             max_offset = store.max_phy_offset
@@ -244,9 +245,22 @@ class HAConnection:
                     offset += len(body)
                     queued += len(body)
                 if not pieces:
-                    self.fail(f"cannot read the master's commitlog at {offset} (min "
-                              f"{store.min_phy_offset}, max {max_offset}): link closed")
-                    return
+                    # The max offset promises readable data; should a store report it a
+                    # moment early, wait for the data rather than drop the link. Only data
+                    # that is gone (or stays unreadable) ends the link.
+                    now = clock()
+                    if unreadable_since is None:
+                        unreadable_since = now
+                    min_offset = store.min_phy_offset
+                    if (offset < min_offset
+                            or now - unreadable_since >= service.housekeeping_interval):
+                        self.fail(f"cannot read the master's commitlog at {offset} (min "
+                                  f"{min_offset}, max {max_offset}): link closed")
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.wake.wait(), service.poll_interval)
+                    continue
+                unreadable_since = None
                 writer.write(b"".join(pieces))
                 self.next_offset = offset
                 self._sent.add(queued)

@@ -300,3 +300,32 @@ async def test_replication_throughput() -> None:
     print(f"\nHA replication from empty over loopback: {m.max_phy_offset / 1e6:.1f} MB in "
           f"{elapsed:.3f} s = {mb_s:.0f} MB/s")
     assert s.content() == m.content()
+
+
+class EarlyMaxStore(MemoryStore):
+    """A store whose max offset runs ahead of its readable data while `hidden` is set."""
+
+    def __init__(self, file_size: int) -> None:
+        super().__init__(file_size)
+        self.hidden = 0  # bytes at the end that cannot be read yet
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes:
+        readable = super().max_phy_offset - self.hidden
+        return super().read_commitlog(offset, min(max_bytes, max(0, readable - offset)))
+
+
+async def test_an_unreadable_max_offset_waits_instead_of_closing_the_link() -> None:
+    m, s = EarlyMaxStore(FILE), MemoryStore(FILE)
+    m.fill(20_000)
+    async with master(m) as service, slave(s, service.port) as client:
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        m.fill(5_000, seed=4)
+        m.hidden = 3_000  # max offset already reports data that is not readable yet
+        service.notify_data_arrived()
+        await asyncio.sleep(0.2)
+        assert service.connection_count == 1 and not service.slave_statuses()[0].problem
+        m.hidden = 0
+        service.notify_data_arrived()
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        assert client.status.connect_count == 1
+    assert s.content() == m.content()
