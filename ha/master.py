@@ -136,13 +136,15 @@ class HAConnection:
                 if t.done() and not t.cancelled() and t.exception() is not None:
                     self.fail(f"link failed: {t.exception()!r}")
         finally:
+            # The socket is closed first: the slave hears of it at once, and a reader whose
+            # cancel was lost (a read completing in the cancel's loop turn) reads EOF next.
+            self.status.connected = False
+            self.writer.close()
             for t in tasks:
                 t.cancel()
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-            self.status.connected = False
-            self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
 
@@ -162,7 +164,8 @@ class HAConnection:
         timeout = self.service.housekeeping_interval
         while True:
             try:
-                chunk = await asyncio.wait_for(self.reader.read(4096), timeout)
+                async with asyncio.timeout(timeout):  # wait_for can drop a cancel (3.11)
+                    chunk = await self.reader.read(4096)
             except TimeoutError:
                 self.fail(f"no report from the slave for {timeout:g} s: link dropped")
                 return

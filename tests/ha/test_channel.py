@@ -329,3 +329,32 @@ async def test_an_unreadable_max_offset_waits_instead_of_closing_the_link() -> N
         await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
         assert client.status.connect_count == 1
     assert s.content() == m.content()
+
+
+class FailingStore(MemoryStore):
+    """Reads of more than a record head (the transfer loop's) fail: the loop ends."""
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes:
+        if max_bytes > 1024:
+            raise OSError("disk gone")
+        return super().read_commitlog(offset, max_bytes)
+
+
+async def test_a_failed_transfer_closes_the_link_at_once_while_acks_stream_in() -> None:
+    m = FailingStore(FILE)
+    m.files.append((0, bytearray(4000)))
+    for _ in range(5):
+        async with master(m, housekeeping_interval=10.0) as service:
+            reader, writer = await raw_link(service.port)
+            # Acks always waiting in the socket: every read of the master completes at once,
+            # also in the loop turn in which the link's reader is cancelled.
+            writer.write(encode_ack(0) * 200_000)
+            t0 = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):  # acks left unread: a reset
+                async with asyncio.timeout(5):
+                    while await reader.read(65536):
+                        pass
+            assert time.monotonic() - t0 < 2.0
+            await wait_until(lambda: service.connection_count == 0)
+            assert "disk gone" in service.slave_statuses()[0].problem
+            writer.close()
