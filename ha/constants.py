@@ -15,6 +15,8 @@ HA_CONNECT_RETRY_INTERVAL = 5_000
 HA_CONNECT_RETRY_MIN_INTERVAL = 100
 SLAVE_TIMEOUT = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long for a slave ack
 
+# Slave: its hello proves what it holds by a CRC32 of this many bytes before its max offset.
+HA_PROOF_TAIL_SIZE = 4096
 # Master: write frames until this many bytes are queued on the socket, then drain once.
 HA_WRITE_HIGH_WATER = 1024 * 1024
 # Master: how often a transfer loop looks for new data when nobody wakes it.

@@ -30,6 +30,7 @@ from ha.codec import (
 from ha.constants import (
     HA_HOUSEKEEPING_INTERVAL,
     HA_MAX_TIME_SLAVE_NOT_CATCHUP,
+    HA_PROOF_TAIL_SIZE,
     HA_SEND_HEARTBEAT_INTERVAL,
     HA_SLAVE_FALLBEHIND_MAX,
     HA_TRANSFER_BATCH_SIZE,
@@ -37,6 +38,7 @@ from ha.constants import (
     HA_WRITE_HIGH_WATER,
 )
 from ha.interface import HAStore
+from ha.proof import tail_crc
 from ha.rate import TransferRate
 from store.codec import STORE_TIMESTAMP_HEAD, record_store_timestamp
 from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
@@ -70,6 +72,9 @@ class SlaveStatus:
     in_sync: bool = False
     transfer_rate: float = 0.0  # bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds
     problem: str = ""
+    # The slave proved what it holds (empty, or its hello's tail checksum matched the
+    # master's commitlog): only then do its acks count for SYNC_MASTER.
+    verified: bool = False
 
     @property
     def name(self) -> str:
@@ -122,6 +127,10 @@ class HAConnection:
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.status = SlaveStatus(address, last_ack_time_ms=service.wall_clock_ms())
         self.next_offset = -1  # next commitlog byte to send; -1 until the first report
+        self.hello: SlaveHello | None = None
+        self._problem_kept_link = False
+        # Ends of the frames sent and not yet acked: a slave acks only at a frame's end.
+        self._frame_ends: collections.deque[int] = collections.deque()
         self.wake = asyncio.Event()
         self._reported = asyncio.Event()
         self._sent = TransferRate(service.clock)
@@ -153,9 +162,12 @@ class HAConnection:
         for t in self._link_tasks:
             t.cancel()
 
-    def fail(self, problem: str) -> None:
-        if not self.status.problem:
+    def fail(self, problem: str, *, link_kept: bool = False) -> None:
+        """Records the link's problem (the first that closes it wins over a note about a
+        link that is kept) and logs it."""
+        if not self.status.problem or self._problem_kept_link:
             self.status.problem = problem
+            self._problem_kept_link = link_kept
         log.warning("HA slave %s: %s", self.status.name, problem)
 
     # -- slave -> master -------------------------------------------------------------------
@@ -201,18 +213,35 @@ class HAConnection:
             self.fail(f"ack offset {ack} is beyond the data sent to the slave "
                       f"({self.next_offset}): rejected, link closed")
             return False
+        elif ack < self.status.ack_offset:
+            self.fail(f"ack offset {ack} went back from {self.status.ack_offset}: the slave's "
+                      "commitlog diverged from the master; link closed")
+            return False
+        elif ack > self.status.ack_offset and not self._sent_frame_end(ack):
+            self.fail(f"ack offset {ack} is not the end of a frame sent to the slave: "
+                      "rejected, link closed")
+            return False
         self.status.ack_offset = ack
         self.status.last_ack_time_ms = self.service.wall_clock_ms()
         self.service.acked()
         return True
 
+    def _sent_frame_end(self, ack: int) -> bool:
+        """True when a frame sent on this link ends at `ack` (forgets the ends before it)."""
+        ends = self._frame_ends
+        while ends and ends[0] < ack:
+            ends.popleft()
+        return bool(ends) and ends[0] == ack
+
     def _start_offset(self, reported: int) -> int | None:
         store = self.service.store
         min_offset, max_offset = store.min_phy_offset, store.max_phy_offset
-        if reported == 0 and max_offset > 0:
-            log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
-                     self.status.name, min_offset)
-            return min_offset
+        if reported == 0:  # an empty slave holds nothing to prove
+            self.status.verified = True
+            if max_offset > 0:
+                log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
+                         self.status.name, min_offset)
+                return min_offset
         if reported < min_offset:
             self.fail(f"slave offset {reported} is below the master's min offset {min_offset}: "
                       "the master no longer has the data the slave lacks; clear the slave "
@@ -222,7 +251,34 @@ class HAConnection:
             self.fail(f"slave offset {reported} is not a record boundary of the master's "
                       "commitlog: the slave's commitlog diverged from the master")
             return None
+        if reported > 0 and not self._check_proof(reported):
+            return None
         return reported
+
+    def _check_proof(self, reported: int) -> bool:
+        """Checks the hello's proof of what the slave holds; False when it diverged (the
+        link is closed). A slave that cannot prove its data is served but never counted."""
+        hello = self.hello
+        if hello is None or hello.max_offset != reported or hello.tail_size <= 0:
+            self.fail(f"slave offset {reported} comes without a proof of the slave's data "
+                      "(no hello with its tail checksum): replicating to it, but its acks "
+                      "never count as in sync", link_kept=True)
+            return True
+        size = hello.tail_size
+        crc = tail_crc(self.service.store, reported, size) if size <= HA_PROOF_TAIL_SIZE else None
+        if crc is None:
+            self.fail(f"slave offset {reported}: the master cannot check the slave's last "
+                      f"{size} bytes (min offset {self.service.store.min_phy_offset}); "
+                      "replicating to it, but its acks never count as in sync; clear the "
+                      "slave store to copy everything again", link_kept=True)
+            return True
+        if crc != hello.tail_crc:
+            self.fail(f"slave offset {reported}: the slave's last {size} bytes differ from "
+                      "the master's commitlog: the slave's commitlog diverged from the "
+                      "master; clear the slave store to copy everything again")
+            return False
+        self.status.verified = True
+        return True
 
     # -- master -> slave -------------------------------------------------------------------
     async def _transfer(self) -> None:
@@ -246,6 +302,7 @@ class HAConnection:
                     pieces.append(encode_frame_header(offset, len(body)))
                     pieces.append(body)
                     offset += len(body)
+                    self._frame_ends.append(offset)
                     queued += len(body)
                 if not pieces:
                     # The max offset promises readable data; should a store report it a
@@ -363,6 +420,7 @@ class HAService:
     def identify(self, conn: HAConnection, hello: SlaveHello) -> None:
         """A link's slave said who it is; an older link of the same slave is stale."""
         status = conn.status
+        conn.hello = hello
         status.broker_id, status.broker_addr = hello.broker_id, hello.broker_addr
         self.absent_slaves.pop(hello.broker_id, None)
         log.info("HA link from %s is slave %s of %s", status.address, status.name,
@@ -379,7 +437,8 @@ class HAService:
     # -- acks and status -------------------------------------------------------------------
     def acked(self) -> None:
         """Tells `on_ack` of the best ack of the live links (push2SlaveMaxOffset)."""
-        best = max((c.status.ack_offset for c in self.connections), default=0)
+        best = max((c.status.ack_offset for c in self.connections
+                    if c.status.verified and not c.status.problem), default=0)
         if self.on_ack is not None and best > 0:
             self.on_ack(best)
 
@@ -442,7 +501,7 @@ class HAService:
         """A live, healthy link whose slave acked recently (haMaxTimeSlaveNotCatchup: a
         frozen slave is not in sync however close its last ack was) and is within
         haSlaveFallbehindMax of the master."""
-        return (s.connected and not s.problem and s.ack_offset >= 0
+        return (s.connected and s.verified and not s.problem and s.ack_offset >= 0
                 and self.wall_clock_ms() - s.last_ack_time_ms
                 <= self.max_time_slave_not_catchup_ms
                 and self.store.max_phy_offset - s.ack_offset <= self.slave_fallbehind_max)

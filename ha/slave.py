@@ -33,6 +33,7 @@ from ha.constants import (
     HA_SEND_HEARTBEAT_INTERVAL,
 )
 from ha.interface import HAStore
+from ha.proof import with_proof
 from ha.rate import TransferRate
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,8 @@ class HAClient:
         reporter = asyncio.create_task(self._report_loop(transport))
         try:
             if self.hello is not None:
-                transport.write(encode_hello(self.hello))  # type: ignore[attr-defined]
+                hello = with_proof(self.hello, self.store)  # at the offset reported next
+                transport.write(encode_hello(hello))  # type: ignore[attr-defined]
             self._report(transport)
             await self._watch(link)
         finally:
