@@ -247,38 +247,39 @@ class HAConnection:
                       "the master no longer has the data the slave lacks; clear the slave "
                       "store to copy everything again")
             return None
-        if not is_record_boundary(store, reported):
+        proven, why_not = self._check_proof(reported)
+        if proven is False:
+            return None
+        # A proven tail holds the master's bytes up to `reported`, even mid-record (a link
+        # that broke mid-frame); without a proof it must at least be a record boundary.
+        if not proven and not is_record_boundary(store, reported):
             self.fail(f"slave offset {reported} is not a record boundary of the master's "
                       "commitlog: the slave's commitlog diverged from the master")
             return None
-        if reported > 0 and not self._check_proof(reported):
-            return None
+        if not proven:
+            self.fail(f"slave offset {reported}: {why_not}; replicating to it, but its acks "
+                      "never count as in sync", link_kept=True)
         return reported
 
-    def _check_proof(self, reported: int) -> bool:
-        """Checks the hello's proof of what the slave holds; False when it diverged (the
-        link is closed). A slave that cannot prove its data is served but never counted."""
+    def _check_proof(self, reported: int) -> tuple[bool | None, str]:
+        """Checks the hello's proof of what the slave holds: True (verified), False (the
+        slave diverged: the link is closed) or None (no proof that can be checked, and why)."""
         hello = self.hello
         if hello is None or hello.max_offset != reported or hello.tail_size <= 0:
-            self.fail(f"slave offset {reported} comes without a proof of the slave's data "
-                      "(no hello with its tail checksum): replicating to it, but its acks "
-                      "never count as in sync", link_kept=True)
-            return True
+            return None, "no proof of the slave's data (no hello with its tail checksum)"
         size = hello.tail_size
         crc = tail_crc(self.service.store, reported, size) if size <= HA_PROOF_TAIL_SIZE else None
         if crc is None:
-            self.fail(f"slave offset {reported}: the master cannot check the slave's last "
-                      f"{size} bytes (min offset {self.service.store.min_phy_offset}); "
-                      "replicating to it, but its acks never count as in sync; clear the "
-                      "slave store to copy everything again", link_kept=True)
-            return True
+            return None, (f"the master cannot check the slave's last {size} bytes (min "
+                          f"offset {self.service.store.min_phy_offset}); clear the slave "
+                          "store to copy everything again")
         if crc != hello.tail_crc:
             self.fail(f"slave offset {reported}: the slave's last {size} bytes differ from "
                       "the master's commitlog: the slave's commitlog diverged from the "
                       "master; clear the slave store to copy everything again")
-            return False
+            return False, ""
         self.status.verified = True
-        return True
+        return True, ""
 
     # -- master -> slave -------------------------------------------------------------------
     async def _transfer(self) -> None:
