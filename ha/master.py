@@ -241,7 +241,7 @@ class HAConnection:
             if max_offset > 0:
                 log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
                          self.status.name, min_offset)
-                return min_offset
+            return min_offset
         if reported < min_offset:
             self.fail(f"slave offset {reported} is below the master's min offset {min_offset}: "
                       "the master no longer has the data the slave lacks; clear the slave "

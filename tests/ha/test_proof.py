@@ -130,3 +130,17 @@ async def test_a_slave_that_stopped_mid_record_proves_its_bytes_and_catches_up()
         (status,) = service.slave_statuses()
         assert status.verified and status.in_sync and status.problem == ""
     assert s.content() == m.content()
+
+
+async def test_an_empty_slave_of_an_empty_master_counts() -> None:
+    m, s = MemoryStore(FILE), MemoryStore(FILE)
+    waiters = OffsetWaiters(time.monotonic)
+    async with master(m, on_ack=waiters.advance) as service, slave(s, service.port,
+                                                                    hello=HELLO):
+        await wait_until(lambda: service.slave_ok())
+        m.fill(2000)
+        sent = waiters.wait_async(m.max_phy_offset, 5)
+        service.notify_data_arrived()
+        async with asyncio.timeout(5):
+            assert await sent is True
+        assert service.slave_statuses()[0].problem == ""
