@@ -160,6 +160,8 @@ class BrokerController:
                  self.config.broker_cluster_name, self.config.broker_id,
                  self.config.broker_role.value, self.broker_addr, self.root)
         await self.register_broker_all()
+        # A name server that comes back (or restarted) hears from this broker at once.
+        self.outer_api.start_links(self.broker_addr, lambda _addr: self._register_now.set())
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="registerBrokerAll"),
             asyncio.create_task(self._periodic(

@@ -56,6 +56,7 @@ class NamesrvController:
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
+        self._servicer: NamesrvServicer | None = None
         self.listen_address = ""
         """``host:port`` actually bound (the port is chosen when ``listen`` asks for 0)."""
 
@@ -64,9 +65,8 @@ class NamesrvController:
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(
-            NamesrvServicer(self.route_info_manager), server
-        )
+        self._servicer = NamesrvServicer(self.route_info_manager)
+        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(self._servicer, server)
         try:
             port = server.add_insecure_port(self.listen)
         except RuntimeError as exc:
@@ -100,6 +100,8 @@ class NamesrvController:
                 await self._scan_task
             self._scan_task = None
         if self._server is not None:
+            if self._servicer is not None:
+                self._servicer.end_links()
             await self._server.stop(grace)
             self._server = None
             log.info("name server on %s stopped", self.listen_address)

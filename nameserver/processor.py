@@ -6,6 +6,9 @@ protobuf. The manager is synchronous and fast; the handlers run on the event loo
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
@@ -67,6 +70,15 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
 
     def __init__(self, route_info_manager: RouteInfoManager) -> None:
         self.route_info_manager = route_info_manager
+        self._links: set[asyncio.Future[None]] = set()  # open WatchBrokerLink streams
+        self.stopping = False
+
+    def end_links(self) -> None:
+        """At shutdown: ends every broker link stream (nobody is removed for it)."""
+        self.stopping = True
+        for link in self._links:
+            if not link.done():
+                link.set_result(None)
 
     async def RegisterBroker(
         self, request: namesrv_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext
@@ -88,6 +100,7 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             data_version=data_version_from_proto(request.data_version),
             # Converted only if read: only a master with a new data version reads them.
             topic_configs=(topic_config_from_proto(tc) for tc in request.topic_configs),
+            peer=context.peer() or "",
         )
         return namesrv_pb2.RegisterBrokerResponse(
             status=ok_status(),
@@ -145,3 +158,17 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
         return namesrv_pb2.GetAllTopicListResponse(
             status=ok_status(), topic_list=self.route_info_manager.get_all_topic_list()
         )
+
+    async def WatchBrokerLink(
+        self, request: namesrv_pb2.WatchBrokerLinkRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[namesrv_pb2.BrokerLinkEvent]:
+        peer = context.peer() or ""
+        link: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._links.add(link)
+        try:
+            yield namesrv_pb2.BrokerLinkEvent(status=ok_status())
+            await link  # cancelled when the broker's connection closes
+        finally:
+            self._links.discard(link)
+            if not self.stopping and request.broker_addr:
+                self.route_info_manager.broker_link_closed(request.broker_addr, peer)
