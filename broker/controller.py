@@ -122,7 +122,9 @@ class BrokerController:
         self._lock_store_dir()
         server = self._build_server()
         self._server = server
-        host = self.config.broker_ip1 or local_ip()
+        # brokerIP1, else the local address of a socket connected to a name server.
+        host = self.config.broker_ip1 or await asyncio.to_thread(
+            local_ip, self.config.namesrv_addr_list)
         try:
             port = server.add_insecure_port(
                 format_host((self.config.bind_address, self.config.listen_port)))
