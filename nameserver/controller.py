@@ -17,6 +17,7 @@ from nameserver.constants import (
     SCAN_NOT_ACTIVE_BROKER_INTERVAL_S,
     SHUTDOWN_GRACE_S,
 )
+from nameserver.links import broker_links
 from nameserver.processor import NamesrvServicer
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
 
@@ -56,7 +57,6 @@ class NamesrvController:
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
-        self._servicer: NamesrvServicer | None = None
         self.listen_address = ""
         """``host:port`` actually bound (the port is chosen when ``listen`` asks for 0)."""
 
@@ -65,8 +65,9 @@ class NamesrvController:
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        self._servicer = NamesrvServicer(self.route_info_manager)
-        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(self._servicer, server)
+        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(
+            NamesrvServicer(self.route_info_manager), server
+        )
         try:
             port = server.add_insecure_port(self.listen)
         except RuntimeError as exc:
@@ -100,8 +101,7 @@ class NamesrvController:
                 await self._scan_task
             self._scan_task = None
         if self._server is not None:
-            if self._servicer is not None:
-                self._servicer.end_links()
+            broker_links(self.route_info_manager).end_all()  # the streams end, nobody leaves
             await self._server.stop(grace)
             self._server = None
             log.info("name server on %s stopped", self.listen_address)

@@ -6,12 +6,12 @@ protobuf. The manager is synchronous and fast; the handlers run on the event loo
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from nameserver.links import broker_links
 from nameserver.routeinfo import (
     BrokerData,
     DataVersion,
@@ -70,15 +70,6 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
 
     def __init__(self, route_info_manager: RouteInfoManager) -> None:
         self.route_info_manager = route_info_manager
-        self._links: set[asyncio.Future[None]] = set()  # open WatchBrokerLink streams
-        self.stopping = False
-
-    def end_links(self) -> None:
-        """At shutdown: ends every broker link stream (nobody is removed for it)."""
-        self.stopping = True
-        for link in self._links:
-            if not link.done():
-                link.set_result(None)
 
     async def RegisterBroker(
         self, request: namesrv_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext
@@ -162,13 +153,7 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
     async def WatchBrokerLink(
         self, request: namesrv_pb2.WatchBrokerLinkRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[namesrv_pb2.BrokerLinkEvent]:
-        peer = context.peer() or ""
-        link: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._links.add(link)
-        try:
-            yield namesrv_pb2.BrokerLinkEvent(status=ok_status())
-            await link  # cancelled when the broker's connection closes
-        finally:
-            self._links.discard(link)
-            if not self.stopping and request.broker_addr:
-                self.route_info_manager.broker_link_closed(request.broker_addr, peer)
+        """Open while the broker's connection is (nameserver/links.py)."""
+        links = broker_links(self.route_info_manager)
+        async for event in links.watch(request.broker_addr, context.peer() or ""):
+            yield event

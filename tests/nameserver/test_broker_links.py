@@ -100,3 +100,24 @@ def test_a_killed_broker_leaves_at_once_a_stopped_one_stays(procs: Processes,
             assert cluster_addrs(stub) == {stopped.address}
         finally:
             os.kill(stopped.pid, signal.SIGCONT)
+
+
+def test_a_stopping_name_server_ends_the_links_at_once_and_drops_nobody() -> None:
+    from nameserver.controller import NamesrvController
+
+    async def scenario() -> None:
+        controller = NamesrvController("127.0.0.1:0")
+        await controller.start()
+        async with grpc.aio.insecure_channel(controller.listen_address) as channel:
+            stub = namesrv_pb2_grpc.NamesrvServiceStub(channel)
+            await stub.RegisterBroker(register_request(MASTER_A, MASTER_ID))
+            link = stub.WatchBrokerLink(
+                namesrv_pb2.WatchBrokerLinkRequest(broker_addr=MASTER_A))
+            await link.read()
+            t0 = time.monotonic()
+            await controller.shutdown(grace=5)
+            assert time.monotonic() - t0 < 1.0
+            assert await link.read() == grpc.aio.EOF  # ended, not cut
+            assert MASTER_A in controller.route_info_manager.broker_live_table
+
+    asyncio.run(scenario())
