@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 INITIAL_RECONNECT_BACKOFF_MS = 200
 MAX_RECONNECT_BACKOFF_MS = 2000
 CHANNEL_OPTIONS = [
-    ("grpc.enable_retries", 0),
     ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
 ]
