@@ -32,6 +32,7 @@ from ha.constants import (
     HA_MAX_TIME_SLAVE_NOT_CATCHUP,
     HA_SLAVE_FALLBEHIND_MAX,
 )
+from mqproto.local_address import local_ip  # noqa: F401  (brokerIP1's default)
 from store.config import StoreConfig, snake_case
 from store.constants import BrokerRole
 
@@ -66,7 +67,8 @@ class BrokerConfig:
     ha_max_time_slave_not_catchup: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP
     # Either end drops an HA link silent this long (ms).
     ha_housekeeping_interval: int = HA_HOUSEKEEPING_INTERVAL
-    broker_ip1: str = ""  # the address clients reach; empty = this host's address
+    # The address clients reach; empty = this host's address towards the name servers.
+    broker_ip1: str = ""
     # The address the group's slaves reach this broker by (its HA address, and a slave's
     # calls to its master's admin service): RocketMQ's brokerIP2. Empty = brokerIP1. In
     # Docker, brokerIP1 is what the host's clients dial and brokerIP2 the container's name.
@@ -228,22 +230,6 @@ def load_config_file(path: str | os.PathLike[str],
     props = read_properties(text)
     props.update(overrides or {})
     return parse_config(props)
-
-
-def local_ip() -> str:
-    """This host's address as others see it (RocketMQ's getLocalAddress), else loopback."""
-    try:
-        addr = socket.gethostbyname(socket.gethostname())
-        if not addr.startswith("127."):
-            return addr
-    except OSError:
-        pass
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))  # no packet is sent
-            return s.getsockname()[0]
-    except OSError:
-        return "127.0.0.1"
 
 
 def resolve_ip(host: str) -> str:

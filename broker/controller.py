@@ -122,7 +122,9 @@ class BrokerController:
         self._lock_store_dir()
         server = self._build_server()
         self._server = server
-        host = self.config.broker_ip1 or local_ip()
+        # brokerIP1, else the local address of a socket connected to a name server.
+        host = self.config.broker_ip1 or await asyncio.to_thread(
+            local_ip, self.config.namesrv_addr_list)
         try:
             port = server.add_insecure_port(
                 format_host((self.config.bind_address, self.config.listen_port)))
@@ -160,6 +162,8 @@ class BrokerController:
                  self.config.broker_cluster_name, self.config.broker_id,
                  self.config.broker_role.value, self.broker_addr, self.root)
         await self.register_broker_all()
+        # A name server that comes back (or restarted) hears from this broker at once.
+        self.outer_api.start_links(self.broker_addr, lambda _addr: self._register_now.set())
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="registerBrokerAll"),
             asyncio.create_task(self._periodic(

@@ -3,7 +3,9 @@
 slave -> master: an 8-byte ack offset (the slave's commitlog max offset). A slave of this
 project first says who it is: `HELLO_MAGIC (8) | length (4) | JSON`, so the master names the
 link by the slave's brokerId and address; acks can never be negative, so a plain 4.x-style
-slave that starts with an ack is still understood.
+slave that starts with an ack is still understood. The hello also proves what the slave
+holds: its max offset and a CRC32 of the bytes just before it (`maxOffset`, `tailSize`,
+`tailCrc`; optional keys, so older hellos still decode).
 master -> slave: frames `phyOffset (8) | bodySize (4) | body`; bodySize 0 is a heartbeat.
 """
 
@@ -117,29 +119,46 @@ class FrameParser:
 
 
 class SlaveHello(NamedTuple):
-    """Who the slave at the other end of a link is."""
+    """Who the slave at the other end of a link is, and the proof of what it holds: its
+    commitlog max offset and the CRC32 of the `tail_size` bytes before it (-1, 0, 0: none)."""
 
     broker_id: int
     broker_name: str
     broker_addr: str
+    max_offset: int = -1
+    tail_size: int = 0
+    tail_crc: int = 0
 
 
 def encode_hello(hello: SlaveHello) -> bytes:
-    body = json.dumps({"brokerId": hello.broker_id, "brokerName": hello.broker_name,
-                       "brokerAddr": hello.broker_addr}).encode()
+    data: dict[str, object] = {"brokerId": hello.broker_id, "brokerName": hello.broker_name,
+                               "brokerAddr": hello.broker_addr}
+    if hello.max_offset >= 0:
+        data.update(maxOffset=hello.max_offset, tailSize=hello.tail_size,
+                    tailCrc=hello.tail_crc)
+    body = json.dumps(data).encode()
     return HELLO_HEADER.pack(HELLO_MAGIC, len(body)) + body
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def decode_hello(body: bytes) -> SlaveHello:
     try:
         data = json.loads(body)
-        hello = SlaveHello(data["brokerId"], data["brokerName"], data["brokerAddr"])
-    except (ValueError, KeyError, TypeError) as e:
+        hello = SlaveHello(data["brokerId"], data["brokerName"], data["brokerAddr"],
+                           data.get("maxOffset", -1), data.get("tailSize", 0),
+                           data.get("tailCrc", 0))
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise HACodecError(f"bad hello from the slave: {e}") from None
-    if (not isinstance(hello.broker_id, int) or isinstance(hello.broker_id, bool)
-            or hello.broker_id <= 0 or not isinstance(hello.broker_name, str)
-            or not isinstance(hello.broker_addr, str)):
+    if (not _is_int(hello.broker_id) or hello.broker_id <= 0
+            or not isinstance(hello.broker_name, str) or not isinstance(hello.broker_addr, str)):
         raise HACodecError(f"bad hello from the slave: {data!r} (a slave's brokerId is > 0)")
+    if (not all(_is_int(v) for v in hello[3:]) or hello.max_offset < -1
+            or not 0 <= hello.tail_size <= max(hello.max_offset, 0)
+            or not 0 <= hello.tail_crc <= 0xFFFFFFFF):
+        raise HACodecError(f"bad hello from the slave: {data!r} (bad proof of its data)")
     return hello
 
 

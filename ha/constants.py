@@ -9,9 +9,14 @@ HA_HOUSEKEEPING_INTERVAL = 20_000  # haHousekeepingInterval: a link silent this 
 HA_SLAVE_FALLBEHIND_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax
 # haMaxTimeSlaveNotCatchup (RocketMQ 5): a slave silent this long is not in sync.
 HA_MAX_TIME_SLAVE_NOT_CATCHUP = 15_000
-HA_CONNECT_RETRY_INTERVAL = 5_000  # HAClient: the slave reconnects after this long
+# HAClient: the slave reconnects after HA_CONNECT_RETRY_MIN_INTERVAL, doubling per failed
+# attempt up to HA_CONNECT_RETRY_INTERVAL (RocketMQ: a fixed 5 s); a link that worked resets it.
+HA_CONNECT_RETRY_INTERVAL = 5_000
+HA_CONNECT_RETRY_MIN_INTERVAL = 100
 SLAVE_TIMEOUT = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long for a slave ack
 
+# Slave: its hello proves what it holds by a CRC32 of this many bytes before its max offset.
+HA_PROOF_TAIL_SIZE = 4096
 # Master: write frames until this many bytes are queued on the socket, then drain once.
 HA_WRITE_HIGH_WATER = 1024 * 1024
 # Master: how often a transfer loop looks for new data when nobody wakes it.

@@ -30,6 +30,7 @@ from ha.codec import (
 from ha.constants import (
     HA_HOUSEKEEPING_INTERVAL,
     HA_MAX_TIME_SLAVE_NOT_CATCHUP,
+    HA_PROOF_TAIL_SIZE,
     HA_SEND_HEARTBEAT_INTERVAL,
     HA_SLAVE_FALLBEHIND_MAX,
     HA_TRANSFER_BATCH_SIZE,
@@ -37,6 +38,7 @@ from ha.constants import (
     HA_WRITE_HIGH_WATER,
 )
 from ha.interface import HAStore
+from ha.proof import tail_crc
 from ha.rate import TransferRate
 from store.codec import STORE_TIMESTAMP_HEAD, record_store_timestamp
 from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
@@ -70,6 +72,9 @@ class SlaveStatus:
     in_sync: bool = False
     transfer_rate: float = 0.0  # bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds
     problem: str = ""
+    # The slave proved what it holds (empty, or its hello's tail checksum matched the
+    # master's commitlog): only then do its acks count for SYNC_MASTER.
+    verified: bool = False
 
     @property
     def name(self) -> str:
@@ -122,6 +127,10 @@ class HAConnection:
         address = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.status = SlaveStatus(address, last_ack_time_ms=service.wall_clock_ms())
         self.next_offset = -1  # next commitlog byte to send; -1 until the first report
+        self.hello: SlaveHello | None = None
+        self._problem_kept_link = False
+        # Ends of the frames sent and not yet acked: a slave acks only at a frame's end.
+        self._frame_ends: collections.deque[int] = collections.deque()
         self.wake = asyncio.Event()
         self._reported = asyncio.Event()
         self._sent = TransferRate(service.clock)
@@ -136,13 +145,15 @@ class HAConnection:
                 if t.done() and not t.cancelled() and t.exception() is not None:
                     self.fail(f"link failed: {t.exception()!r}")
         finally:
+            # The socket is closed first: the slave hears of it at once, and a reader whose
+            # cancel was lost (a read completing in the cancel's loop turn) reads EOF next.
+            self.status.connected = False
+            self.writer.close()
             for t in tasks:
                 t.cancel()
             for t in tasks:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-            self.status.connected = False
-            self.writer.close()
             with contextlib.suppress(Exception):
                 await self.writer.wait_closed()
 
@@ -151,9 +162,12 @@ class HAConnection:
         for t in self._link_tasks:
             t.cancel()
 
-    def fail(self, problem: str) -> None:
-        if not self.status.problem:
+    def fail(self, problem: str, *, link_kept: bool = False) -> None:
+        """Records the link's problem (the first that closes it wins over a note about a
+        link that is kept) and logs it."""
+        if not self.status.problem or self._problem_kept_link:
             self.status.problem = problem
+            self._problem_kept_link = link_kept
         log.warning("HA slave %s: %s", self.status.name, problem)
 
     # -- slave -> master -------------------------------------------------------------------
@@ -162,7 +176,8 @@ class HAConnection:
         timeout = self.service.housekeeping_interval
         while True:
             try:
-                chunk = await asyncio.wait_for(self.reader.read(4096), timeout)
+                async with asyncio.timeout(timeout):  # wait_for can drop a cancel (3.11)
+                    chunk = await self.reader.read(4096)
             except TimeoutError:
                 self.fail(f"no report from the slave for {timeout:g} s: link dropped")
                 return
@@ -198,28 +213,73 @@ class HAConnection:
             self.fail(f"ack offset {ack} is beyond the data sent to the slave "
                       f"({self.next_offset}): rejected, link closed")
             return False
+        elif ack < self.status.ack_offset:
+            self.fail(f"ack offset {ack} went back from {self.status.ack_offset}: the slave's "
+                      "commitlog diverged from the master; link closed")
+            return False
+        elif ack > self.status.ack_offset and not self._sent_frame_end(ack):
+            self.fail(f"ack offset {ack} is not the end of a frame sent to the slave: "
+                      "rejected, link closed")
+            return False
         self.status.ack_offset = ack
         self.status.last_ack_time_ms = self.service.wall_clock_ms()
         self.service.acked()
         return True
 
+    def _sent_frame_end(self, ack: int) -> bool:
+        """True when a frame sent on this link ends at `ack` (forgets the ends before it)."""
+        ends = self._frame_ends
+        while ends and ends[0] < ack:
+            ends.popleft()
+        return bool(ends) and ends[0] == ack
+
     def _start_offset(self, reported: int) -> int | None:
         store = self.service.store
         min_offset, max_offset = store.min_phy_offset, store.max_phy_offset
-        if reported == 0 and max_offset > 0:
-            log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
-                     self.status.name, min_offset)
+        if reported == 0:  # an empty slave holds nothing to prove
+            self.status.verified = True
+            if max_offset > 0:
+                log.info("HA slave %s is empty: sending the whole retained commitlog from %d",
+                         self.status.name, min_offset)
             return min_offset
         if reported < min_offset:
             self.fail(f"slave offset {reported} is below the master's min offset {min_offset}: "
                       "the master no longer has the data the slave lacks; clear the slave "
                       "store to copy everything again")
             return None
-        if not is_record_boundary(store, reported):
+        proven, why_not = self._check_proof(reported)
+        if proven is False:
+            return None
+        # A proven tail holds the master's bytes up to `reported`, even mid-record (a link
+        # that broke mid-frame); without a proof it must at least be a record boundary.
+        if not proven and not is_record_boundary(store, reported):
             self.fail(f"slave offset {reported} is not a record boundary of the master's "
                       "commitlog: the slave's commitlog diverged from the master")
             return None
+        if not proven:
+            self.fail(f"slave offset {reported}: {why_not}; replicating to it, but its acks "
+                      "never count as in sync", link_kept=True)
         return reported
+
+    def _check_proof(self, reported: int) -> tuple[bool | None, str]:
+        """Checks the hello's proof of what the slave holds: True (verified), False (the
+        slave diverged: the link is closed) or None (no proof that can be checked, and why)."""
+        hello = self.hello
+        if hello is None or hello.max_offset != reported or hello.tail_size <= 0:
+            return None, "no proof of the slave's data (no hello with its tail checksum)"
+        size = hello.tail_size
+        crc = tail_crc(self.service.store, reported, size) if size <= HA_PROOF_TAIL_SIZE else None
+        if crc is None:
+            return None, (f"the master cannot check the slave's last {size} bytes (min "
+                          f"offset {self.service.store.min_phy_offset}); clear the slave "
+                          "store to copy everything again")
+        if crc != hello.tail_crc:
+            self.fail(f"slave offset {reported}: the slave's last {size} bytes differ from "
+                      "the master's commitlog: the slave's commitlog diverged from the "
+                      "master; clear the slave store to copy everything again")
+            return False, ""
+        self.status.verified = True
+        return True, ""
 
     # -- master -> slave -------------------------------------------------------------------
     async def _transfer(self) -> None:
@@ -228,6 +288,7 @@ class HAConnection:
         store, writer, clock = service.store, self.writer, service.clock
         batch = service.transfer_batch_size
         last_write = clock()
+        unreadable_since: float | None = None
         while True:
             self.wake.clear()  # before looking, so a wake-up after the look is not lost
             max_offset = store.max_phy_offset
@@ -242,11 +303,25 @@ class HAConnection:
                     pieces.append(encode_frame_header(offset, len(body)))
                     pieces.append(body)
                     offset += len(body)
+                    self._frame_ends.append(offset)
                     queued += len(body)
                 if not pieces:
-                    self.fail(f"cannot read the master's commitlog at {offset} (min "
-                              f"{store.min_phy_offset}, max {max_offset}): link closed")
-                    return
+                    # The max offset promises readable data; should a store report it a
+                    # moment early, wait for the data rather than drop the link. Only data
+                    # that is gone (or stays unreadable) ends the link.
+                    now = clock()
+                    if unreadable_since is None:
+                        unreadable_since = now
+                    min_offset = store.min_phy_offset
+                    if (offset < min_offset
+                            or now - unreadable_since >= service.housekeeping_interval):
+                        self.fail(f"cannot read the master's commitlog at {offset} (min "
+                                  f"{min_offset}, max {max_offset}): link closed")
+                        return
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self.wake.wait(), service.poll_interval)
+                    continue
+                unreadable_since = None
                 writer.write(b"".join(pieces))
                 self.next_offset = offset
                 self._sent.add(queued)
@@ -346,6 +421,7 @@ class HAService:
     def identify(self, conn: HAConnection, hello: SlaveHello) -> None:
         """A link's slave said who it is; an older link of the same slave is stale."""
         status = conn.status
+        conn.hello = hello
         status.broker_id, status.broker_addr = hello.broker_id, hello.broker_addr
         self.absent_slaves.pop(hello.broker_id, None)
         log.info("HA link from %s is slave %s of %s", status.address, status.name,
@@ -362,7 +438,8 @@ class HAService:
     # -- acks and status -------------------------------------------------------------------
     def acked(self) -> None:
         """Tells `on_ack` of the best ack of the live links (push2SlaveMaxOffset)."""
-        best = max((c.status.ack_offset for c in self.connections), default=0)
+        best = max((c.status.ack_offset for c in self.connections
+                    if c.status.verified and not c.status.problem), default=0)
         if self.on_ack is not None and best > 0:
             self.on_ack(best)
 
@@ -425,7 +502,7 @@ class HAService:
         """A live, healthy link whose slave acked recently (haMaxTimeSlaveNotCatchup: a
         frozen slave is not in sync however close its last ack was) and is within
         haSlaveFallbehindMax of the master."""
-        return (s.connected and not s.problem and s.ack_offset >= 0
+        return (s.connected and s.verified and not s.problem and s.ack_offset >= 0
                 and self.wall_clock_ms() - s.last_ack_time_ms
                 <= self.max_time_slave_not_catchup_ms
                 and self.store.max_phy_offset - s.ack_offset <= self.slave_fallbehind_max)

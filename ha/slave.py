@@ -27,11 +27,13 @@ from ha.codec import (
 )
 from ha.constants import (
     HA_CONNECT_RETRY_INTERVAL,
+    HA_CONNECT_RETRY_MIN_INTERVAL,
     HA_HOUSEKEEPING_INTERVAL,
     HA_READ_MAX_SIZE,
     HA_SEND_HEARTBEAT_INTERVAL,
 )
 from ha.interface import HAStore
+from ha.proof import with_proof
 from ha.rate import TransferRate
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,7 @@ class HAClient:
                  report_interval: float = HA_SEND_HEARTBEAT_INTERVAL / 1000,
                  housekeeping_interval: float = HA_HOUSEKEEPING_INTERVAL / 1000,
                  reconnect_interval: float = HA_CONNECT_RETRY_INTERVAL / 1000,
+                 reconnect_min_interval: float = HA_CONNECT_RETRY_MIN_INTERVAL / 1000,
                  read_size: int = HA_READ_MAX_SIZE,
                  clock: Callable[[], float] = time.monotonic,
                  on_connected: Callable[[], None] | None = None) -> None:
@@ -81,6 +84,9 @@ class HAClient:
         self.report_interval = report_interval
         self.housekeeping_interval = housekeeping_interval
         self.reconnect_interval = reconnect_interval
+        self.reconnect_min_interval = min(reconnect_min_interval, reconnect_interval)
+        self.reconnect_delay = self.reconnect_min_interval  # the wait after the next failure
+        self._link_worked = False
         self.read_size = read_size
         self.clock = clock
         self.on_connected = on_connected
@@ -126,6 +132,7 @@ class HAClient:
         while not self._stopping:
             address = self.status.master_address
             if address:
+                self._link_worked = False
                 self._link_task = asyncio.create_task(self._link(address))
                 try:
                     await self._link_task
@@ -144,9 +151,14 @@ class HAClient:
                     self.status.connected = False
                 if self.status.master_address != address:
                     continue
+            if self._link_worked:
+                self.reconnect_delay = self.reconnect_min_interval
+            delay = self.reconnect_delay
+            self.reconnect_delay = min(delay * 2, self.reconnect_interval)
             self._address_changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._address_changed.wait(), self.reconnect_interval)
+                async with asyncio.timeout(delay):
+                    await self._address_changed.wait()
 
     async def _link(self, address: str) -> None:
         host, port = split_address(address)
@@ -167,7 +179,8 @@ class HAClient:
         reporter = asyncio.create_task(self._report_loop(transport))
         try:
             if self.hello is not None:
-                transport.write(encode_hello(self.hello))  # type: ignore[attr-defined]
+                hello = with_proof(self.hello, self.store)  # at the offset reported next
+                transport.write(encode_hello(hello))  # type: ignore[attr-defined]
             self._report(transport)
             await self._watch(link)
         finally:
@@ -208,6 +221,7 @@ class HAClient:
                   transport: asyncio.BaseTransport) -> None:
         """The whole frames of one read, applied in order; one report after them."""
         self.status.last_read_time = self.clock()
+        self._link_worked = True
         self.received.add(received)
         moved = False
         for frame in frames:

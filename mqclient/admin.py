@@ -36,6 +36,7 @@ from mqclient.admin_types import (
 )
 from mqclient.codec import format_host
 from mqclient.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
+from mqclient.loop import CHANNEL_OPTIONS
 from mqclient.message import SEND_STATUS_BY_CODE, code_name
 from mqclient.route import split_addresses
 from mqproto import (
@@ -155,7 +156,8 @@ class MQAdmin:
         with self._channels_lock:
             channel = self._channels.get(addr)
             if channel is None:
-                channel = self._channels[addr] = grpc.insecure_channel(addr)
+                channel = self._channels[addr] = grpc.insecure_channel(
+                    addr, options=CHANNEL_OPTIONS)  # the clients' 200 ms - 2 s backoff
             return channel
 
     def each_broker(self, brokers: Sequence[tuple[str, str, int]],

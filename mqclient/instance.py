@@ -7,7 +7,6 @@ import asyncio
 import itertools
 import logging
 import os
-import socket
 from collections.abc import Callable
 
 import grpc
@@ -22,25 +21,25 @@ from mqclient.loop import Channels, ClientLoop
 from mqclient.message import MessageQueue, MQClientError
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2
+from mqproto.local_address import local_ip
 
 log = logging.getLogger(__name__)
 _instance_counter = itertools.count()
 
 
-def local_ip() -> str:
-    """The address others see this host by, else loopback (RemotingUtil.getLocalAddress)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect(("10.255.255.255", 1))  # no packet is sent
-            return str(s.getsockname()[0])
-    except OSError:
-        return "127.0.0.1"
+CLIENT_IP_ENV = "MQCLIENT_IP"  # overrides the address in client ids and message ids
 
 
-def new_client_id() -> str:
+def resolve_client_ip(namesrv_addrs: list[str], configured: str = "") -> str:
+    """The client's address (RocketMQ's clientIP): `configured`, else $MQCLIENT_IP, else the
+    local address of a socket connected to a name server."""
+    return configured or os.environ.get(CLIENT_IP_ENV, "") or local_ip(namesrv_addrs)
+
+
+def new_client_id(ip: str = "") -> str:
     """ip@pid#n: unique per client object, so several consumers of a group may share a
     process (RocketMQ's ip@instanceName)."""
-    return f"{local_ip()}@{os.getpid()}#{next(_instance_counter)}"
+    return f"{ip or local_ip()}@{os.getpid()}#{next(_instance_counter)}"
 
 
 class ClientInstance:
@@ -50,11 +49,14 @@ class ClientInstance:
     def __init__(self, namesrv_addr: str | list[str], *, producer_group: str = "",
                  consumer_group: str = "", loop: ClientLoop | None = None,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
-                 heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S) -> None:
-        self.client_id = new_client_id()
+                 heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S,
+                 client_ip: str = "") -> None:
+        namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        self.client_ip = resolve_client_ip(namesrv_addrs, client_ip)
+        self.client_id = new_client_id(self.client_ip)
         self.loop = loop or ClientLoop.shared()
         self.channels = Channels()
-        self.namesrv = NameServerClient(parse_namesrv_addr(namesrv_addr), self.channels)
+        self.namesrv = NameServerClient(namesrv_addrs, self.channels)
         self.producer_group = producer_group
         self.consumer_group = consumer_group
         self.subscriptions: dict[str, str] = {}  # topic -> tag expression

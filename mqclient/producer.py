@@ -37,7 +37,7 @@ from mqclient.constants import (
     SEND_MSG_TIMEOUT_S,
 )
 from mqclient.fault import ClockMs, LatencyFaultTolerance, QueueSelector, monotonic_ms
-from mqclient.instance import ClientInstance, local_ip
+from mqclient.instance import ClientInstance
 from mqclient.loop import ClientLoop
 from mqclient.message import (
     SEND_STATUS_BY_CODE,
@@ -139,7 +139,10 @@ class Producer:
                  batch_max_bytes: int = BATCH_MAX_BYTES,
                  max_inflight_batches: int = MAX_INFLIGHT_BATCHES_PER_TOPIC,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
-                 clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None) -> None:
+                 clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None,
+                 client_ip: str = "") -> None:
+        """`client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
+        default $MQCLIENT_IP, else the local address towards the name servers."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
@@ -148,12 +151,13 @@ class Producer:
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_size = max_message_size
         self.instance = ClientInstance(namesrv_addr, producer_group=group, loop=loop,
-                                       poll_name_server_interval_s=poll_name_server_interval_s)
+                                       poll_name_server_interval_s=poll_name_server_interval_s,
+                                       client_ip=client_ip)
         self.instance.default_topic_queue_nums = default_topic_queue_nums
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)
         self.selector = QueueSelector(self.fault)
-        self.new_message_id = MessageIdFactory(local_ip())
+        self.new_message_id = MessageIdFactory(self.instance.client_ip)
         self.accumulator = BatchAccumulator(
             self.loop, self._send_batch_async, linger_s=batch_linger_s,
             max_count=batch_max_count, max_bytes=batch_max_bytes,

@@ -8,6 +8,18 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class WatchBrokerLinkRequest(_message.Message):
+    __slots__ = ("broker_addr",)
+    BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    broker_addr: str
+    def __init__(self, broker_addr: _Optional[str] = ...) -> None: ...
+
+class BrokerLinkEvent(_message.Message):
+    __slots__ = ("status",)
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
+
 class RegisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "data_version", "topic_configs")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]

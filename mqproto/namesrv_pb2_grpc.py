@@ -59,6 +59,11 @@ class NamesrvServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetAllTopicListRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.GetAllTopicListResponse.FromString,
                 _registered_method=True)
+        self.WatchBrokerLink = channel.unary_stream(
+                '/mqcluster.v1.NamesrvService/WatchBrokerLink',
+                request_serializer=mqcluster_dot_v1_dot_namesrv__pb2.WatchBrokerLinkRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.BrokerLinkEvent.FromString,
+                _registered_method=True)
 
 
 class NamesrvServiceServicer:
@@ -99,6 +104,16 @@ class NamesrvServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchBrokerLink(self, request, context):
+        """A running broker keeps this stream open on the channel it registers over; the
+        name server answers one event and nothing more. When the stream's connection
+        closes (the broker process exited), the broker leaves the route at once if its
+        last registration came over that connection; a silent broker still expires.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NamesrvServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -126,6 +141,11 @@ def add_NamesrvServiceServicer_to_server(servicer, server):
                     servicer.GetAllTopicList,
                     request_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.GetAllTopicListRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetAllTopicListResponse.SerializeToString,
+            ),
+            'WatchBrokerLink': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchBrokerLink,
+                    request_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.WatchBrokerLinkRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_namesrv__pb2.BrokerLinkEvent.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -263,6 +283,33 @@ class NamesrvService:
             '/mqcluster.v1.NamesrvService/GetAllTopicList',
             mqcluster_dot_v1_dot_namesrv__pb2.GetAllTopicListRequest.SerializeToString,
             mqcluster_dot_v1_dot_namesrv__pb2.GetAllTopicListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchBrokerLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/mqcluster.v1.NamesrvService/WatchBrokerLink',
+            mqcluster_dot_v1_dot_namesrv__pb2.WatchBrokerLinkRequest.SerializeToString,
+            mqcluster_dot_v1_dot_namesrv__pb2.BrokerLinkEvent.FromString,
             options,
             channel_credentials,
             insecure,

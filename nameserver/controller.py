@@ -17,6 +17,7 @@ from nameserver.constants import (
     SCAN_NOT_ACTIVE_BROKER_INTERVAL_S,
     SHUTDOWN_GRACE_S,
 )
+from nameserver.links import broker_links
 from nameserver.processor import NamesrvServicer
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
 
@@ -100,6 +101,7 @@ class NamesrvController:
                 await self._scan_task
             self._scan_task = None
         if self._server is not None:
+            broker_links(self.route_info_manager).end_all()  # the streams end, nobody leaves
             await self._server.stop(grace)
             self._server = None
             log.info("name server on %s stopped", self.listen_address)

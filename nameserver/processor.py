@@ -6,9 +6,12 @@ protobuf. The manager is synchronous and fast; the handlers run on the event loo
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from nameserver.links import broker_links
 from nameserver.routeinfo import (
     BrokerData,
     DataVersion,
@@ -88,6 +91,7 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             data_version=data_version_from_proto(request.data_version),
             # Converted only if read: only a master with a new data version reads them.
             topic_configs=(topic_config_from_proto(tc) for tc in request.topic_configs),
+            peer=context.peer() or "",
         )
         return namesrv_pb2.RegisterBrokerResponse(
             status=ok_status(),
@@ -145,3 +149,11 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
         return namesrv_pb2.GetAllTopicListResponse(
             status=ok_status(), topic_list=self.route_info_manager.get_all_topic_list()
         )
+
+    async def WatchBrokerLink(
+        self, request: namesrv_pb2.WatchBrokerLinkRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[namesrv_pb2.BrokerLinkEvent]:
+        """Open while the broker's connection is (nameserver/links.py)."""
+        links = broker_links(self.route_info_manager)
+        async for event in links.watch(request.broker_addr, context.peer() or ""):
+            yield event

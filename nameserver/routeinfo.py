@@ -77,6 +77,7 @@ class BrokerLiveInfo:
     last_update_timestamp: int
     data_version: DataVersion
     ha_server_addr: str
+    peer: str = ""  # the connection the last registration came over ("" when unknown)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +121,7 @@ class RouteInfoManager:
         ha_server_addr: str,
         data_version: DataVersion,
         topic_configs: Iterable[TopicConfig] | None,
+        peer: str = "",
     ) -> RegisterBrokerResult:
         """Add or refresh one broker; also the 30 s heartbeat.
 
@@ -157,6 +159,7 @@ class RouteInfoManager:
             last_update_timestamp=self._clock(),
             data_version=data_version,
             ha_server_addr=ha_server_addr,
+            peer=peer,
         )
         if prev_live is None:
             replaced = f", replaces {old_addr}" if old_addr not in (None, broker_addr) else ""
@@ -228,6 +231,20 @@ class RouteInfoManager:
             "OK" if live is not None else "Failed", "OK" if removed_addr else "Failed",
         )
         return live is not None or removed_addr
+
+    def broker_link_closed(self, broker_addr: str, peer: str) -> bool:
+        """The broker at `broker_addr` lost its link over connection `peer` (its process
+        exited): it leaves the route at once, as RocketMQ's name server does when a broker's
+        channel closes, if its last registration came over that connection (a broker that
+        restarted meanwhile registered over another). Returns whether it was removed."""
+        live = self.broker_live_table.get(broker_addr)
+        if live is None or not peer or live.peer != peer:
+            return False
+        del self.broker_live_table[broker_addr]
+        log.warning("The broker link closed, %s removed (its connection %s is gone)",
+                    broker_addr, peer)
+        self._on_broker_gone(broker_addr)
+        return True
 
     # ---------------------------------------------------------------------- scan
 

@@ -362,9 +362,22 @@ class MappedFileQueue:
 
     @property
     def max_offset(self) -> int:
-        """End of the committed (readable) data."""
-        last = self.files[-1] if self.files else None
-        return last.file_from_offset + last.committed_position if last else 0
+        """End of the committed (readable) data.
+
+        In write-buffer mode a roll leaves the full file's tail (and its end-of-file blank)
+        in the write buffer and already creates the next file: until the commit writes the
+        tail, the data ends in the earlier file, not at the new file's start. Commits write
+        files in order, so the end is in the last file whose predecessor is fully committed.
+        """
+        files = self.files
+        if not files:
+            return 0
+        i = len(files) - 1
+        while i > 0 and files[i].committed_position == 0 and (
+                files[i - 1].committed_position < files[i - 1].file_size):
+            i -= 1
+        mf = files[i]
+        return mf.file_from_offset + mf.committed_position
 
     @property
     def max_wrote_offset(self) -> int:

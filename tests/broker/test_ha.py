@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ha.codec import SlaveHello, encode_hello
+from ha.proof import with_proof
 from mqproto import admin_pb2, common_pb2, messaging_pb2
 from tests.broker.conftest import (
     RPC_TIMEOUT_S,
@@ -160,9 +162,10 @@ def test_sync_master_answers_flush_slave_timeout_when_the_slave_stops_acking(
     assert r.status.code == C.SLAVE_NOT_AVAILABLE, r.status
     host, _, port = b.controller.ha_server_addr.rpartition(":")
     max_offset = b.controller.store.max_phy_offset
-    # A slave that acks what the master has now, then never again.
+    # A slave that holds (and proves) what the master has now, then never acks again.
+    hello = with_proof(SlaveHello(1, "broker-a", "127.0.0.1:1"), b.controller.store)
     with socket.create_connection((host, int(port)), timeout=5) as fake_slave:
-        fake_slave.sendall(struct.pack(">q", max_offset))
+        fake_slave.sendall(encode_hello(hello) + struct.pack(">q", max_offset))
         wait_until(lambda: b.admin.GetHAStatus(A.GetHAStatusRequest()).in_sync_slave_nums == 1,
                    message="the fake slave in sync")
         begin = time.monotonic()

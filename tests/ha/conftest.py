@@ -10,6 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
+from ha.codec import SlaveHello, encode_hello
+from ha.constants import HA_PROOF_TAIL_SIZE
+from ha.interface import HAStore
+from ha.proof import tail_crc
 from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
@@ -123,3 +127,12 @@ async def wait_until(cond: Callable[[], bool], timeout: float = 5.0,
         if loop.time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(step)
+
+
+def proven_hello(store: HAStore, offset: int, broker_id: int = 1,
+                 broker_addr: str = "10.0.0.9:10911") -> bytes:
+    """The hello of a slave holding exactly `store`'s commitlog up to `offset`."""
+    size = min(HA_PROOF_TAIL_SIZE, offset - store.min_phy_offset)
+    crc = tail_crc(store, offset, size)
+    assert crc is not None
+    return encode_hello(SlaveHello(broker_id, "broker-a", broker_addr, offset, size, crc))

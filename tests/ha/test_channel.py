@@ -300,3 +300,89 @@ async def test_replication_throughput() -> None:
     print(f"\nHA replication from empty over loopback: {m.max_phy_offset / 1e6:.1f} MB in "
           f"{elapsed:.3f} s = {mb_s:.0f} MB/s")
     assert s.content() == m.content()
+
+
+class EarlyMaxStore(MemoryStore):
+    """A store whose max offset runs ahead of its readable data while `hidden` is set."""
+
+    def __init__(self, file_size: int) -> None:
+        super().__init__(file_size)
+        self.hidden = 0  # bytes at the end that cannot be read yet
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes:
+        readable = super().max_phy_offset - self.hidden
+        return super().read_commitlog(offset, min(max_bytes, max(0, readable - offset)))
+
+
+async def test_an_unreadable_max_offset_waits_instead_of_closing_the_link() -> None:
+    m, s = EarlyMaxStore(FILE), MemoryStore(FILE)
+    m.fill(20_000)
+    async with master(m) as service, slave(s, service.port) as client:
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        m.fill(5_000, seed=4)
+        m.hidden = 3_000  # max offset already reports data that is not readable yet
+        service.notify_data_arrived()
+        await asyncio.sleep(0.2)
+        assert service.connection_count == 1 and not service.slave_statuses()[0].problem
+        m.hidden = 0
+        service.notify_data_arrived()
+        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        assert client.status.connect_count == 1
+    assert s.content() == m.content()
+
+
+class FailingStore(MemoryStore):
+    """Reads of more than a record head (the transfer loop's) fail: the loop ends."""
+
+    def read_commitlog(self, offset: int, max_bytes: int) -> bytes:
+        if max_bytes > 1024:
+            raise OSError("disk gone")
+        return super().read_commitlog(offset, max_bytes)
+
+
+async def test_a_failed_transfer_closes_the_link_at_once_while_acks_stream_in() -> None:
+    m = FailingStore(FILE)
+    m.files.append((0, bytearray(4000)))
+    for _ in range(5):
+        async with master(m, housekeeping_interval=10.0) as service:
+            reader, writer = await raw_link(service.port)
+            # Acks always waiting in the socket: every read of the master completes at once,
+            # also in the loop turn in which the link's reader is cancelled.
+            writer.write(encode_ack(0) * 200_000)
+            t0 = time.monotonic()
+            with contextlib.suppress(ConnectionResetError):  # acks left unread: a reset
+                async with asyncio.timeout(5):
+                    while await reader.read(65536):
+                        pass
+            assert time.monotonic() - t0 < 2.0
+            await wait_until(lambda: service.connection_count == 0)
+            assert "disk gone" in service.slave_statuses()[0].problem
+            writer.close()
+
+
+async def test_slave_reconnects_with_a_doubling_backoff_reset_by_a_working_link() -> None:
+    s = MemoryStore(FILE)
+    connects: list[float] = []
+
+    async def closing_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connects.append(time.monotonic())
+        writer.close()
+
+    server = await asyncio.start_server(closing_master, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with slave(s, port, reconnect_min_interval=0.1, reconnect_interval=0.8) as client:
+        await wait_until(lambda: len(connects) >= 6, timeout=8)
+        gaps = [b - a for a, b in zip(connects, connects[1:], strict=False)]
+        # 0.1, 0.2, 0.4, 0.8, 0.8 s (plus the time each attempt takes)
+        assert gaps[0] < 0.3 and gaps[2] > 2 * gaps[0], gaps
+        assert all(0.7 < g < 1.4 for g in gaps[3:5]), gaps  # capped at reconnect_interval
+        server.close()
+        await server.wait_closed()
+        m = MemoryStore(FILE)
+        m.fill(1000)
+        async with master(m, port=port):
+            await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+            assert client.reconnect_delay == 0.8
+        # The link worked: the first retry comes after the shortest wait again (then 0.2 s).
+        await wait_until(lambda: not client.status.connected)
+        assert client.reconnect_delay == 0.2

@@ -14,7 +14,7 @@ from store.config import StoreConfig
 from store.constants import BrokerRole
 from store.message import Message
 from store.message_store import DefaultMessageStore
-from tests.ha.conftest import wait_until
+from tests.ha.conftest import proven_hello, wait_until
 
 pytestmark = pytest.mark.timeout(30)
 FILE = 64 * 1024
@@ -82,7 +82,7 @@ async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
         reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
         try:
             # A slave holding records 0..3 lacks record 4, stored at BORN + 4 s.
-            writer.write(encode_ack(offsets[4]))
+            writer.write(proven_hello(store, offsets[4]) + encode_ack(offsets[4]))
             await writer.drain()
             await wait_until(lambda: bool(service.slave_statuses())
                              and service.slave_statuses()[0].ack_offset == offsets[4])
@@ -116,7 +116,8 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
     try:
         offsets = put_one_a_second(store, clock, 10)
         reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
-        writer.write(encode_hello(hello) + encode_ack(offsets[4]))
+        writer.write(proven_hello(store, offsets[4], 2, hello.broker_addr)
+                     + encode_ack(offsets[4]))
         await writer.drain()
         await wait_until(lambda: service.connection_count == 1
                          and service.slave_statuses()[0].ack_offset == offsets[4])
@@ -148,7 +149,8 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
 
         # Back: one entry again, the live link, caught up.
         reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
-        writer.write(encode_hello(hello) + encode_ack(store.max_phy_offset))
+        writer.write(proven_hello(store, store.max_phy_offset, 2, hello.broker_addr)
+                     + encode_ack(store.max_phy_offset))
         await writer.drain()
         await wait_until(lambda: [s.connected for s in service.slave_statuses()] == [True])
         (back,) = service.slave_statuses()

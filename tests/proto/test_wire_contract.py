@@ -46,7 +46,7 @@ def test_services_have_the_planned_rpcs() -> None:
 
     assert rpcs(namesrv_pb2, "NamesrvService") == {
         "RegisterBroker", "UnregisterBroker", "GetRouteInfoByTopic", "GetClusterInfo",
-        "GetAllTopicList",
+        "GetAllTopicList", "WatchBrokerLink",
     }
     assert {
         "SendMessage", "SendBatch", "PullMessage", "QueryMessageById", "QueryMessageByKey",
