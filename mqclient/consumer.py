@@ -19,6 +19,7 @@ listener failed are sent back to their broker, come again there after a growing 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +51,7 @@ from mqclient.consume_service import (
     OrderlyConsumeService,
 )
 from mqclient.instance import ClientInstance
-from mqclient.loop import ClientLoop
+from mqclient.loop import ClientLoop, cancel_and_wait
 from mqclient.message import MessageExt, MessageQueue, MQClientError
 from mqclient.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
@@ -63,6 +64,7 @@ log = logging.getLogger(__name__)
 # A queue lock older than this is not trusted for orderly consumption (client side).
 LOCK_TRUSTED_S = 30.0
 SHUTDOWN_CONSUME_WAIT_S = 10.0
+SHUTDOWN_STEP_S = 3.0  # each other step of a shutdown (tasks ending, commits) at most
 RETRY_ROUTE_ATTEMPTS = 30
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
@@ -163,8 +165,17 @@ class PushConsumer:
         if not self.started:
             return
         self.started = False
-        self.loop.run(self._shutdown())
-        self.executor.shutdown(wait=True)
+        # Every step of _shutdown has its own bound; this one is the last resort.
+        future = self.loop.submit(self._shutdown())
+        try:
+            future.result(SHUTDOWN_CONSUME_WAIT_S + 4 * SHUTDOWN_STEP_S + 10)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            log.error("shutdown of consumer %s did not finish in time; abandoned",
+                      self.client_id)
+        # Work queued and not started is dropped (its offsets were not committed: it comes
+        # again to the next owner); a listener call still running is not waited for.
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> PushConsumer:
         return self.start()
@@ -225,9 +236,8 @@ class PushConsumer:
             self._tasks.append(asyncio.create_task(self._lock_loop()))
 
     async def _shutdown(self) -> None:
-        for task in [*self._tasks, *self._watches.values()]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._watches.values(), return_exceptions=True)
+        await cancel_and_wait([*self._tasks, *self._watches.values()], SHUTDOWN_STEP_S,
+                              f"consumer {self.client_id}")
         self._watches.clear()
         await self.pull_service.stop_all()
         await self.consume_service.wait_idle(SHUTDOWN_CONSUME_WAIT_S)
@@ -302,10 +312,15 @@ class PushConsumer:
                 await self.rebalancer.do_rebalance()
             except Exception:
                 log.exception("rebalance of group %s failed", self.group)
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives
+            # in the loop iteration in which the event is set (a membership change as
+            # shutdown starts), and this loop then never ended (issue 17, item 3).
+            timer = asyncio.get_running_loop().call_later(self.rebalance_interval_s,
+                                                          self._rebalance_now.set)
             try:
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
-            except TimeoutError:
-                pass
+                await self._rebalance_now.wait()
+            finally:
+                timer.cancel()
             self._rebalance_now.clear()
 
     async def _persist_loop(self) -> None:

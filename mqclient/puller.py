@@ -21,6 +21,7 @@ from mqclient.constants import (
     PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
 )
 from mqclient.instance import ClientInstance
+from mqclient.loop import cancel_and_wait
 from mqclient.message import MessageExt, MessageQueue, code_name
 from mqclient.offset_store import OffsetStore
 from mqclient.process_queue import ProcessQueue
@@ -28,6 +29,7 @@ from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
 _DOWN_CODES = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+STOP_TIMEOUT_S = 3.0
 
 
 class PullService:
@@ -55,12 +57,10 @@ class PullService:
         if task is not None:
             task.cancel()
 
-    async def stop_all(self) -> None:
+    async def stop_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         tasks = list(self.tasks.values())
         self.tasks.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await cancel_and_wait(tasks, timeout_s, f"pulls of group {self.group}")
 
     def _addresses(self, mq: MessageQueue) -> list[tuple[str, bool]]:
         """(address, is master) to pull from, best first; addresses that failed recently

