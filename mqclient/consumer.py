@@ -265,7 +265,7 @@ class PushConsumer:
             consumer_group=self.group, commit_log_offset=msg.commit_log_offset,
             origin_message_id=msg.msg_id, origin_topic=msg.topic, delay_level=delay_level,
             max_reconsume_times=(MAX_RECONSUME_TIMES if self.max_reconsume_times < 0
-                                 else self.max_reconsume_times))
+                                 else self.max_reconsume_times))  # 0: to the DLQ at once
         try:
             r = await self.instance.channels.messaging(addr).ConsumerSendMsgBack(
                 request, timeout=SEND_BACK_TIMEOUT_S)

@@ -8,11 +8,20 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from mqclient import ConsumeFromWhere, PushConsumer
-from tests.mqclient.conftest import Cluster
+from mqclient import (
+    ConsumeFromWhere,
+    ConsumeStatus,
+    Message,
+    MessageExt,
+    PushConsumer,
+)
+from mqclient.admin import MQAdmin
+from mqclient.admin_types import AdminError
+from tests.mqclient.conftest import Cluster, wait_until
 from tests.mqclient.test_consumer import Collector, create_topic, start_consumer
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
@@ -50,3 +59,37 @@ def test_shutdown_is_not_lost_when_a_rebalance_is_requested_as_it_starts(
     c.loop.run(asyncio.wait_for(race(), 20))
     c.executor.shutdown(wait=False, cancel_futures=True)
     assert time.monotonic() - started < 15
+
+
+def test_max_reconsume_times_zero_sends_a_failed_message_to_the_dlq_at_once(
+        cluster: Cluster, consumers: list[PushConsumer]) -> None:
+    """Item 6: 0 is a limit (the first failure goes to %DLQ%), -1 the default (16)."""
+    cluster.start_broker("broker-a", messageDelayLevel=" ".join(["1s"] * 18))
+    producer = create_topic(cluster, "TopicZero", 1)
+    tries: list[int] = []
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        tries.extend(m.reconsume_times for m in msgs if m.body == b"poison")
+        return (ConsumeStatus.RECONSUME_LATER if msgs[0].body == b"poison"
+                else ConsumeStatus.CONSUME_SUCCESS)
+
+    start_consumer(consumers, cluster, listener, "TopicZero", consume_from_where=FIRST,
+                   max_reconsume_times=0)
+    try:
+        producer.send(Message("TopicZero", b"poison", keys=["poison"]))
+    finally:
+        producer.shutdown()
+    with MQAdmin(cluster.namesrv_addr) as admin:
+        wait_until(lambda: any(s.max_offset == 1 for s in _status(admin, "%DLQ%CG")),
+                   timeout=TIMEOUT_S, message=f"the message in the DLQ (tries {tries})")
+        [dead] = admin.query_msg_by_key("%DLQ%CG", "poison")
+        assert dead.reconsume_times == 1
+    time.sleep(1.5)  # a retry (1 s delay level) would be back by now
+    assert tries == [0]
+
+
+def _status(admin: MQAdmin, topic: str) -> list[Any]:
+    try:
+        return admin.topic_status(topic)
+    except AdminError:
+        return []  # the DLQ topic does not exist yet
