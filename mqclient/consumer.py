@@ -22,8 +22,10 @@ import asyncio
 import concurrent.futures
 import logging
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -63,7 +65,7 @@ from mqproto import common_pb2, messaging_pb2
 log = logging.getLogger(__name__)
 # A queue lock older than this is not trusted for orderly consumption (client side).
 LOCK_TRUSTED_S = 30.0
-SHUTDOWN_CONSUME_WAIT_S = 10.0
+SHUTDOWN_TIMEOUT_S = 10.0  # how long shutdown waits for the listener calls in progress
 SHUTDOWN_STEP_S = 3.0  # each other step of a shutdown (tasks ending, commits) at most
 RETRY_ROUTE_ATTEMPTS = 30
 
@@ -85,9 +87,12 @@ class PushConsumer:
                  pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
                  offsets_dir: str | Path | None = None,
                  max_reconsume_times: int = -1,
+                 shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
                  loop: ClientLoop | None = None) -> None:
         """`max_reconsume_times`: -1 = RocketMQ's default, 16 for concurrent listeners and no
-        limit (the queue waits) for orderly ones."""
+        limit (the queue waits) for orderly ones; 0 = a failed message goes to the
+        dead-letter queue at once. `shutdown_timeout_s`: how long shutdown() waits for the
+        listener calls in progress before it commits and leaves."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a consumer needs a group")
         if pull_batch_size <= 0 or consume_message_batch_max_size <= 0:
@@ -105,6 +110,7 @@ class PushConsumer:
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
         self.max_reconsume_times = max_reconsume_times
+        self.shutdown_timeout_s = shutdown_timeout_s
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s)
         self.loop = self.instance.loop
@@ -161,14 +167,16 @@ class PushConsumer:
         return self
 
     def shutdown(self) -> None:
-        """Finishes the messages being consumed (up to 10 s), commits offsets, leaves."""
+        """Stops pulling and consuming, finishes the listener calls in progress (up to
+        `shutdown_timeout_s`), commits offsets, then leaves the group. Messages buffered
+        and not started are not consumed: the next owner gets them from the commit."""
         if not self.started:
             return
         self.started = False
         # Every step of _shutdown has its own bound; this one is the last resort.
         future = self.loop.submit(self._shutdown())
         try:
-            future.result(SHUTDOWN_CONSUME_WAIT_S + 4 * SHUTDOWN_STEP_S + 10)
+            future.result(self.shutdown_timeout_s + 8 * SHUTDOWN_STEP_S + 10)
         except concurrent.futures.TimeoutError:
             future.cancel()
             log.error("shutdown of consumer %s did not finish in time; abandoned",
@@ -236,19 +244,38 @@ class PushConsumer:
             self._tasks.append(asyncio.create_task(self._lock_loop()))
 
     async def _shutdown(self) -> None:
-        await cancel_and_wait([*self._tasks, *self._watches.values()], SHUTDOWN_STEP_S,
-                              f"consumer {self.client_id}")
-        self._watches.clear()
-        await self.pull_service.stop_all()
-        await self.consume_service.wait_idle(SHUTDOWN_CONSUME_WAIT_S)
+        """RocketMQ's order: stop rebalancing, pulling and starting listener calls; wait
+        for the calls in progress (at most `shutdown_timeout_s`); commit; only then leave
+        the group (end the membership watches, unregister), so that no other consumer takes
+        these queues before their final offsets are committed. Every step is bounded."""
         assert self.rebalancer is not None
-        mqs = sorted(self.rebalancer.process_queues)
-        for pq in self.rebalancer.process_queues.values():
-            pq.dropped = True
-        await self.offset_store.persist(mqs)
+        name = f"consumer {self.client_id}"
+        await cancel_and_wait(self._tasks, SHUTDOWN_STEP_S, name)
+        await self.pull_service.stop_all()
+        started = time.monotonic()
+        await self.consume_service.wait_idle(self.shutdown_timeout_s)
+        if self.consume_service.tasks:
+            log.error("%s: %d listener calls still running after %.1f s; their messages are "
+                      "not committed and will be consumed again", name,
+                      len(self.consume_service.tasks), time.monotonic() - started)
+        mqs = sorted({*self.rebalancer.process_queues, *self.rebalancer.releasing})
+        for pq in [*self.rebalancer.process_queues.values(),
+                   *self.rebalancer.releasing.values()]:
+            pq.dropped = True  # a call ending late commits nothing any more
+        await self._bounded(self.offset_store.persist(mqs), "final commit")
         if self.rebalancer.locks_queues and mqs:
-            await self.rebalancer.unlock(mqs)
+            await self._bounded(self.rebalancer.unlock(mqs), "unlock")
+        await cancel_and_wait([*self._watches.values()], SHUTDOWN_STEP_S, name)
+        self._watches.clear()
         await self.instance.shutdown()
+
+    async def _bounded(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        try:
+            async with asyncio.timeout(SHUTDOWN_STEP_S * 2):
+                await coro
+        except TimeoutError:
+            log.error("consumer %s: %s did not finish within %.1f s; abandoned",
+                      self.client_id, what, SHUTDOWN_STEP_S * 2)
 
     # -- loop side -----------------------------------------------------------------------------
     def _consumed(self, pq: ProcessQueue, offset: int) -> None:

@@ -20,6 +20,8 @@ class ProcessQueue:
         self.messages: dict[int, MessageExt] = {}
         self.max_offset = next_offset - 1
         self.dropped = False
+        # The highest offset given to a concurrent listener call so far (pool threads).
+        self.started_max_offset = -1
         # Orderly consumption: the broker lock of this queue and the consuming task.
         self.locked = False
         self.last_lock_time = 0.0

@@ -54,6 +54,9 @@ class Rebalancer:
         self.start_pull = start_pull
         self.stop_pull = stop_pull
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        # Orderly: queues no longer wanted whose listener call is still running; they keep
+        # their broker lock until it ends (then are committed and unlocked).
+        self.releasing: dict[MessageQueue, ProcessQueue] = {}
         self.rebalance_count = 0
 
     @property

@@ -6,10 +6,14 @@ moves, max_reconsume_times=0, the broadcasting offsets file lock, and admin offs
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,8 +28,10 @@ from mqclient import (
 )
 from mqclient.admin import MQAdmin
 from mqclient.admin_types import AdminError
+from tests.broker.conftest import REPO_ROOT, child_env
 from tests.mqclient.conftest import Cluster, wait_until
 from tests.mqclient.test_consumer import Collector, create_topic, start_consumer
+from tests.processes import stop_process
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 TIMEOUT_S = 30.0
@@ -172,3 +178,51 @@ def test_a_queue_handed_over_is_not_consumed_further_by_its_old_owner(
     # A call may start just before its queue is dropped and look unowned to the listener
     # (a window of microseconds); before the fix there were hundreds.
     assert len(tracker.unowned) <= 2, tracker.unowned[:20]
+
+
+def start_child(cluster: Cluster, topic: str, *args: str) -> subprocess.Popen[str]:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.mqclient.consumer_child", cluster.namesrv_addr, topic,
+         "CG", *args], cwd=REPO_ROOT, env=child_env(), stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True)
+    assert child.stdout is not None and child.stdout.readline().startswith("started")
+    return child
+
+
+def test_sigterm_with_a_full_buffer_commits_before_the_queues_move(
+        cluster: Cluster, consumers: list[PushConsumer], tmp_path: Path) -> None:
+    """Item 2: a consumer process stopped with SIGTERM while its buffer is full stops
+    within its bound, processes nothing after its final commit, and keeps its queues (its
+    group membership) until that commit: nothing it finished is delivered again."""
+    cluster.start_broker("broker-a")
+    create_topic(cluster, "TopicTerm", 4).shutdown()
+    tracker = Tracker(0.002)
+    other = tracker.start(consumers, cluster, "TopicTerm")
+    log = tmp_path / "child.log"
+    child = start_child(cluster, "TopicTerm", "--sleep", "0.02", "--log", str(log), "--first")
+    try:
+        wait_until(lambda: len(other.assigned_queues("TopicTerm")) == 2, timeout=TIMEOUT_S,
+                   message="the queues shared with the child")
+        n = 3000
+        send_backlog(cluster, "TopicTerm", n)
+        wait_until(lambda: len(log.read_text().splitlines()) > 100, timeout=TIMEOUT_S,
+                   message="the child consuming")
+        child.send_signal(signal.SIGTERM)
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert child.wait(30) == 0
+    finally:
+        stop_process(child, 10)
+    stopped_s = float(line.split()[1])
+
+    def finished_by_child() -> set[bytes]:
+        return {b.encode() for b in log.read_text().split() if b.startswith("m")}
+
+    wait_until(lambda: len(finished_by_child() | set(tracker.bodies)) >= n + 1,
+               timeout=TIMEOUT_S, message="the backlog consumed")
+    with tracker.lock:
+        again = finished_by_child() & {b for b in tracker.bodies if b.startswith(b"m")}
+    print(f"SIGTERM: shutdown took {stopped_s:.2f} s; {len(finished_by_child())} finished "
+          f"by the stopped consumer, {len(again)} of them delivered again")
+    assert stopped_s < 10
+    assert not again, sorted(again)[:10]
