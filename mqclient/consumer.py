@@ -128,6 +128,7 @@ class PushConsumer:
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._watches: dict[str, asyncio.Task[None]] = {}
+        self._committing: asyncio.Task[None] | None = None
         self.rebalancer: Rebalancer | None = None
         self.started = False
 
@@ -390,6 +391,7 @@ class PushConsumer:
                         request):
                     ids = list(event.consumer_id_list)
                     if last is not None and ids != last:
+                        self._commit_now()
                         self.rebalance_immediately()
                     last = ids
             except grpc.RpcError as e:
@@ -398,6 +400,25 @@ class PushConsumer:
             await asyncio.sleep(WATCH_RECONNECT_DELAY_S)
             # The broker dropped this client when the stream ended: register again.
             await self.instance.heartbeat(addr)
+
+    def _commit_now(self) -> None:
+        """The group's membership changed: commit every owned queue's offset at once. A
+        joining consumer reads the committed offsets of the queues it gets, often before
+        this one's rebalance drops them (and commits): without this it would start from
+        the last periodic commit, up to `persist_offset_interval_s` behind."""
+        if self.rebalancer is None or self._committing is not None:
+            return
+        mqs = sorted(self.rebalancer.process_queues)
+
+        async def commit() -> None:
+            try:
+                await self.offset_store.persist(mqs)
+            except Exception:
+                log.exception("offsets of group %s not committed", self.group)
+            finally:
+                self._committing = None
+
+        self._committing = asyncio.get_running_loop().create_task(commit())
 
     # -- introspection -------------------------------------------------------------------------
     def assigned_queues(self, topic: str | None = None) -> set[MessageQueue]:
