@@ -39,6 +39,7 @@ from mqclient.constants import (
     POLL_NAME_SERVER_INTERVAL_S,
     PULL_BATCH_SIZE,
     PULL_THRESHOLD_FOR_QUEUE,
+    PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
     REBALANCE_INTERVAL_S,
     REBALANCE_LOCK_INTERVAL_S,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -85,14 +86,21 @@ class PushConsumer:
                  consume_message_batch_max_size: int = CONSUME_MESSAGE_BATCH_MAX_SIZE,
                  consume_thread_nums: int = CONSUME_THREAD_NUMS,
                  pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
+                 pull_threshold_size_for_queue: int = PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+                 pull_threshold_for_topic: int = -1,
+                 pull_threshold_size_for_topic: int = -1,
                  offsets_dir: str | Path | None = None,
                  max_reconsume_times: int = -1,
                  shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
                  loop: ClientLoop | None = None) -> None:
-        """`max_reconsume_times`: -1 = RocketMQ's default, 16 for concurrent listeners and no
-        limit (the queue waits) for orderly ones; 0 = a failed message goes to the
-        dead-letter queue at once. `shutdown_timeout_s`: how long shutdown() waits for the
-        listener calls in progress before it commits and leaves."""
+        """Flow control: pulling a queue pauses while it buffers
+        `pull_threshold_for_queue` messages or `pull_threshold_size_for_queue` MiB of
+        bodies; the `*_for_topic` thresholds (-1: none) are shared by the queues of the
+        topic this consumer owns. `max_reconsume_times`: -1 = RocketMQ's default, 16 for
+        concurrent listeners and no limit (the queue waits) for orderly ones; 0 = a
+        failed message goes to the dead-letter queue at once. `shutdown_timeout_s`: how
+        long shutdown() waits for the listener calls in progress before it commits and
+        leaves."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a consumer needs a group")
         if pull_batch_size <= 0 or consume_message_batch_max_size <= 0:
@@ -109,6 +117,9 @@ class PushConsumer:
         self.pull_batch_size = pull_batch_size
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.pull_threshold_for_topic = pull_threshold_for_topic
+        self.pull_threshold_size_for_topic = pull_threshold_size_for_topic
         self.max_reconsume_times = max_reconsume_times
         self.shutdown_timeout_s = shutdown_timeout_s
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
@@ -217,7 +228,11 @@ class PushConsumer:
             self.instance.subscriptions.setdefault(self.retry_topic, "*")
         self.pull_service = PullService(
             self.instance, self.group, self.offset_store, batch_size=self.pull_batch_size,
-            threshold=self.pull_threshold_for_queue, commit_on_pull=clustering,
+            threshold=self.pull_threshold_for_queue,
+            threshold_size_mib=self.pull_threshold_size_for_queue,
+            topic_threshold=self.pull_threshold_for_topic,
+            topic_threshold_size_mib=self.pull_threshold_size_for_topic,
+            commit_on_pull=clustering,
             may_pull=self._may_consume, on_messages=self.consume_service.submit)
         self.rebalancer = Rebalancer(
             self.instance, self.group, self.message_model, self.allocate_strategy,

@@ -18,6 +18,7 @@ class ProcessQueue:
         self.mq = mq
         self.next_offset = next_offset  # of the next pull
         self.messages: dict[int, MessageExt] = {}
+        self.msg_size = 0  # bytes of the bodies in `messages` (size-based flow control)
         self.max_offset = next_offset - 1
         self.dropped = False
         # The highest offset given to a concurrent listener call so far (pool threads).
@@ -33,6 +34,8 @@ class ProcessQueue:
 
     def put(self, msgs: list[MessageExt]) -> None:
         for m in msgs:
+            if m.queue_offset not in self.messages:
+                self.msg_size += len(m.body)
             self.messages[m.queue_offset] = m
         if msgs:
             self.max_offset = max(self.max_offset, msgs[-1].queue_offset)
@@ -40,8 +43,14 @@ class ProcessQueue:
     def remove(self, msgs: list[MessageExt]) -> int:
         """Removes consumed messages; returns the offset now safe to commit."""
         for m in msgs:
-            self.messages.pop(m.queue_offset, None)
+            if self.messages.pop(m.queue_offset, None) is not None:
+                self.msg_size -= len(m.body)
         return self.commit_offset()
+
+    def clear(self) -> None:
+        """Forgets every buffered message (an admin reset moved the queue's offset)."""
+        self.messages.clear()
+        self.msg_size = 0
 
     def commit_offset(self) -> int:
         if self.messages:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import grpc
@@ -17,6 +18,7 @@ from mqclient.constants import (
     CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
     MASTER_ID,
     PULL_ADDRESS_DOWN_S,
+    PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
     PULL_TIME_DELAY_WHEN_EXCEPTION_S,
     PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
 )
@@ -35,6 +37,8 @@ STOP_TIMEOUT_S = 3.0
 class PullService:
     def __init__(self, instance: ClientInstance, group: str, offset_store: OffsetStore, *,
                  batch_size: int, threshold: int, commit_on_pull: bool,
+                 threshold_size_mib: int = PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+                 topic_threshold: int = -1, topic_threshold_size_mib: int = -1,
                  may_pull: Callable[[ProcessQueue], bool],
                  on_messages: Callable[[ProcessQueue, list[MessageExt]], None]) -> None:
         self.instance = instance
@@ -42,6 +46,13 @@ class PullService:
         self.offset_store = offset_store
         self.batch_size = batch_size
         self.threshold = threshold
+        self.threshold_bytes = threshold_size_mib * 1024 * 1024
+        # Per topic (-1: none), shared by the topic's queues this consumer owns
+        # (RocketMQ's pullThresholdForTopic / pullThresholdSizeForTopic).
+        self.topic_threshold = topic_threshold
+        self.topic_threshold_bytes = (topic_threshold_size_mib * 1024 * 1024
+                                      if topic_threshold_size_mib > 0 else -1)
+        self._queues_of_topic: Counter[str] = Counter()
         self.commit_on_pull = commit_on_pull  # clustering: piggy-back the offset
         self.may_pull = may_pull
         self.on_messages = on_messages
@@ -51,11 +62,26 @@ class PullService:
 
     def start(self, pq: ProcessQueue) -> None:
         self.tasks[pq.mq] = asyncio.get_running_loop().create_task(self._pull_loop(pq))
+        self._queues_of_topic[pq.mq.topic] += 1
 
     def stop(self, mq: MessageQueue) -> None:
         task = self.tasks.pop(mq, None)
         if task is not None:
             task.cancel()
+            self._queues_of_topic[mq.topic] -= 1
+
+    def flow_controlled(self, pq: ProcessQueue) -> bool:
+        """Too much of the queue is buffered: by count, by body bytes (RocketMQ's
+        pullThresholdForQueue and pullThresholdSizeForQueue), or by its share of its
+        topic's thresholds when set."""
+        count, size = self.threshold, self.threshold_bytes
+        if self.topic_threshold > 0 or self.topic_threshold_bytes > 0:
+            queues = max(1, self._queues_of_topic[pq.mq.topic])
+            if self.topic_threshold > 0:
+                count = min(count, max(1, self.topic_threshold // queues))
+            if self.topic_threshold_bytes > 0:
+                size = min(size, max(1, self.topic_threshold_bytes // queues))
+        return len(pq) >= count or pq.msg_size >= size
 
     async def stop_all(self, timeout_s: float = STOP_TIMEOUT_S) -> None:
         tasks = list(self.tasks.values())
@@ -77,7 +103,7 @@ class PullService:
         mq = pq.mq
         subscription = self.instance.subscriptions.get(mq.topic, "*")
         while not pq.dropped:
-            if len(pq) >= self.threshold or not self.may_pull(pq):
+            if self.flow_controlled(pq) or not self.may_pull(pq):
                 await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
                 continue
             addresses = self._addresses(mq)

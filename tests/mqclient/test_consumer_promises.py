@@ -226,3 +226,47 @@ def test_sigterm_with_a_full_buffer_commits_before_the_queues_move(
           f"by the stopped consumer, {len(again)} of them delivered again")
     assert stopped_s < 10
     assert not again, sorted(again)[:10]
+
+
+def cached(c: PushConsumer) -> dict[int, tuple[int, int]]:
+    """queue id -> (messages, body bytes) buffered by `c`."""
+    async def on_loop() -> dict[int, tuple[int, int]]:
+        assert c.rebalancer is not None
+        return {mq.queue_id: (len(pq), pq.msg_size)
+                for mq, pq in c.rebalancer.process_queues.items() if not mq.topic.startswith("%")}
+    return c.loop.run(on_loop())
+
+
+def test_buffered_bytes_stay_under_the_size_thresholds(
+        cluster: Cluster, consumers: list[PushConsumer]) -> None:
+    """Item 4: pulling pauses at pull_threshold_size_for_queue MiB buffered per queue (and
+    at a queue's share of pull_threshold_size_for_topic), not only at 1,000 messages."""
+    cluster.start_broker("broker-a")
+    create_topic(cluster, "TopicBig", 2).shutdown()
+    release = threading.Event()
+
+    def blocked(msgs: list[MessageExt]) -> ConsumeStatus:
+        release.wait(TIMEOUT_S)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    try:
+        per_queue = start_consumer(consumers, cluster, blocked, "TopicBig", group="G1",
+                                   consume_from_where=FIRST, pull_threshold_size_for_queue=2)
+        per_topic = start_consumer(consumers, cluster, blocked, "TopicBig", group="G2",
+                                   consume_from_where=FIRST, pull_threshold_size_for_topic=2)
+        body = b"x" * (256 * 1024)
+        with Producer("PG", cluster.namesrv_addr) as producer:
+            for i in range(40):  # 10 MiB, 5 MiB a queue
+                producer.send(Message("TopicBig", b"%d:" % i + body))
+        mib = 1024 * 1024
+        for c, cap in ((per_queue, 2 * mib), (per_topic, mib)):
+            wait_until(lambda c=c, cap=cap: all(size >= cap for _, size in cached(c).values())
+                       and len(cached(c)) == 2, timeout=TIMEOUT_S,
+                       message=f"buffers full: {cached(c)}")
+        time.sleep(0.5)  # more pulls would come now
+        for c, cap in ((per_queue, 2 * mib), (per_topic, mib)):
+            # One pull past the threshold at most (a pull returns up to 256 KiB).
+            assert all(size <= cap + 2 * len(body) for _, size in cached(c).values()), (
+                cached(c))
+    finally:
+        release.set()
