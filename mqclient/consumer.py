@@ -274,6 +274,7 @@ class PushConsumer:
             log.error("%s: %d listener calls still running after %.1f s; their messages are "
                       "not committed and will be consumed again", name,
                       len(self.consume_service.tasks), time.monotonic() - started)
+        await cancel_and_wait(list(self.rebalancer.release_tasks), SHUTDOWN_STEP_S, name)
         mqs = sorted({*self.rebalancer.process_queues, *self.rebalancer.releasing})
         for pq in [*self.rebalancer.process_queues.values(),
                    *self.rebalancer.releasing.values()]:

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from mqclient import (
     ConsumeStatus,
     Message,
     MessageExt,
+    MessageQueue,
     Producer,
     PushConsumer,
 )
@@ -270,3 +271,66 @@ def test_buffered_bytes_stay_under_the_size_thresholds(
                 cached(c))
     finally:
         release.set()
+
+
+class ToTheNewest:
+    """Every queue to the consumer created last (client ids end in a per-process count)."""
+
+    name = "TO_THE_NEWEST"
+
+    def allocate(self, group: str, current_cid: str, mq_all: Sequence[MessageQueue],
+                 cid_all: Sequence[str]) -> list[MessageQueue]:
+        newest = max(cid_all, key=lambda cid: int(cid.rsplit("#", 1)[1]))
+        return list(mq_all) if current_cid == newest else []
+
+
+def test_an_orderly_queue_moves_only_once_its_running_call_ended(
+        cluster: Cluster, consumers: list[PushConsumer]) -> None:
+    """Item 5: the queue is reassigned while the old owner is inside a 5 s listener call
+    (longer than the former 3 s UNLOCK_WAIT_S): the old owner keeps its lock until the
+    call ends, so the new owner never consumes the queue in parallel, and each message of
+    the key is finished once, in order."""
+    cluster.start_broker("broker-a")
+    producer = create_topic(cluster, "TopicMove", 1)
+    lock = threading.Lock()
+    seen: list[tuple[str, int]] = []
+    active: list[str] = []
+    overlaps: list[list[str]] = []
+    inside_slow = threading.Event()
+
+    def listener(name: str):  # type: ignore[no-untyped-def]
+        def consume(msgs: list[MessageExt]) -> ConsumeStatus:
+            with lock:
+                active.append(name)
+                if len(active) > 1:
+                    overlaps.append(list(active))
+            try:
+                for m in msgs:
+                    if m.body == b"k:0" and not inside_slow.is_set():
+                        inside_slow.set()
+                        time.sleep(5)
+                    if m.body.startswith(b"k:"):
+                        with lock:
+                            seen.append((name, int(m.body[2:])))
+            finally:
+                with lock:
+                    active.remove(name)
+            return ConsumeStatus.CONSUME_SUCCESS
+        return consume
+
+    kw: dict[str, Any] = dict(orderly=True, consume_from_where=FIRST, rebalance_interval_s=1,
+                              allocate_strategy=ToTheNewest())
+    start_consumer(consumers, cluster, listener("old"), "TopicMove", **kw)
+    try:
+        for i in range(10):
+            producer.send_orderly(Message("TopicMove", b"k:%d" % i), "k")
+    finally:
+        producer.shutdown()
+    assert inside_slow.wait(TIMEOUT_S)
+    start_consumer(consumers, cluster, listener("new"), "TopicMove", **kw)
+    wait_until(lambda: len(seen) >= 10, timeout=TIMEOUT_S, message=f"got {seen}")
+    time.sleep(0.5)
+    with lock:
+        assert not overlaps, overlaps
+        assert [i for _, i in seen] == list(range(10)), seen
+        assert seen[0] == ("old", 0) and {n for n, _ in seen[1:]} == {"new"}, seen
