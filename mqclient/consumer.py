@@ -174,7 +174,11 @@ class PushConsumer:
             raise MQClientError("ILLEGAL_STATE", "register a listener before start()")
         if not self.instance.subscriptions:
             raise MQClientError("ILLEGAL_STATE", "subscribe to a topic before start()")
-        self.loop.run(self._start())
+        try:
+            self.loop.run(self._start())
+        except BaseException:
+            self.offset_store.close()
+            raise
         self.started = True
         return self
 
@@ -282,6 +286,7 @@ class PushConsumer:
         await self._bounded(self.offset_store.persist(mqs), "final commit")
         if self.rebalancer.locks_queues and mqs:
             await self._bounded(self.rebalancer.unlock(mqs), "unlock")
+        self.offset_store.close()
         await cancel_and_wait([*self._watches.values()], SHUTDOWN_STEP_S, name)
         self._watches.clear()
         await self.instance.shutdown()

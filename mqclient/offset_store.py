@@ -5,11 +5,12 @@ message to consume. Used on the client loop only."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import grpc
 
@@ -28,6 +29,7 @@ class OffsetStore(Protocol):
     async def read_from_store(self, mq: MessageQueue) -> int: ...
     async def persist(self, mqs: list[MessageQueue]) -> None: ...
     def remove(self, mq: MessageQueue) -> None: ...
+    def close(self) -> None: ...
 
 
 class _MemoryOffsets:
@@ -45,6 +47,9 @@ class _MemoryOffsets:
 
     def remove(self, mq: MessageQueue) -> None:
         self.offsets.pop(mq, None)
+
+    def close(self) -> None:
+        pass
 
 
 class RemoteBrokerOffsetStore(_MemoryOffsets):
@@ -132,15 +137,43 @@ def _key(mq: MessageQueue) -> str:
 
 class LocalFileOffsetStore(_MemoryOffsets):
     """Broadcasting: every consumer keeps its own offsets in `path` (JSON), written
-    atomically (temp file, fsync, rename)."""
+    atomically (temp file, fsync, rename). A live consumer holds an exclusive lock
+    (flock) on `path`.lock from load() to close(): two instances of a group sharing the
+    file would each resume from whichever wrote last and skip what the other consumed."""
 
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
         self._stored: dict[str, int] = {}
+        self._lock_file: IO[bytes] | None = None
 
     async def load(self) -> None:
-        self._stored = await asyncio.to_thread(self._read)
+        await asyncio.to_thread(self._lock)
+        try:
+            self._stored = await asyncio.to_thread(self._read)
+        except BaseException:
+            self.close()
+            raise
+
+    def _lock(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        f = lock_path.open("ab")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise MQClientError(
+                "ILLEGAL_STATE",
+                f"offsets file {self.path} is in use by another live consumer instance of "
+                f"this group (it holds {lock_path}); give each broadcasting instance on a "
+                f"host its own offsets_dir (now {self.path.parent.parent})") from None
+        self._lock_file = f
+
+    def close(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
 
     def _read(self) -> dict[str, int]:
         try:

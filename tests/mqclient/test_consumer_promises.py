@@ -23,7 +23,9 @@ from mqclient import (
     ConsumeStatus,
     Message,
     MessageExt,
+    MessageModel,
     MessageQueue,
+    MQClientError,
     Producer,
     PushConsumer,
 )
@@ -334,3 +336,21 @@ def test_an_orderly_queue_moves_only_once_its_running_call_ended(
         assert not overlaps, overlaps
         assert [i for _, i in seen] == list(range(10)), seen
         assert seen[0] == ("old", 0) and {n for n, _ in seen[1:]} == {"new"}, seen
+
+
+def test_a_second_broadcasting_instance_on_one_offsets_file_is_refused(
+        cluster: Cluster, consumers: list[PushConsumer], tmp_path: Path) -> None:
+    """Item 7: two live broadcasting instances of a group must not share an offsets file;
+    the second is refused with a message naming offsets_dir, and may start once the
+    first is shut down."""
+    cluster.start_broker("broker-a")
+    create_topic(cluster, "TopicBcLock", 1).shutdown()
+    kw: dict[str, Any] = dict(group="BG", message_model=MessageModel.BROADCASTING,
+                              offsets_dir=tmp_path / "offsets")
+    first = start_consumer(consumers, cluster, Collector().listener("a"), "TopicBcLock", **kw)
+    with pytest.raises(MQClientError, match="offsets_dir"):
+        start_consumer(consumers, cluster, Collector().listener("b"), "TopicBcLock", **kw)
+    consumers.pop()  # never started
+    consumers.remove(first)
+    first.shutdown()
+    start_consumer(consumers, cluster, Collector().listener("c"), "TopicBcLock", **kw)
