@@ -9,6 +9,7 @@ import fcntl
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import IO, Protocol
 
@@ -146,6 +147,7 @@ class LocalFileOffsetStore(_MemoryOffsets):
         self.path = path
         self._stored: dict[str, int] = {}
         self._lock_file: IO[bytes] | None = None
+        self._write_lock = threading.Lock()
 
     async def load(self) -> None:
         await asyncio.to_thread(self._lock)
@@ -199,6 +201,12 @@ class LocalFileOffsetStore(_MemoryOffsets):
         await asyncio.to_thread(self._write, dict(self._stored))
 
     def _write(self, table: dict[str, int]) -> None:
+        # One writer at a time: a periodic persist cancelled by shutdown goes on in its
+        # thread while the final one starts (both wrote the same temp file).
+        with self._write_lock:
+            self._write_locked(table)
+
+    def _write_locked(self, table: dict[str, int]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         with tmp.open("w") as f:
