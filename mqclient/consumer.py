@@ -140,6 +140,7 @@ class PushConsumer:
         self._tasks: list[asyncio.Task[None]] = []
         self._watches: dict[str, asyncio.Task[None]] = {}
         self._committing: asyncio.Task[None] | None = None
+        self._resets: set[asyncio.Task[None]] = set()
         self.rebalancer: Rebalancer | None = None
         self.started = False
 
@@ -270,7 +271,7 @@ class PushConsumer:
         these queues before their final offsets are committed. Every step is bounded."""
         assert self.rebalancer is not None
         name = f"consumer {self.client_id}"
-        await cancel_and_wait(self._tasks, SHUTDOWN_STEP_S, name)
+        await cancel_and_wait([*self._tasks, *self._resets], SHUTDOWN_STEP_S, name)
         await self.pull_service.stop_all()
         started = time.monotonic()
         await self.consume_service.wait_idle(self.shutdown_timeout_s)
@@ -410,6 +411,8 @@ class PushConsumer:
             try:
                 async for event in self.instance.channels.messaging(addr).WatchConsumerGroup(
                         request):
+                    if event.HasField("reset"):
+                        self._reset(event.reset)
                     ids = list(event.consumer_id_list)
                     if last is not None and ids != last:
                         self._commit_now()
@@ -421,6 +424,20 @@ class PushConsumer:
             await asyncio.sleep(WATCH_RECONNECT_DELAY_S)
             # The broker dropped this client when the stream ended: register again.
             await self.instance.heartbeat(addr)
+
+    def _reset(self, notice: messaging_pb2.ResetOffsetNotice) -> None:
+        """An admin reset the group's offsets on a topic while it was online (RocketMQ's
+        resetOffset in the client): the queues concerned drop what they buffered and the
+        results of calls in progress, and pull again from the new offsets."""
+        if self.rebalancer is None or notice.topic not in self.instance.subscriptions:
+            return
+        offsets = {MessageQueue(notice.topic, notice.broker_name, q): o
+                   for q, o in notice.offsets.items()}
+        log.warning("group %s: offsets of %s on %s reset by an admin: %s", self.group,
+                    notice.topic, notice.broker_name, dict(notice.offsets))
+        task = asyncio.get_running_loop().create_task(self.rebalancer.reset_offsets(offsets))
+        self._resets.add(task)
+        task.add_done_callback(self._resets.discard)
 
     def _commit_now(self) -> None:
         """The group's membership changed: commit every owned queue's offset at once. A

@@ -30,6 +30,7 @@ class OffsetStore(Protocol):
     async def read_from_store(self, mq: MessageQueue) -> int: ...
     async def persist(self, mqs: list[MessageQueue]) -> None: ...
     def remove(self, mq: MessageQueue) -> None: ...
+    def reset(self, mq: MessageQueue, offset: int) -> None: ...
     def close(self) -> None: ...
 
 
@@ -49,6 +50,10 @@ class _MemoryOffsets:
     def remove(self, mq: MessageQueue) -> None:
         self.offsets.pop(mq, None)
 
+    def reset(self, mq: MessageQueue, offset: int) -> None:
+        """An admin moved the committed offset of `mq` to `offset`."""
+        self.offsets[mq] = offset
+
     def close(self) -> None:
         pass
 
@@ -62,6 +67,7 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
         self.instance = instance
         self.group = group
         self._persisted: dict[MessageQueue, int] = {}
+        self._persist_lock = asyncio.Lock()
 
     async def load(self) -> None:
         pass
@@ -123,13 +129,20 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
                                 code_name(r.status.code), r.status.remark)
                 return
 
-        todo = [(mq, self.offsets[mq]) for mq in mqs
-                if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]
-        await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
+        # One persist at a time, each taking the offsets when it starts: a later one
+        # (a reset's, the final one) is never overtaken by an earlier one's old offsets.
+        async with self._persist_lock:
+            todo = [(mq, self.offsets[mq]) for mq in mqs
+                    if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]
+            await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
 
     def remove(self, mq: MessageQueue) -> None:
         super().remove(mq)
         self._persisted.pop(mq, None)
+
+    def reset(self, mq: MessageQueue, offset: int) -> None:
+        super().reset(mq, offset)
+        self._persisted.pop(mq, None)  # committed again once more (see reset_offsets)
 
 
 def _key(mq: MessageQueue) -> str:

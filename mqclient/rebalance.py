@@ -176,6 +176,32 @@ class Rebalancer:
         finally:
             self.releasing.pop(mq, None)
 
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """The group's committed offsets of these queues were reset on the broker: each
+        owned one is replaced by a fresh process queue pulling from its new offset. The old
+        one is dropped: its buffered messages are not consumed and calls in progress commit
+        nothing (orderly: the new one starts once the old call ended)."""
+        async def reset(mq: MessageQueue, offset: int) -> None:
+            old = self.process_queues.get(mq)
+            if old is None:
+                return
+            old.dropped = True
+            self.stop_pull(mq)
+            while old.consuming:  # orderly: one call on a queue at a time
+                await asyncio.sleep(RELEASE_POLL_S)
+            if self.process_queues.get(mq) is not old:
+                return  # given up meanwhile
+            pq = ProcessQueue(mq, offset)
+            pq.locked, pq.last_lock_time = old.locked, old.last_lock_time
+            self.process_queues[mq] = pq
+            self.offset_store.reset(mq, offset)
+            self.start_pull(pq)
+
+        await asyncio.gather(*(reset(mq, o) for mq, o in sorted(offsets.items())))
+        # Commit the new offsets again: a commit of the old ones may have reached the broker
+        # after its reset (a periodic one, or riding on a pull sent before the notice).
+        await self.offset_store.persist(sorted(mq for mq in offsets if mq in self.process_queues))
+
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         offset = await self.offset_store.read_from_store(mq)
         if offset >= 0:

@@ -31,6 +31,7 @@ from mqclient import (
 )
 from mqclient.admin import MQAdmin
 from mqclient.admin_types import AdminError
+from mqclient.cli import mqadmin
 from tests.broker.conftest import REPO_ROOT, child_env
 from tests.mqclient.conftest import Cluster, wait_until
 from tests.mqclient.test_consumer import Collector, create_topic, start_consumer
@@ -354,3 +355,62 @@ def test_a_second_broadcasting_instance_on_one_offsets_file_is_refused(
     consumers.remove(first)
     first.shutdown()
     start_consumer(consumers, cluster, Collector().listener("c"), "TopicBcLock", **kw)
+
+
+def test_a_forced_offset_reset_moves_an_online_consumer(
+        cluster: Cluster, consumers: list[PushConsumer],
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 14's `mqadmin resetOffsetByTime -f` against an online consumer: it drops what
+    it buffered (and the results of calls in progress) and goes on from the new offsets,
+    both backwards (everything consumed again) and forwards (the backlog skipped)."""
+    cluster.start_broker("broker-a")
+    create_topic(cluster, "TopicReset", 2).shutdown()
+    lock = threading.Lock()
+    seen: Counter[bytes] = Counter()
+    hold = threading.Event()
+    hold.set()
+
+    def listener(msgs: list[MessageExt]) -> ConsumeStatus:
+        if msgs[0].body.startswith(b"b"):
+            hold.wait(TIMEOUT_S)
+        with lock:
+            seen.update(m.body for m in msgs)
+        return ConsumeStatus.CONSUME_SUCCESS
+
+    def count(prefix: bytes, times: int = 1) -> int:
+        with lock:
+            return sum(1 for b, n in seen.items() if b.startswith(prefix) and n >= times)
+
+    def reset(when: str) -> None:
+        code = mqadmin.main(["resetOffsetByTime", "-n", cluster.namesrv_addr, "-g", "CG",
+                             "-t", "TopicReset", "-s", when, "-f"])
+        assert code == 0, capsys.readouterr().err
+
+    start_consumer(consumers, cluster, listener, "TopicReset", consume_from_where=FIRST,
+                   persist_offset_interval_s=0.3)
+    with Producer("PG", cluster.namesrv_addr) as producer:
+        for i in range(20):
+            producer.send(Message("TopicReset", b"a%d" % i))
+        wait_until(lambda: count(b"a") == 20, timeout=TIMEOUT_S, message="consumed once")
+        time.sleep(1.0)  # committed
+        reset("earliest")
+        wait_until(lambda: count(b"a", 2) == 20, timeout=TIMEOUT_S,
+                   message=f"consumed again after the reset ({count(b'a', 2)} of 20)")
+
+        hold.clear()  # the listener blocks on b*: the consumer's buffer fills
+        send_backlog_with(producer, "TopicReset", b"b", 300)
+        time.sleep(1.0)
+        reset("now")
+        time.sleep(0.5)
+        hold.set()
+        producer.send(Message("TopicReset", b"after"))
+    wait_until(lambda: count(b"after") == 1, timeout=TIMEOUT_S, message="the next message")
+    time.sleep(0.5)
+    # Only the calls in progress at the reset (one a consume thread) ran on b*.
+    assert count(b"b") <= 8, count(b"b")
+
+
+def send_backlog_with(producer: Producer, topic: str, prefix: bytes, n: int) -> None:
+    for start in range(0, n, 50):
+        producer.send_batch([Message(topic, prefix + b"%d" % i)
+                             for i in range(start, min(n, start + 50))])
