@@ -271,7 +271,9 @@ class PushConsumer:
         these queues before their final offsets are committed. Every step is bounded."""
         assert self.rebalancer is not None
         name = f"consumer {self.client_id}"
-        await cancel_and_wait([*self._tasks, *self._resets], SHUTDOWN_STEP_S, name)
+        committing = [self._committing] if self._committing is not None else []
+        await cancel_and_wait([*self._tasks, *self._resets, *committing], SHUTDOWN_STEP_S,
+                              name)
         await self.pull_service.stop_all()
         started = time.monotonic()
         await self.consume_service.wait_idle(self.shutdown_timeout_s)
