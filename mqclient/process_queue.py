@@ -28,6 +28,10 @@ class ProcessQueue:
         self.last_lock_time = 0.0
         self.consuming = False
         self.last_pull_time = time.monotonic()
+        # Clustering, concurrent: read the committed offset again before consuming the
+        # first messages pulled (the previous owner may commit late), and skip below it.
+        self.catch_up = False
+        self.skip_below = 0
 
     def __len__(self) -> int:
         return len(self.messages)

@@ -24,7 +24,7 @@ from mqclient.constants import (
 )
 from mqclient.instance import ClientInstance
 from mqclient.loop import cancel_and_wait
-from mqclient.message import MessageExt, MessageQueue, code_name
+from mqclient.message import MessageExt, MessageQueue, MQClientError, code_name
 from mqclient.offset_store import OffsetStore
 from mqclient.process_queue import ProcessQueue
 from mqproto import common_pb2, messaging_pb2
@@ -118,7 +118,9 @@ class PullService:
                 subscription=subscription, suspend_timeout_millis=BROKER_SUSPEND_MAX_TIME_MS,
                 raw_records=True)
             commit = self.offset_store.read_memory(mq)
-            if self.commit_on_pull and is_master and commit > 0:
+            # Not the offset the queue started from: the previous owner may have committed
+            # a later one since (see _catch_up).
+            if self.commit_on_pull and is_master and commit > 0 and not pq.catch_up:
                 request.commit_offset = commit
             try:
                 response = await self.instance.channels.messaging(addr).PullMessage(
@@ -133,12 +135,35 @@ class PullService:
                 continue
             if pq.dropped:
                 return
+            if pq.catch_up and response.status.code == common_pb2.SUCCESS:
+                pq.catch_up = False
+                await self._catch_up(pq)
+                if pq.dropped:
+                    return
             pq.last_pull_time = time.monotonic()
             self._handle(pq, addr, response)
             if response.status.code not in (common_pb2.SUCCESS, common_pb2.NO_NEW_MSG,
                                              common_pb2.NO_MATCHED_MSG,
                                              common_pb2.OFFSET_ILLEGAL):
                 await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION_S)
+
+    async def _catch_up(self, pq: ProcessQueue) -> None:
+        """A queue taken over from another consumer, before its first messages are
+        consumed: reads the group's committed offset again. The previous owner commits
+        when it learns of the rebalance, often after this consumer read the offset to
+        start from; what it consumed up to its commit is skipped here instead of being
+        consumed twice."""
+        try:
+            committed = await self.offset_store.read_from_store(pq.mq)
+        except MQClientError as e:
+            log.debug("offset of %s not read again: %s", pq.mq, e)
+            return
+        if committed > pq.next_offset:
+            log.info("%s: the previous owner committed %d after this consumer started "
+                     "from %d; going on from there", pq.mq, committed, pq.next_offset)
+            pq.skip_below = committed
+            pq.max_offset = max(pq.max_offset, committed - 1)
+            self.offset_store.update(pq.mq, committed, True)
 
     def _handle(self, pq: ProcessQueue, addr: str,
                 response: messaging_pb2.PullMessageResponse) -> None:
@@ -148,6 +173,10 @@ class PullService:
         if code == common_pb2.SUCCESS:
             msgs = decode_records(response.raw_records, mq.broker_name)
             pq.next_offset = response.next_begin_offset
+            if pq.skip_below > 0:  # consumed by the previous owner (_catch_up)
+                msgs = [m for m in msgs if m.queue_offset >= pq.skip_below]
+                pq.next_offset = max(pq.next_offset, pq.skip_below)
+                pq.skip_below = 0
             if msgs:
                 pq.put(msgs)
                 self.on_messages(pq, msgs)

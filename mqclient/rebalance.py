@@ -132,6 +132,8 @@ class Rebalancer:
                 log.warning("queue %s not taken now: %s", mq, e)
                 continue
             pq = ProcessQueue(mq, offset)
+            # Orderly queues move under their broker lock (committed before unlocked).
+            pq.catch_up = self.model is MessageModel.CLUSTERING and not self.orderly
             if self.locks_queues:
                 pq.locked, pq.last_lock_time = True, time.monotonic()
             self.offset_store.update(mq, offset, False)
