@@ -121,7 +121,11 @@ class SendProcessor:
         props.setdefault(PROPERTY_RETRY_TOPIC, ext.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.origin_message_id or ext.msg_id)
         props.pop(MessageProperty.DELAY, None)
-        max_times = request.max_reconsume_times or MAX_RECONSUME_TIMES
+        # Unset or negative: the default. 0 is a limit like any other: the first failure
+        # goes to the DLQ (RocketMQ's maxReconsumeTimes).
+        max_times = (request.max_reconsume_times
+                     if request.HasField("max_reconsume_times")
+                     and request.max_reconsume_times >= 0 else MAX_RECONSUME_TIMES)
         delay_level = request.delay_level
         if ext.reconsume_times >= max_times or delay_level < 0:
             topic = DLQ_GROUP_TOPIC_PREFIX + group

@@ -13,6 +13,7 @@ import asyncio
 import enum
 import inspect
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -81,22 +82,33 @@ class _ListenerRunner:
                       chunk[0].message_queue)
         return self.failure
 
-    def _call_sync(self, chunks: list[list[MessageExt]]) -> list[ConsumeStatus]:
-        out = []
+    def _call_sync(self, chunks: list[list[MessageExt]],
+                   may_run: Callable[[list[MessageExt]], bool]) -> list[ConsumeStatus | None]:
+        out: list[ConsumeStatus | None] = []
         for chunk in chunks:
+            if not may_run(chunk):
+                out.append(None)
+                continue
             try:
                 out.append(self._status(self.listener(chunk)))
             except Exception:
                 out.append(self._failed(chunk))
         return out
 
-    async def run(self, chunks: list[list[MessageExt]]) -> list[ConsumeStatus]:
-        """One status per chunk; a plain listener gets all chunks in one pool job."""
+    async def run(self, chunks: list[list[MessageExt]],
+                  may_run: Callable[[list[MessageExt]], bool]) -> list[ConsumeStatus | None]:
+        """One status per chunk; a plain listener gets all chunks in one pool job.
+        `may_run` is asked right before each call (on the pool thread: it only reads
+        flags): a chunk it refuses is not given to the listener and gets None (RocketMQ's
+        ConsumeRequest checks its queue's dropped flag as it starts to run)."""
         if not self.is_async:
             loop = asyncio.get_running_loop()
-            return await loop.run_in_executor(self.executor, self._call_sync, chunks)
-        out = []
+            return await loop.run_in_executor(self.executor, self._call_sync, chunks, may_run)
+        out: list[ConsumeStatus | None] = []
         for chunk in chunks:
+            if not may_run(chunk):
+                out.append(None)
+                continue
             try:
                 out.append(self._status(await self.listener(chunk)))
             except Exception:
@@ -124,8 +136,12 @@ class ConcurrentConsumeService:
         self.send_back = send_back
         self.max_reconsume_times = max_reconsume_times
         self.tasks: set[asyncio.Task[None]] = set()
+        self.stopping = False  # shutdown: finish the calls in progress, start no other
+        self._started_lock = threading.Lock()
 
     def submit(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.stopping:
+            return
         task = asyncio.get_running_loop().create_task(self._consume(pq, msgs))
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -135,17 +151,32 @@ class ConcurrentConsumeService:
             return
         _restore_retry_topics(msgs)
         chunks = _chunks(msgs, self.batch_max_size)
-        statuses = await self.runner.run(chunks)
+        statuses = await self.runner.run(chunks, lambda chunk: self._may_run(pq, chunk))
         if pq.dropped:
             return  # the queue went to another consumer meanwhile: it consumes them again
         done: list[MessageExt] = []
         failed: list[MessageExt] = []
         for chunk, status in zip(chunks, statuses, strict=True):
-            (done if status is ConsumeStatus.CONSUME_SUCCESS else failed).extend(chunk)
+            if status is not None:  # None: not started (shutdown): stays uncommitted
+                (done if status is ConsumeStatus.CONSUME_SUCCESS else failed).extend(chunk)
         if failed:
             done.extend(await self._failed(pq, failed))
         if done:
             self.on_consumed(pq, pq.remove(done))
+
+    def _may_run(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
+        """Right before a listener call (pool thread). Never on a dropped queue. While
+        stopping, only calls that fill the gaps below a message already started: calls run
+        in parallel, and the commit stops at the first message not consumed, so whatever
+        was consumed past a gap would be delivered again after shutdown."""
+        if pq.dropped:
+            return False
+        with self._started_lock:
+            first, last = chunk[0].queue_offset, chunk[-1].queue_offset
+            if self.stopping and first > pq.started_max_offset:
+                return False
+            pq.started_max_offset = max(pq.started_max_offset, last)
+            return True
 
     async def _failed(self, pq: ProcessQueue, msgs: list[MessageExt]) -> list[MessageExt]:
         """Handles failed messages; returns those that now count as consumed."""
@@ -177,7 +208,10 @@ class ConcurrentConsumeService:
         return dropped
 
     async def wait_idle(self, timeout_s: float) -> None:
-        """Shutdown: waits for the calls in progress (retries scheduled later are not)."""
+        """Shutdown: starts no other listener call except those filling gaps below one
+        already started (what was queued stays uncommitted, for the next owner) and waits
+        for the calls in progress; retries scheduled later are not made."""
+        self.stopping = True
         if self.tasks:
             await asyncio.wait(list(self.tasks), timeout=timeout_s)
 
@@ -218,7 +252,10 @@ class OrderlyConsumeService:
                 if not msgs:
                     return
                 _restore_retry_topics(msgs)
-                [status] = await self.runner.run([msgs])
+                [status] = await self.runner.run(
+                    [msgs], lambda _: not pq.dropped and not self.stopping)
+                if status is None:
+                    return  # dropped or stopping before the call started
                 if status is not ConsumeStatus.CONSUME_SUCCESS and not pq.dropped and (
                         await self._to_dead_letters(msgs)):
                     status = ConsumeStatus.CONSUME_SUCCESS

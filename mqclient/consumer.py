@@ -19,10 +19,13 @@ listener failed are sent back to their broker, come again there after a growing 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import time
+from collections.abc import Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import grpc
 
@@ -36,6 +39,7 @@ from mqclient.constants import (
     POLL_NAME_SERVER_INTERVAL_S,
     PULL_BATCH_SIZE,
     PULL_THRESHOLD_FOR_QUEUE,
+    PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
     REBALANCE_INTERVAL_S,
     REBALANCE_LOCK_INTERVAL_S,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -50,7 +54,7 @@ from mqclient.consume_service import (
     OrderlyConsumeService,
 )
 from mqclient.instance import ClientInstance
-from mqclient.loop import ClientLoop
+from mqclient.loop import ClientLoop, cancel_and_wait
 from mqclient.message import MessageExt, MessageQueue, MQClientError
 from mqclient.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
@@ -62,7 +66,8 @@ from mqproto import common_pb2, messaging_pb2
 log = logging.getLogger(__name__)
 # A queue lock older than this is not trusted for orderly consumption (client side).
 LOCK_TRUSTED_S = 30.0
-SHUTDOWN_CONSUME_WAIT_S = 10.0
+SHUTDOWN_TIMEOUT_S = 10.0  # how long shutdown waits for the listener calls in progress
+SHUTDOWN_STEP_S = 3.0  # each other step of a shutdown (tasks ending, commits) at most
 RETRY_ROUTE_ATTEMPTS = 30
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
@@ -81,11 +86,21 @@ class PushConsumer:
                  consume_message_batch_max_size: int = CONSUME_MESSAGE_BATCH_MAX_SIZE,
                  consume_thread_nums: int = CONSUME_THREAD_NUMS,
                  pull_threshold_for_queue: int = PULL_THRESHOLD_FOR_QUEUE,
+                 pull_threshold_size_for_queue: int = PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
+                 pull_threshold_for_topic: int = -1,
+                 pull_threshold_size_for_topic: int = -1,
                  offsets_dir: str | Path | None = None,
                  max_reconsume_times: int = -1,
+                 shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
                  loop: ClientLoop | None = None) -> None:
-        """`max_reconsume_times`: -1 = RocketMQ's default, 16 for concurrent listeners and no
-        limit (the queue waits) for orderly ones."""
+        """Flow control: pulling a queue pauses while it buffers
+        `pull_threshold_for_queue` messages or `pull_threshold_size_for_queue` MiB of
+        bodies; the `*_for_topic` thresholds (-1: none) are shared by the queues of the
+        topic this consumer owns. `max_reconsume_times`: -1 = RocketMQ's default, 16 for
+        concurrent listeners and no limit (the queue waits) for orderly ones; 0 = a
+        failed message goes to the dead-letter queue at once. `shutdown_timeout_s`: how
+        long shutdown() waits for the listener calls in progress before it commits and
+        leaves."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a consumer needs a group")
         if pull_batch_size <= 0 or consume_message_batch_max_size <= 0:
@@ -102,7 +117,11 @@ class PushConsumer:
         self.pull_batch_size = pull_batch_size
         self.consume_message_batch_max_size = consume_message_batch_max_size
         self.pull_threshold_for_queue = pull_threshold_for_queue
+        self.pull_threshold_size_for_queue = pull_threshold_size_for_queue
+        self.pull_threshold_for_topic = pull_threshold_for_topic
+        self.pull_threshold_size_for_topic = pull_threshold_size_for_topic
         self.max_reconsume_times = max_reconsume_times
+        self.shutdown_timeout_s = shutdown_timeout_s
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s)
         self.loop = self.instance.loop
@@ -120,6 +139,8 @@ class PushConsumer:
         self._rebalance_now: asyncio.Event | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._watches: dict[str, asyncio.Task[None]] = {}
+        self._committing: asyncio.Task[None] | None = None
+        self._resets: set[asyncio.Task[None]] = set()
         self.rebalancer: Rebalancer | None = None
         self.started = False
 
@@ -154,17 +175,32 @@ class PushConsumer:
             raise MQClientError("ILLEGAL_STATE", "register a listener before start()")
         if not self.instance.subscriptions:
             raise MQClientError("ILLEGAL_STATE", "subscribe to a topic before start()")
-        self.loop.run(self._start())
+        try:
+            self.loop.run(self._start())
+        except BaseException:
+            self.offset_store.close()
+            raise
         self.started = True
         return self
 
     def shutdown(self) -> None:
-        """Finishes the messages being consumed (up to 10 s), commits offsets, leaves."""
+        """Stops pulling and consuming, finishes the listener calls in progress (up to
+        `shutdown_timeout_s`), commits offsets, then leaves the group. Messages buffered
+        and not started are not consumed: the next owner gets them from the commit."""
         if not self.started:
             return
         self.started = False
-        self.loop.run(self._shutdown())
-        self.executor.shutdown(wait=True)
+        # Every step of _shutdown has its own bound; this one is the last resort.
+        future = self.loop.submit(self._shutdown())
+        try:
+            future.result(self.shutdown_timeout_s + 8 * SHUTDOWN_STEP_S + 10)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            log.error("shutdown of consumer %s did not finish in time; abandoned",
+                      self.client_id)
+        # Work queued and not started is dropped (its offsets were not committed: it comes
+        # again to the next owner); a listener call still running is not waited for.
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     def __enter__(self) -> PushConsumer:
         return self.start()
@@ -197,7 +233,11 @@ class PushConsumer:
             self.instance.subscriptions.setdefault(self.retry_topic, "*")
         self.pull_service = PullService(
             self.instance, self.group, self.offset_store, batch_size=self.pull_batch_size,
-            threshold=self.pull_threshold_for_queue, commit_on_pull=clustering,
+            threshold=self.pull_threshold_for_queue,
+            threshold_size_mib=self.pull_threshold_size_for_queue,
+            topic_threshold=self.pull_threshold_for_topic,
+            topic_threshold_size_mib=self.pull_threshold_size_for_topic,
+            commit_on_pull=clustering,
             may_pull=self._may_consume, on_messages=self.consume_service.submit)
         self.rebalancer = Rebalancer(
             self.instance, self.group, self.message_model, self.allocate_strategy,
@@ -225,20 +265,42 @@ class PushConsumer:
             self._tasks.append(asyncio.create_task(self._lock_loop()))
 
     async def _shutdown(self) -> None:
-        for task in [*self._tasks, *self._watches.values()]:
-            task.cancel()
-        await asyncio.gather(*self._tasks, *self._watches.values(), return_exceptions=True)
-        self._watches.clear()
-        await self.pull_service.stop_all()
-        await self.consume_service.wait_idle(SHUTDOWN_CONSUME_WAIT_S)
+        """RocketMQ's order: stop rebalancing, pulling and starting listener calls; wait
+        for the calls in progress (at most `shutdown_timeout_s`); commit; only then leave
+        the group (end the membership watches, unregister), so that no other consumer takes
+        these queues before their final offsets are committed. Every step is bounded."""
         assert self.rebalancer is not None
-        mqs = sorted(self.rebalancer.process_queues)
-        for pq in self.rebalancer.process_queues.values():
-            pq.dropped = True
-        await self.offset_store.persist(mqs)
+        name = f"consumer {self.client_id}"
+        committing = [self._committing] if self._committing is not None else []
+        await cancel_and_wait([*self._tasks, *self._resets, *committing], SHUTDOWN_STEP_S,
+                              name)
+        await self.pull_service.stop_all()
+        started = time.monotonic()
+        await self.consume_service.wait_idle(self.shutdown_timeout_s)
+        if self.consume_service.tasks:
+            log.error("%s: %d listener calls still running after %.1f s; their messages are "
+                      "not committed and will be consumed again", name,
+                      len(self.consume_service.tasks), time.monotonic() - started)
+        await cancel_and_wait(list(self.rebalancer.release_tasks), SHUTDOWN_STEP_S, name)
+        mqs = sorted({*self.rebalancer.process_queues, *self.rebalancer.releasing})
+        for pq in [*self.rebalancer.process_queues.values(),
+                   *self.rebalancer.releasing.values()]:
+            pq.dropped = True  # a call ending late commits nothing any more
+        await self._bounded(self.offset_store.persist(mqs), "final commit")
         if self.rebalancer.locks_queues and mqs:
-            await self.rebalancer.unlock(mqs)
+            await self._bounded(self.rebalancer.unlock(mqs), "unlock")
+        self.offset_store.close()
+        await cancel_and_wait([*self._watches.values()], SHUTDOWN_STEP_S, name)
+        self._watches.clear()
         await self.instance.shutdown()
+
+    async def _bounded(self, coro: Coroutine[Any, Any, None], what: str) -> None:
+        try:
+            async with asyncio.timeout(SHUTDOWN_STEP_S * 2):
+                await coro
+        except TimeoutError:
+            log.error("consumer %s: %s did not finish within %.1f s; abandoned",
+                      self.client_id, what, SHUTDOWN_STEP_S * 2)
 
     # -- loop side -----------------------------------------------------------------------------
     def _consumed(self, pq: ProcessQueue, offset: int) -> None:
@@ -255,7 +317,7 @@ class PushConsumer:
             consumer_group=self.group, commit_log_offset=msg.commit_log_offset,
             origin_message_id=msg.msg_id, origin_topic=msg.topic, delay_level=delay_level,
             max_reconsume_times=(MAX_RECONSUME_TIMES if self.max_reconsume_times < 0
-                                 else self.max_reconsume_times))
+                                 else self.max_reconsume_times))  # 0: to the DLQ at once
         try:
             r = await self.instance.channels.messaging(addr).ConsumerSendMsgBack(
                 request, timeout=SEND_BACK_TIMEOUT_S)
@@ -302,10 +364,15 @@ class PushConsumer:
                 await self.rebalancer.do_rebalance()
             except Exception:
                 log.exception("rebalance of group %s failed", self.group)
+            # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives
+            # in the loop iteration in which the event is set (a membership change as
+            # shutdown starts), and this loop then never ended (issue 17, item 3).
+            timer = asyncio.get_running_loop().call_later(self.rebalance_interval_s,
+                                                          self._rebalance_now.set)
             try:
-                await asyncio.wait_for(self._rebalance_now.wait(), self.rebalance_interval_s)
-            except TimeoutError:
-                pass
+                await self._rebalance_now.wait()
+            finally:
+                timer.cancel()
             self._rebalance_now.clear()
 
     async def _persist_loop(self) -> None:
@@ -346,8 +413,11 @@ class PushConsumer:
             try:
                 async for event in self.instance.channels.messaging(addr).WatchConsumerGroup(
                         request):
+                    if event.HasField("reset"):
+                        self._reset(event.reset)
                     ids = list(event.consumer_id_list)
                     if last is not None and ids != last:
+                        self._commit_now()
                         self.rebalance_immediately()
                     last = ids
             except grpc.RpcError as e:
@@ -356,6 +426,39 @@ class PushConsumer:
             await asyncio.sleep(WATCH_RECONNECT_DELAY_S)
             # The broker dropped this client when the stream ended: register again.
             await self.instance.heartbeat(addr)
+
+    def _reset(self, notice: messaging_pb2.ResetOffsetNotice) -> None:
+        """An admin reset the group's offsets on a topic while it was online (RocketMQ's
+        resetOffset in the client): the queues concerned drop what they buffered and the
+        results of calls in progress, and pull again from the new offsets."""
+        if self.rebalancer is None or notice.topic not in self.instance.subscriptions:
+            return
+        offsets = {MessageQueue(notice.topic, notice.broker_name, q): o
+                   for q, o in notice.offsets.items()}
+        log.warning("group %s: offsets of %s on %s reset by an admin: %s", self.group,
+                    notice.topic, notice.broker_name, dict(notice.offsets))
+        task = asyncio.get_running_loop().create_task(self.rebalancer.reset_offsets(offsets))
+        self._resets.add(task)
+        task.add_done_callback(self._resets.discard)
+
+    def _commit_now(self) -> None:
+        """The group's membership changed: commit every owned queue's offset at once. A
+        joining consumer reads the committed offsets of the queues it gets, often before
+        this one's rebalance drops them (and commits): without this it would start from
+        the last periodic commit, up to `persist_offset_interval_s` behind."""
+        if self.rebalancer is None or self._committing is not None:
+            return
+        mqs = sorted(self.rebalancer.process_queues)
+
+        async def commit() -> None:
+            try:
+                await self.offset_store.persist(mqs)
+            except Exception:
+                log.exception("offsets of group %s not committed", self.group)
+            finally:
+                self._committing = None
+
+        self._committing = asyncio.get_running_loop().create_task(commit())
 
     # -- introspection -------------------------------------------------------------------------
     def assigned_queues(self, topic: str | None = None) -> set[MessageQueue]:

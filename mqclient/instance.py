@@ -17,7 +17,7 @@ from mqclient.constants import (
     HEARTBEAT_BROKER_INTERVAL_S,
     POLL_NAME_SERVER_INTERVAL_S,
 )
-from mqclient.loop import Channels, ClientLoop
+from mqclient.loop import Channels, ClientLoop, cancel_and_wait
 from mqclient.message import MessageQueue, MQClientError
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2
@@ -78,9 +78,7 @@ class ClientInstance:
 
     async def shutdown(self) -> None:
         self.running = False
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await cancel_and_wait(self._tasks, ADMIN_CALL_TIMEOUT_S, f"client {self.client_id}")
         await self.unregister_all()
         await self.channels.close()
 

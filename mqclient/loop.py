@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -21,6 +22,7 @@ from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChan
 from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
@@ -30,6 +32,8 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
 ]
+
+CHANNEL_CLOSE_TIMEOUT_S = 5.0
 
 
 class ClientLoop:
@@ -64,6 +68,21 @@ class ClientLoop:
                                "(inside an async listener or callback); await the async "
                                "variant instead")
         return self.submit(coro).result(timeout)
+
+
+async def cancel_and_wait(tasks: list[asyncio.Task[Any]], timeout_s: float, what: str) -> bool:
+    """Cancels `tasks` and waits for them at most `timeout_s` (shutdown paths: a task that
+    ignores its cancellation is logged and abandoned, never waited for without a bound).
+    True when all ended."""
+    for task in tasks:
+        task.cancel()
+    if not tasks:
+        return True
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    if pending:
+        log.error("%s: %d tasks did not end within %.1f s of their cancellation; abandoned: "
+                  "%s", what, len(pending), timeout_s, [t.get_coro() for t in pending])
+    return not pending
 
 
 class Channels:
@@ -187,5 +206,11 @@ class Channels:
         aio = list(self._aio.values())
         self._aio.clear()
         self._aio_stubs.clear()
+        # grace=None cancels the calls in flight at once.
         for achannel in aio:
-            await achannel.close()
+            try:
+                async with asyncio.timeout(CHANNEL_CLOSE_TIMEOUT_S):
+                    await achannel.close()
+            except TimeoutError:
+                log.error("a gRPC channel did not close within %s s; abandoned",
+                          CHANNEL_CLOSE_TIMEOUT_S)

@@ -5,11 +5,13 @@ message to consume. Used on the client loop only."""
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import logging
 import os
+import threading
 from pathlib import Path
-from typing import Protocol
+from typing import IO, Protocol
 
 import grpc
 
@@ -28,6 +30,8 @@ class OffsetStore(Protocol):
     async def read_from_store(self, mq: MessageQueue) -> int: ...
     async def persist(self, mqs: list[MessageQueue]) -> None: ...
     def remove(self, mq: MessageQueue) -> None: ...
+    def reset(self, mq: MessageQueue, offset: int) -> None: ...
+    def close(self) -> None: ...
 
 
 class _MemoryOffsets:
@@ -46,6 +50,13 @@ class _MemoryOffsets:
     def remove(self, mq: MessageQueue) -> None:
         self.offsets.pop(mq, None)
 
+    def reset(self, mq: MessageQueue, offset: int) -> None:
+        """An admin moved the committed offset of `mq` to `offset`."""
+        self.offsets[mq] = offset
+
+    def close(self) -> None:
+        pass
+
 
 class RemoteBrokerOffsetStore(_MemoryOffsets):
     """Offsets committed to the master of each queue's broker group (its slave while the
@@ -56,6 +67,7 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
         self.instance = instance
         self.group = group
         self._persisted: dict[MessageQueue, int] = {}
+        self._persist_lock = asyncio.Lock()
 
     async def load(self) -> None:
         pass
@@ -117,13 +129,20 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
                                 code_name(r.status.code), r.status.remark)
                 return
 
-        todo = [(mq, self.offsets[mq]) for mq in mqs
-                if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]
-        await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
+        # One persist at a time, each taking the offsets when it starts: a later one
+        # (a reset's, the final one) is never overtaken by an earlier one's old offsets.
+        async with self._persist_lock:
+            todo = [(mq, self.offsets[mq]) for mq in mqs
+                    if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]
+            await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
 
     def remove(self, mq: MessageQueue) -> None:
         super().remove(mq)
         self._persisted.pop(mq, None)
+
+    def reset(self, mq: MessageQueue, offset: int) -> None:
+        super().reset(mq, offset)
+        self._persisted.pop(mq, None)  # committed again once more (see reset_offsets)
 
 
 def _key(mq: MessageQueue) -> str:
@@ -132,15 +151,44 @@ def _key(mq: MessageQueue) -> str:
 
 class LocalFileOffsetStore(_MemoryOffsets):
     """Broadcasting: every consumer keeps its own offsets in `path` (JSON), written
-    atomically (temp file, fsync, rename)."""
+    atomically (temp file, fsync, rename). A live consumer holds an exclusive lock
+    (flock) on `path`.lock from load() to close(): two instances of a group sharing the
+    file would each resume from whichever wrote last and skip what the other consumed."""
 
     def __init__(self, path: Path) -> None:
         super().__init__()
         self.path = path
         self._stored: dict[str, int] = {}
+        self._lock_file: IO[bytes] | None = None
+        self._write_lock = threading.Lock()
 
     async def load(self) -> None:
-        self._stored = await asyncio.to_thread(self._read)
+        await asyncio.to_thread(self._lock)
+        try:
+            self._stored = await asyncio.to_thread(self._read)
+        except BaseException:
+            self.close()
+            raise
+
+    def _lock(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        f = lock_path.open("ab")
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise MQClientError(
+                "ILLEGAL_STATE",
+                f"offsets file {self.path} is in use by another live consumer instance of "
+                f"this group (it holds {lock_path}); give each broadcasting instance on a "
+                f"host its own offsets_dir (now {self.path.parent.parent})") from None
+        self._lock_file = f
+
+    def close(self) -> None:
+        if self._lock_file is not None:
+            self._lock_file.close()  # releases the lock
+            self._lock_file = None
 
     def _read(self) -> dict[str, int]:
         try:
@@ -166,6 +214,12 @@ class LocalFileOffsetStore(_MemoryOffsets):
         await asyncio.to_thread(self._write, dict(self._stored))
 
     def _write(self, table: dict[str, int]) -> None:
+        # One writer at a time: a periodic persist cancelled by shutdown goes on in its
+        # thread while the final one starts (both wrote the same temp file).
+        with self._write_lock:
+            self._write_locked(table)
+
+    def _write_locked(self, table: dict[str, int]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_name(self.path.name + ".tmp")
         with tmp.open("w") as f:

@@ -18,19 +18,28 @@ class ProcessQueue:
         self.mq = mq
         self.next_offset = next_offset  # of the next pull
         self.messages: dict[int, MessageExt] = {}
+        self.msg_size = 0  # bytes of the bodies in `messages` (size-based flow control)
         self.max_offset = next_offset - 1
         self.dropped = False
+        # The highest offset given to a concurrent listener call so far (pool threads).
+        self.started_max_offset = -1
         # Orderly consumption: the broker lock of this queue and the consuming task.
         self.locked = False
         self.last_lock_time = 0.0
         self.consuming = False
         self.last_pull_time = time.monotonic()
+        # Clustering, concurrent: read the committed offset again before consuming the
+        # first messages pulled (the previous owner may commit late), and skip below it.
+        self.catch_up = False
+        self.skip_below = 0
 
     def __len__(self) -> int:
         return len(self.messages)
 
     def put(self, msgs: list[MessageExt]) -> None:
         for m in msgs:
+            if m.queue_offset not in self.messages:
+                self.msg_size += len(m.body)
             self.messages[m.queue_offset] = m
         if msgs:
             self.max_offset = max(self.max_offset, msgs[-1].queue_offset)
@@ -38,8 +47,14 @@ class ProcessQueue:
     def remove(self, msgs: list[MessageExt]) -> int:
         """Removes consumed messages; returns the offset now safe to commit."""
         for m in msgs:
-            self.messages.pop(m.queue_offset, None)
+            if self.messages.pop(m.queue_offset, None) is not None:
+                self.msg_size -= len(m.body)
         return self.commit_offset()
+
+    def clear(self) -> None:
+        """Forgets every buffered message (an admin reset moved the queue's offset)."""
+        self.messages.clear()
+        self.msg_size = 0
 
     def commit_offset(self) -> int:
         if self.messages:

@@ -21,7 +21,7 @@ from mqclient.route import TopicRoute
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
-UNLOCK_WAIT_S = 3.0  # orderly: how long a dropped queue's consuming call may finish
+RELEASE_POLL_S = 0.02  # orderly: how often a queue given up checks its call ended
 
 
 class MessageModel(enum.Enum):
@@ -54,6 +54,10 @@ class Rebalancer:
         self.start_pull = start_pull
         self.stop_pull = stop_pull
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
+        # Orderly: queues no longer wanted whose listener call is still running; they keep
+        # their broker lock until it ends (then are committed and unlocked).
+        self.releasing: dict[MessageQueue, ProcessQueue] = {}
+        self.release_tasks: set[asyncio.Task[None]] = set()
         self.rebalance_count = 0
 
     @property
@@ -114,7 +118,8 @@ class Rebalancer:
 
     async def _update_process_queues(self, topic: str, wanted: set[MessageQueue]) -> None:
         mine = {mq for mq in self.process_queues if mq.topic == topic}
-        removed, added = mine - wanted, sorted(wanted - mine)
+        # A queue still being released (its call running) is taken again later.
+        removed, added = mine - wanted, sorted(wanted - mine - set(self.releasing))
         for mq in sorted(removed):
             await self.remove_queue(mq)
         if added and self.locks_queues:
@@ -127,6 +132,8 @@ class Rebalancer:
                 log.warning("queue %s not taken now: %s", mq, e)
                 continue
             pq = ProcessQueue(mq, offset)
+            # Orderly queues move under their broker lock (committed before unlocked).
+            pq.catch_up = self.model is MessageModel.CLUSTERING and not self.orderly
             if self.locks_queues:
                 pq.locked, pq.last_lock_time = True, time.monotonic()
             self.offset_store.update(mq, offset, False)
@@ -137,21 +144,65 @@ class Rebalancer:
                      topic, sorted(str(mq) for mq in self.process_queues if mq.topic == topic))
 
     async def remove_queue(self, mq: MessageQueue) -> None:
-        """Stops pulling `mq`, commits its offset and forgets it (and unlocks it)."""
+        """Stops pulling `mq`, commits its offset and forgets it (and unlocks it). Orderly:
+        while a listener call on it is running, the queue keeps its broker lock (renewed)
+        and is committed and unlocked only once the call ended, so that the next owner
+        cannot lock it and consume the same keys in parallel (RocketMQ keeps a busy queue
+        in its table and retries the removal)."""
         pq = self.process_queues.pop(mq, None)
         if pq is None:
             return
         pq.dropped = True
         self.stop_pull(mq)
-        if self.locks_queues:
-            # The next owner may lock the queue only once the call in progress is over.
-            deadline = time.monotonic() + UNLOCK_WAIT_S
-            while pq.consuming and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+        if self.locks_queues and pq.consuming:
+            log.info("group %s: %s goes to another consumer once its listener call ends",
+                     self.group, mq)
+            self.releasing[mq] = pq
+            task = asyncio.get_running_loop().create_task(self._release_when_idle(mq, pq))
+            self.release_tasks.add(task)
+            task.add_done_callback(self.release_tasks.discard)
+            return
+        await self._release(mq)
+
+    async def _release(self, mq: MessageQueue) -> None:
         await self.offset_store.persist([mq])
         self.offset_store.remove(mq)
         if self.locks_queues:
             await self.unlock([mq])
+
+    async def _release_when_idle(self, mq: MessageQueue, pq: ProcessQueue) -> None:
+        try:
+            while pq.consuming:
+                await asyncio.sleep(RELEASE_POLL_S)
+            await self._release(mq)
+        finally:
+            self.releasing.pop(mq, None)
+
+    async def reset_offsets(self, offsets: dict[MessageQueue, int]) -> None:
+        """The group's committed offsets of these queues were reset on the broker: each
+        owned one is replaced by a fresh process queue pulling from its new offset. The old
+        one is dropped: its buffered messages are not consumed and calls in progress commit
+        nothing (orderly: the new one starts once the old call ended)."""
+        async def reset(mq: MessageQueue, offset: int) -> None:
+            old = self.process_queues.get(mq)
+            if old is None:
+                return
+            old.dropped = True
+            self.stop_pull(mq)
+            while old.consuming:  # orderly: one call on a queue at a time
+                await asyncio.sleep(RELEASE_POLL_S)
+            if self.process_queues.get(mq) is not old:
+                return  # given up meanwhile
+            pq = ProcessQueue(mq, offset)
+            pq.locked, pq.last_lock_time = old.locked, old.last_lock_time
+            self.process_queues[mq] = pq
+            self.offset_store.reset(mq, offset)
+            self.start_pull(pq)
+
+        await asyncio.gather(*(reset(mq, o) for mq, o in sorted(offsets.items())))
+        # Commit the new offsets again: a commit of the old ones may have reached the broker
+        # after its reset (a periodic one, or riding on a pull sent before the notice).
+        await self.offset_store.persist(sorted(mq for mq in offsets if mq in self.process_queues))
 
     async def compute_pull_from_where(self, mq: MessageQueue) -> int:
         offset = await self.offset_store.read_from_store(mq)
@@ -224,9 +275,11 @@ class Rebalancer:
                 log.warning("unlock at %s failed: %s", addr, e.code())  # type: ignore[attr-defined]
 
     async def lock_all(self) -> list[ProcessQueue]:
-        """Renews the locks of all owned queues; returns the queues now locked."""
+        """Renews the locks of all owned queues (and of those being released); returns
+        the owned queues now locked."""
         mqs = sorted(self.process_queues)
-        locked = await self.lock(mqs) if mqs else set()
+        renew = sorted({*mqs, *self.releasing})
+        locked = await self.lock(renew) if renew else set()
         now = time.monotonic()
         out = []
         for mq in mqs:
