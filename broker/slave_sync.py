@@ -79,7 +79,8 @@ class SlaveSynchronizer:
                 self._wake.clear()
                 await self.sync_all()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                    async with asyncio.timeout(self.interval_s):  # wait_for can swallow a cancel
+                        await self._wake.wait()
         finally:
             await self.close()
 

@@ -319,7 +319,8 @@ class HAConnection:
                                   f"{min_offset}, max {max_offset}): link closed")
                         return
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self.wake.wait(), service.poll_interval)
+                        async with asyncio.timeout(service.poll_interval):  # not wait_for (below)
+                            await self.wake.wait()
                     continue
                 unreadable_since = None
                 writer.write(b"".join(pieces))
@@ -335,7 +336,8 @@ class HAConnection:
                 last_write = now
             wait = min(service.poll_interval, service.heartbeat_interval - (now - last_write))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), max(wait, 0.0))
+                async with asyncio.timeout(max(wait, 0.0)):  # wait_for can swallow a cancel
+                    await self.wake.wait()
 
     def transfer_rate(self) -> float:
         """Bytes/s sent over the last HA_TRANSFER_RATE_WINDOW seconds (or since connect)."""
