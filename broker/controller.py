@@ -46,6 +46,7 @@ from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto.serving import add_servicer
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
 from store.message import Message
@@ -273,8 +274,11 @@ class BrokerController:
             ("grpc.max_send_message_length", -1),
         ])
         self.messaging = MessagingServicer(self)
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self), server)
+        # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
+        add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
+                     self.messaging, log)
+        add_servicer(server, admin_pb2_grpc.add_AdminServiceServicer_to_server,
+                     AdminServicer(self), log)
         return server
 
     def _lock_store_dir(self) -> None:

@@ -11,6 +11,7 @@ from types import TracebackType
 import grpc
 
 from mqproto import namesrv_pb2_grpc
+from mqproto.serving import add_servicer
 from nameserver.constants import (
     DEFAULT_LISTEN,
     SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S,
@@ -64,9 +65,9 @@ class NamesrvController:
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(
-            NamesrvServicer(self.route_info_manager), server
-        )
+        # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
+        add_servicer(server, namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server,
+                     NamesrvServicer(self.route_info_manager), log)
         try:
             port = server.add_insecure_port(self.listen)
         except RuntimeError as exc:
