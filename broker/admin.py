@@ -183,6 +183,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc(A.DeleteTopicResponse)
     async def DeleteTopic(self, request: A.DeleteTopicRequest, context: Context) -> Any:
+        if self.broker.topics.is_broker_topic(request.topic):
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"the topic[{request.topic}] is a system topic of this broker "
+                               "and cannot be deleted; nothing changed")
         if not self.broker.topics.delete(request.topic):
             return A.DeleteTopicResponse(status=status(
                 common_pb2.TOPIC_NOT_EXIST, f"topic[{request.topic}] not exist"))
@@ -320,18 +324,38 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @rpc(A.MergeConsumerOffsetResponse)
     async def MergeConsumerOffset(self, request: A.MergeConsumerOffsetRequest,
                                   context: Context) -> Any:
-        entries = []
-        for i, e in enumerate(request.offset_table):
-            problem = (topic_problem(e.topic) or ("consumer_group is required"
-                                                  if not e.consumer_group else None)
-                       or ("queue_id and offset must be >= 0"
-                           if e.queue_id < 0 or e.offset < 0 else None))
-            if problem is not None:
-                raise RequestError(common_pb2.INVALID_PARAMETER,
-                                   f"offset entry {i} ({e.topic}@{e.consumer_group} queue "
-                                   f"{e.queue_id} offset {e.offset}): {problem}; nothing merged")
-            entries.append((e.topic, e.consumer_group, e.queue_id, e.offset))
-        merged = self.broker.offsets.merge_larger(entries)
+        broker = self.broker
+        topics = dict(broker.topics.table)  # a snapshot: checked in a worker thread
+        entries = await asyncio.to_thread(_checked_offset_entries, broker.store, topics,
+                                          list(request.offset_table))
+        merged = broker.offsets.merge_larger(entries)
         if merged:
             log.info("merged %d larger consumer offsets reported by a slave", merged)
         return A.MergeConsumerOffsetResponse(status=ok(), merged=merged)
+
+
+def _checked_offset_entries(store: Any, topics: dict[str, TopicConfig],
+                            offset_table: list[A.ConsumerOffsetEntry]
+                            ) -> list[tuple[str, str, int, int]]:
+    """MergeConsumerOffset's entries, each checked against this broker's topics and
+    queues (RequestError naming the first bad one: nothing is merged then); an offset past
+    the queue's max offset is taken as the max, as RocketMQ corrects an offset that
+    overflows. Reads the store: run in a worker thread."""
+    entries = []
+    for i, e in enumerate(offset_table):
+        config = topics.get(e.topic)
+        problem = (topic_problem(e.topic)
+                   or ("consumer_group is required" if not e.consumer_group else None)
+                   or ("queue_id and offset must be >= 0" if e.queue_id < 0 or e.offset < 0
+                       else None))
+        if problem is None and config is None:
+            problem = "the topic does not exist on this broker"
+        if problem is None and config is not None and e.queue_id >= config.queue_nums:
+            problem = f"the topic has queues 0..{config.queue_nums - 1} on this broker"
+        if problem is not None:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"offset entry {i} ({e.topic}@{e.consumer_group} queue "
+                               f"{e.queue_id} offset {e.offset}): {problem}; nothing merged")
+        offset = min(e.offset, store.get_max_offset_in_queue(e.topic, e.queue_id))
+        entries.append((e.topic, e.consumer_group, e.queue_id, offset))
+    return entries

@@ -248,6 +248,12 @@ class TopicConfigManager(ConfigManager[Table]):
                  len(configs), version.timestamp, version.counter)
         return True
 
+    def is_broker_topic(self, topic: str) -> bool:
+        """A topic the broker owns: system topics (SCHEDULE_TOPIC_XXXX, rmq_sys_*, ...),
+        TBW102 and the cluster and broker name topics. Admins may not delete them."""
+        return (is_system_topic(topic) or topic in NOT_ALLOWED_SEND_TOPICS
+                or topic in {self.config.broker_cluster_name, self.config.broker_name})
+
     def delete(self, topic: str) -> bool:
         if self.table.pop(topic, None) is None:
             return False

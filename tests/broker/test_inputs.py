@@ -8,7 +8,8 @@ import grpc
 import pytest
 
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread
+from tests.broker.conftest import BrokerThread, create_topic
+from tests.broker.test_send_pull import code, send
 from tests.proto.undecodable import bad_requests, call_raw
 
 M = messaging_pb2
@@ -39,3 +40,71 @@ def test_undecodable_requests_answer_invalid_argument(start_broker: Start,
     assert len([r for r in caplog.records if "undecodable request" in r.getMessage()]) == 1
     r = b.admin.GetRuntimeInfo(A.GetRuntimeInfoRequest(), timeout=10)
     assert r.status.code == C.SUCCESS
+
+
+def _merge(b: BrokerThread, *entries: tuple[str, str, int, int]
+           ) -> admin_pb2.MergeConsumerOffsetResponse:
+    return b.admin.MergeConsumerOffset(A.MergeConsumerOffsetRequest(offset_table=[
+        A.ConsumerOffsetEntry(topic=t, consumer_group=g, queue_id=q, offset=o)
+        for t, g, q, o in entries]), timeout=10)
+
+
+def _committed(b: BrokerThread, group: str) -> dict[tuple[str, int], int]:
+    r = b.admin.GetAllConsumerOffset(A.GetAllConsumerOffsetRequest(), timeout=10)
+    return {(e.topic, e.queue_id): e.offset for e in r.offset_table if e.consumer_group == group}
+
+
+def test_offsets_are_checked_against_the_queues(start_broker: Start) -> None:
+    """Item 7: MergeConsumerOffset takes no unknown topic or queue (nothing merged then)
+    and no offset past the queue's max (taken as the max, as RocketMQ corrects it);
+    UpdateConsumerOffset refuses all three."""
+    b = start_broker()
+    create_topic(b, "T", 2)
+    for i in range(3):
+        assert code(send(b, "T", b"%d" % i, queue_id=0)) == "SUCCESS"
+    r = _merge(b, ("T", "G1", 0, 2**62), ("T", "G1", 1, 0))
+    assert code(r) == "SUCCESS" and r.merged == 2
+    assert _committed(b, "G1") == {("T", 0): 3, ("T", 1): 0}
+    for bad in [("T", "G2", 10**9, 1), ("Nope", "G2", 0, 1), ("T", "", 0, 1), ("T", "G2", 0, -1)]:
+        r = _merge(b, ("T", "G2", 0, 2), bad)
+        assert code(r) == "INVALID_PARAMETER", bad
+        assert "offset entry 1" in r.status.remark and "nothing merged" in r.status.remark
+        assert _committed(b, "G2") == {}, bad
+    for topic, queue_id, offset, expected in [("T", 0, 2**62, "INVALID_PARAMETER"),
+                                              ("T", 10**9, 0, "INVALID_PARAMETER"),
+                                              ("Nope", 0, 0, "TOPIC_NOT_EXIST")]:
+        r = b.messaging.UpdateConsumerOffset(M.UpdateConsumerOffsetRequest(
+            consumer_group="G3", topic=topic, queue_id=queue_id, commit_offset=offset))
+        assert code(r) == expected
+    assert _committed(b, "G3") == {}
+
+
+def test_broker_topics_cannot_be_deleted(start_broker: Start) -> None:
+    """Item 7: SCHEDULE_TOPIC_XXXX, TBW102 and the cluster and broker name topics stay."""
+    b = start_broker()
+    listed = {c.topic_name for c in b.admin.GetTopicList(A.GetTopicListRequest()).topic_configs}
+    system = ["SCHEDULE_TOPIC_XXXX", "TBW102", "TestCluster", "broker-a"]
+    assert set(system) <= listed
+    for topic in [*system, "rmq_sys_TRACE_DATA"]:
+        r = b.admin.DeleteTopic(A.DeleteTopicRequest(topic=topic), timeout=10)
+        assert code(r) == "INVALID_PARAMETER", topic
+        assert "cannot be deleted" in r.status.remark
+    after = {c.topic_name for c in b.admin.GetTopicList(A.GetTopicListRequest()).topic_configs}
+    assert after == listed
+    create_topic(b, "Mine", 1)
+    assert code(b.admin.DeleteTopic(A.DeleteTopicRequest(topic="Mine"), timeout=10)) == "SUCCESS"
+
+
+def test_a_send_creates_no_dead_letter_topic(start_broker: Start) -> None:
+    """Item 7: a send to %DLQ%x is refused (auto-create would make it read-write); a send
+    to %RETRY%x creates the retry topic with its one queue, as RocketMQ does."""
+    b = start_broker()
+    r = send(b, "%DLQ%G", b"x", queue_id=-1)
+    assert code(r) == "TOPIC_NOT_EXIST" and "dead-letter" in r.status.remark
+    topics = {c.topic_name: c for c in
+              b.admin.GetTopicList(A.GetTopicListRequest()).topic_configs}
+    assert "%DLQ%G" not in topics
+    assert code(send(b, "%RETRY%G", b"x", queue_id=-1)) == "SUCCESS"
+    retry = {c.topic_name: c for c in
+             b.admin.GetTopicList(A.GetTopicListRequest()).topic_configs}["%RETRY%G"]
+    assert (retry.read_queue_nums, retry.write_queue_nums, retry.perm) == (1, 1, 6)
