@@ -17,12 +17,12 @@ MAX_PERM = 0xF  # PermName: PRIORITY 8 | READ 4 | WRITE 2 | INHERIT 1
 _HOST_LABEL_RE = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$")
 
 
-def address_problem(address: str) -> str | None:
+def address_problem(address: str, min_port: int = 1) -> str | None:
     """Why `address` is not HOST:PORT (an IPv4 address, [IPv6] or a host name, a port
-    1-65535), or None."""
+    `min_port`-65535), or None."""
     host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) <= 65535:
-        return f"{address!r} is not HOST:PORT with a port 1-65535"
+    if not sep or not host or not port.isdigit() or not min_port <= int(port) <= 65535:
+        return f"{address!r} is not HOST:PORT with a port {min_port}-65535"
     if host.startswith("[") and host.endswith("]"):
         try:
             ipaddress.IPv6Address(host[1:-1])
@@ -81,8 +81,8 @@ def register_problem(request: namesrv_pb2.RegisterBrokerRequest, max_queue_nums:
     problem = address_problem(request.broker_addr)
     if problem is not None:
         return f"brokerAddr {problem}"
-    if request.ha_server_addr:
-        problem = address_problem(request.ha_server_addr)
+    if request.ha_server_addr:  # a slave serves no HA port: its own may say port 0
+        problem = address_problem(request.ha_server_addr, min_port=0)
         if problem is not None:
             return f"haServerAddr {problem}"
     return first_topic_problem(request.topic_configs, max_queue_nums)
