@@ -18,6 +18,7 @@ from typing import Any
 from broker.constants import (
     DEFAULT_CLUSTER_NAME,
     DEFAULT_LISTEN_PORT,
+    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     DEFAULT_TOPIC_QUEUE_NUMS,
     FLUSH_CONSUMER_OFFSET_INTERVAL_MS,
     FLUSH_DELAY_OFFSET_INTERVAL_MS,
@@ -74,6 +75,8 @@ class BrokerConfig:
     broker_permission: int = PERM_READ_WRITE
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS
+    # The most read or write queues a topic may have here (CreateOrUpdateTopic refuses more).
+    max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
     slave_read_enable: bool = False
@@ -206,6 +209,9 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError("haSlaveFallbehindMax: must be >= 0")
     if c.default_topic_queue_nums <= 0:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
+    if c.max_topic_queue_nums < c.default_topic_queue_nums:
+        raise ConfigError(f"maxTopicQueueNums: {c.max_topic_queue_nums} is below "
+                          f"defaultTopicQueueNums {c.default_topic_queue_nums}")
     for name in ("register_name_server_period", "register_broker_timeout_mills",
                  "flush_consumer_offset_interval", "flush_delay_offset_interval",
                  "slave_synchronize_interval", "ha_max_time_slave_not_catchup",

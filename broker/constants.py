@@ -20,6 +20,9 @@ PERM_READ_WRITE = PERM_READ | PERM_WRITE
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 NOT_ALLOWED_SEND_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})
 DEFAULT_TOPIC_QUEUE_NUMS = 8
+# A topic may have at most this many read or write queues on a broker (maxTopicQueueNums):
+# admin calls and consume stats work per queue. The name servers' limit must be as large.
+DEFAULT_MAX_TOPIC_QUEUE_NUMS = 1024
 
 # Consumption retries (SPEC §6): a message a consumer group failed goes to the group's retry
 # topic with a growing delay, past its max reconsume times to the group's dead-letter topic.

@@ -4,6 +4,7 @@
   that are not protobuf, bad UTF-8 in a string field) is answered INVALID_ARGUMENT with a
   one-line reason and logged as one line, instead of gRPC's `UNKNOWN: Unexpected
   <class 'DecodeError'>` and a traceback per request.
+  A unary handler may also answer with its response already serialized (bytes).
 - `RateLimitedLog`: one log line per interval for a condition that can repeat very fast (a
   flood of bad requests, accept() failing at the file-descriptor limit), with the count of
   the lines it held back.
@@ -75,6 +76,16 @@ def _safe_deserializer(deserialize: Callable[[bytes], Any]) -> Callable[[bytes],
     return safe
 
 
+def _passing_bytes(serialize: Callable[[Any], bytes]) -> Callable[[Any], bytes]:
+    """A handler may answer with its response already serialized (bytes), e.g. a large one
+    serialized in a worker thread: gRPC serializes on the event loop, holding the GIL."""
+
+    def serializer(response: Any) -> bytes:
+        return response if type(response) is bytes else serialize(response)
+
+    return serializer
+
+
 class _DecodeGuard:
     def __init__(self, logger: logging.Logger) -> None:
         self.bad_requests = RateLimitedLog(logger, interval_s=5.0)
@@ -89,6 +100,9 @@ class _DecodeGuard:
     def wrap(self, method: str, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         if handler.request_streaming or handler.request_deserializer is None:
             return handler  # no request-streaming RPC is served; left as gRPC has it
+        if handler.response_serializer is not None and not handler.response_streaming:
+            handler = handler._replace(  # type: ignore[attr-defined]
+                response_serializer=_passing_bytes(handler.response_serializer))
         safe = _safe_deserializer(handler.request_deserializer)
         refuse = self.refuse
         if handler.unary_unary is not None:

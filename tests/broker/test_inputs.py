@@ -108,3 +108,59 @@ def test_a_send_creates_no_dead_letter_topic(start_broker: Start) -> None:
     retry = {c.topic_name: c for c in
              b.admin.GetTopicList(A.GetTopicListRequest()).topic_configs}["%RETRY%G"]
     assert (retry.read_queue_nums, retry.write_queue_nums, retry.perm) == (1, 1, 6)
+
+
+def _create(b: BrokerThread, topic: str, read: int, write: int
+            ) -> admin_pb2.CreateOrUpdateTopicResponse:
+    return b.admin.CreateOrUpdateTopic(A.CreateOrUpdateTopicRequest(
+        topic_config=C.TopicConfig(topic_name=topic, read_queue_nums=read,
+                                   write_queue_nums=write, perm=6)), timeout=10)
+
+
+def test_queue_counts_are_capped(start_broker: Start) -> None:
+    """Item 5: a topic has at most maxTopicQueueNums (1024) read or write queues."""
+    b = start_broker()
+    for read, write in [(1025, 1), (1, 1025), (2**31 - 1, 2**31 - 1)]:
+        r = _create(b, "Big", read, write)
+        assert code(r) == "INVALID_PARAMETER" and "maxTopicQueueNums 1024" in r.status.remark
+    assert b.call(lambda: b.controller.topics.get("Big")) is None
+    assert code(_create(b, "Big", 1024, 1024)) == "SUCCESS"
+    b.stop()
+    b = start_broker(maxTopicQueueNums=4096)
+    assert code(_create(b, "Big2", 4096, 4096)) == "SUCCESS"
+    assert code(_create(b, "Big3", 4097, 1)) == "INVALID_PARAMETER"
+
+
+def test_consume_stats_plans_no_queue_on_the_loop(start_broker: Start) -> None:
+    """Item 5: GetConsumeStats on a topic of a million queues (a topic config from before
+    the cap) does no per-queue work on the event loop; the store reads and the expansion to
+    queues run in a worker thread. Planned on the loop: microseconds, not seconds."""
+    import time
+
+    from broker import consume_stats
+    from broker.topic_config import TopicConfig
+
+    b = start_broker()
+    queues = 1_000_000
+    b.call(lambda: b.controller.topics.update(TopicConfig("Huge", queues, queues)))
+    b.call(lambda: b.controller.offsets.commit_offset("G", "Huge", 7, 0))
+
+    def timed_plan() -> float:
+        t0 = time.perf_counter()
+        consume_stats.plan(b.controller, "G", "Huge")
+        return time.perf_counter() - t0
+
+    assert b.call(timed_plan) < 0.05
+    plans = b.call(lambda: consume_stats.plan(b.controller, "", ""))
+    [topic] = [t for p in plans if p.group == "G" for t in p.topics]
+    queue_plans = topic.queues()
+    assert len(queue_plans) == queues and queue_plans[7].committed == 0
+    assert queue_plans[7].last_commit_ms > 0 and queue_plans[8].committed == -1
+    # The answer itself (a small topic: the whole reply of a million queues is ~50 MB).
+    create_topic(b, "Small", 3)
+    b.call(lambda: b.controller.offsets.commit_offset("G", "Small", 1, 0))
+    r = b.admin.GetConsumeStats(A.GetConsumeStatsRequest(consumer_group="G", topic="Small"),
+                                timeout=10)
+    assert code(r) == "SUCCESS"
+    assert [(w.queue_id, w.consumer_offset) for w in r.consume_stats[0].offset_table] == [
+        (0, -1), (1, 0), (2, -1)]
