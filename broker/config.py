@@ -19,6 +19,9 @@ from broker.constants import (
     DEFAULT_CLUSTER_NAME,
     DEFAULT_LISTEN_PORT,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+    DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
+    DEFAULT_SEND_CHANNEL_IDLE_MS,
+    DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS,
     DEFAULT_TOPIC_QUEUE_NUMS,
     FLUSH_CONSUMER_OFFSET_INTERVAL_MS,
     FLUSH_DELAY_OFFSET_INTERVAL_MS,
@@ -59,6 +62,10 @@ class BrokerConfig:
     # listenPort is 0; 0 = a free port. sendChannelEnable=false: gRPC sends only.
     send_listen_port: int = -1
     send_channel_enable: bool = True
+    # Send channel limits (broker/send_channel.py): connections, idle and frame timeouts.
+    send_channel_max_connections: int = DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS
+    send_channel_idle_timeout_mills: int = DEFAULT_SEND_CHANNEL_IDLE_MS
+    send_channel_frame_timeout_mills: int = DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS
     # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
     ha_master_address: str = ""
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
@@ -212,7 +219,9 @@ def _check(c: BrokerConfig) -> None:
     if c.max_topic_queue_nums < c.default_topic_queue_nums:
         raise ConfigError(f"maxTopicQueueNums: {c.max_topic_queue_nums} is below "
                           f"defaultTopicQueueNums {c.default_topic_queue_nums}")
-    for name in ("register_name_server_period", "register_broker_timeout_mills",
+    for name in ("send_channel_max_connections", "send_channel_idle_timeout_mills",
+                 "send_channel_frame_timeout_mills", "register_name_server_period",
+                 "register_broker_timeout_mills",
                  "flush_consumer_offset_interval", "flush_delay_offset_interval",
                  "slave_synchronize_interval", "ha_max_time_slave_not_catchup",
                  "ha_housekeeping_interval"):

@@ -62,6 +62,11 @@ MAX_QUERY_NUM = 64
 # Seconds a stopping broker lets in-flight RPCs finish.
 SHUTDOWN_GRACE_S = 2.0
 SEND_LISTEN_PORT_OFFSET = 2  # the send channel's default port: listenPort + 2
+# Send channel limits: sendChannelMaxConnections, sendChannelIdleTimeoutMills (RocketMQ's
+# serverChannelMaxIdleTimeSeconds is 120 s), sendChannelFrameTimeoutMills.
+DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS = 10_000
+DEFAULT_SEND_CHANNEL_IDLE_MS = 120_000
+DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS = 30_000
 # Printed on stdout once the broker serves; tests and scripts wait for it.
 BOOT_SUCCESS_PREFIX = "The broker["
 

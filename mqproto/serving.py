@@ -8,12 +8,16 @@
 - `RateLimitedLog`: one log line per interval for a condition that can repeat very fast (a
   flood of bad requests, accept() failing at the file-descriptor limit), with the count of
   the lines it held back.
+- `log_accept_errors_briefly`: asyncio's traceback per failed accept() (at the fd limit)
+  as one line per 10 s.
 - `raise_nofile_limit`: the soft RLIMIT_NOFILE raised to the hard limit at process start, as
   RocketMQ's start scripts do with `ulimit -n`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import inspect
 import logging
 import resource
@@ -199,3 +203,33 @@ def raise_nofile_limit(logger: logging.Logger | None = None) -> tuple[int, int]:
             logger.warning("cannot raise the open files limit from %d to %d: %s", soft,
                            target, e)
     return soft, hard
+
+
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def log_accept_errors_briefly(loop: asyncio.AbstractEventLoop,
+                              logger: logging.Logger | None = None) -> None:
+    """asyncio's servers retry accept() every second when it fails for lack of file
+    descriptors or memory, each time handing the loop's exception handler a traceback (some
+    100,000 a minute were seen at the fd limit). This logs them as one line per 10 s, with
+    the open files limit; other errors go to the handler there was."""
+    if getattr(loop.get_exception_handler(), "_accept_errors_briefly", False):
+        return
+    previous = loop.get_exception_handler()
+    brief = RateLimitedLog(logger or log, logging.ERROR, interval_s=10.0)
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _RESOURCE_ERRNOS:
+            soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+            brief.log("%s: %s (open files limit %s); new connections wait until some close",
+                      context.get("message", "accept() failed"), exc.strerror or exc, soft)
+            return
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    handler._accept_errors_briefly = True  # type: ignore[attr-defined]
+    loop.set_exception_handler(handler)
