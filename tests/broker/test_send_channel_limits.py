@@ -190,3 +190,24 @@ def test_processes_raise_the_open_files_limit(tmp_path: Path) -> None:
             assert _open_files_limits(process.pid) == (hard, hard), args
         finally:
             stop_process(process, 15)
+
+
+def test_a_producer_survives_the_idle_timeout(start_broker: Start) -> None:
+    """The client's pooled blocking connection, closed by the broker's idle timeout, is
+    replaced without a failed attempt."""
+    from mqclient.send_channel import BlockingSendConnections
+
+    b = start_broker(sendChannelIdleTimeoutMills=300)
+    address = send_channel_address(b)
+    pool = BlockingSendConnections()
+    try:
+        payload = batch_request("TopicLim", [(b"x", [])])
+        for _ in range(2):
+            answer((1, KIND_SEND_BATCH, pool.request(address, KIND_SEND_BATCH, payload, 10)), 1)
+            deadline = time.monotonic() + 5
+            time.sleep(0.5)
+            while connections(b) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert connections(b) == 0  # the broker closed the pooled connection
+    finally:
+        pool.close()
