@@ -192,7 +192,8 @@ class BlockingSendConnections:
 def _still_open(sock: socket.socket) -> bool:
     """An idle pooled connection the peer has not closed (nor sent anything on)."""
     try:
-        sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT)  # b"": closed; bytes: out of step
+        sock.settimeout(0)  # else recv waits out the socket's timeout (the caller sets it)
+        sock.recv(1, socket.MSG_PEEK)  # b"": closed; bytes: out of step
     except BlockingIOError:
         return True  # nothing to read: open and idle
     except OSError:
