@@ -250,6 +250,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
+        if not self.tasks:  # idle from its last answer on, not from its last read
+            self.last_active = self.server.clock()
         if self._paused and len(self.tasks) < MAX_INFLIGHT_PER_CONNECTION // 2:
             self._paused = False
             if self.transport is not None:
