@@ -147,13 +147,15 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
 
 
 def _all_consumer_offsets(table: dict[str, dict[int, int]], version: common_pb2.DataVersion
-                          ) -> A.GetAllConsumerOffsetResponse:
-    """GetAllConsumerOffset's answer from a copy of the offset table (any thread: one
-    entry per committed queue)."""
-    return A.GetAllConsumerOffsetResponse(
-        status=ok(), data_version=version,
-        offset_table=[A.ConsumerOffsetEntry(topic=t, consumer_group=g, queue_id=q, offset=o)
-                      for t, g, q, o in consumer_offsets.table_entries(table)])
+                          ) -> bytes:
+    """GetAllConsumerOffset's answer, serialized, from a copy of the offset table (any
+    thread: one entry per committed queue, added one by one so that the GIL, and the
+    event loop, is never held for all of them)."""
+    response = A.GetAllConsumerOffsetResponse(status=ok(), data_version=version)
+    add = response.offset_table.add
+    for t, g, q, o in consumer_offsets.table_entries(table):
+        add(topic=t, consumer_group=g, queue_id=q, offset=o)
+    return response.SerializeToString()
 
 
 RESET_TARGETS = (A.RESET_TO_TIMESTAMP, A.RESET_TO_EARLIEST, A.RESET_TO_LATEST)
