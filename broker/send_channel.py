@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 MAX_INFLIGHT_PER_CONNECTION = 1024
 LISTEN_BACKLOG = 1024  # asyncio's default, 100, drops SYNs of a burst (1 s retransmits)
-FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA
+FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at most half)
 INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
@@ -113,9 +113,10 @@ class SendChannelServer:
         """Listens; returns the bound port."""
         loop = asyncio.get_running_loop()
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-        if soft != resource.RLIM_INFINITY and self.max_connections > soft - FD_RESERVE:
+        reserve = min(FD_RESERVE, soft // 2)
+        if soft != resource.RLIM_INFINITY and self.max_connections > soft - reserve:
             # Past the limit, accept() fails and so do the store's file opens: keep room.
-            self.max_connections = max(16, soft - FD_RESERVE)
+            self.max_connections = max(16, soft - reserve)
             log.warning("send channel: at most %d connections (sendChannelMaxConnections %d, "
                         "but the open files limit is %d)", self.max_connections,
                         self.limits.max_connections, soft)
