@@ -79,10 +79,10 @@ def test_idle_and_half_frame_connections_are_closed(start_broker: Start,
         assert c.closed_by_peer(timeout=5.0)
     # Traffic keeps a connection open past the timeouts.
     busy = raw(address)
-    for i in range(8):
+    for i in range(12):
         busy.send(request(100 + i))
         assert answer(busy.receive(1)[0], 100 + i).status.code == 1
-        time.sleep(0.2)
+        time.sleep(0.1)
     assert connections(b) == 1
 
 
