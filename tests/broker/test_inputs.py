@@ -37,7 +37,8 @@ def test_undecodable_requests_answer_invalid_argument(start_broker: Start,
             if payload.endswith(b"\xff\xfe"):
                 assert "UTF-8" in e.details(), e.details()
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
-    assert len([r for r in caplog.records if "undecodable request" in r.getMessage()]) == 1
+    lines = [r for r in caplog.records if "undecodable request" in r.getMessage()]
+    assert 1 <= len(lines) <= 3  # rate-limited: a line per 5 s, not one per request
     r = b.admin.GetRuntimeInfo(A.GetRuntimeInfoRequest(), timeout=10)
     assert r.status.code == C.SUCCESS
 

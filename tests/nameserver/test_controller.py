@@ -220,4 +220,4 @@ def test_undecodable_requests_answer_invalid_argument(caplog: pytest.LogCaptureF
         asyncio.run(scenario())
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
     refused = [r for r in caplog.records if "undecodable request" in r.getMessage()]
-    assert len(refused) == 1  # rate-limited: one line for the burst
+    assert 1 <= len(refused) <= 2  # rate-limited: a line per 5 s, not one per request
