@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from broker import consume_stats
+from broker import consume_stats, consumer_offsets
 from broker.consumer_offsets import offset_key
 from broker.status import RequestError, ok, rpc, status
 from broker.topic_config import DataVersion, TopicConfig, config_problem
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 A = admin_pb2
 Context = grpc.aio.ServicerContext
+DISPATCH_WAIT_S = 3.0  # MergeConsumerOffset waits this long at most for the dispatch
 
 
 def topic_config_to_proto(c: TopicConfig) -> common_pb2.TopicConfig:
@@ -144,13 +146,27 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
     return table
 
 
+def _all_consumer_offsets(table: dict[str, dict[int, int]], version: common_pb2.DataVersion
+                          ) -> bytes:
+    """GetAllConsumerOffset's answer, serialized, from a copy of the offset table (any
+    thread: one entry per committed queue, added one by one so that the GIL, and the
+    event loop, is never held for all of them)."""
+    response = A.GetAllConsumerOffsetResponse(status=ok(), data_version=version)
+    add = response.offset_table.add
+    for t, g, q, o in consumer_offsets.table_entries(table):
+        add(topic=t, consumer_group=g, queue_id=q, offset=o)
+    return response.SerializeToString()
+
+
 RESET_TARGETS = (A.RESET_TO_TIMESTAMP, A.RESET_TO_EARLIEST, A.RESET_TO_LATEST)
 
 
-def _reset_offsets(broker: BrokerController, topic: str, queue_ids: list[int], target: int,
-                   timestamp: int) -> dict[int, int]:
-    """The offset each queue is reset to (reads the store: run in a worker thread)."""
+def _reset_offsets(broker: BrokerController, topic: str, committed: dict[int, int],
+                   read_queue_nums: int, target: int, timestamp: int) -> dict[int, int]:
+    """The offset each queue (committed on, or 0 .. read_queue_nums - 1) is reset to
+    (reads the store: run in a worker thread)."""
     store = broker.store
+    queue_ids = sorted(set(committed).union(range(read_queue_nums)))
     if target == A.RESET_TO_EARLIEST:
         return {q: store.get_min_offset_in_queue(topic, q) for q in queue_ids}
     if target == A.RESET_TO_LATEST:
@@ -167,7 +183,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def CreateOrUpdateTopic(self, request: A.CreateOrUpdateTopicRequest,
                                   context: Context) -> Any:
         config = topic_config_from_proto(request.topic_config)
-        problem = config_problem(config)
+        problem = config_problem(config, self.broker.config.max_topic_queue_nums)
         if problem is not None:
             raise RequestError(common_pb2.INVALID_PARAMETER, problem)
         if is_system_topic(config.topic_name):
@@ -183,6 +199,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc(A.DeleteTopicResponse)
     async def DeleteTopic(self, request: A.DeleteTopicRequest, context: Context) -> Any:
+        if self.broker.topics.is_broker_topic(request.topic):
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"the topic[{request.topic}] is a system topic of this broker "
+                               "and cannot be deleted; nothing changed")
         if not self.broker.topics.delete(request.topic):
             return A.DeleteTopicResponse(status=status(
                 common_pb2.TOPIC_NOT_EXIST, f"topic[{request.topic}] not exist"))
@@ -232,10 +252,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"the consumer group[{group}] not exist"), snapshot_timestamp=now)
         plans = consume_stats.plan(broker, group, request.topic)
-        stats = await asyncio.to_thread(consume_stats.offset_wrappers, broker.store,
-                                        broker.config.broker_name, plans)
-        return A.GetConsumeStatsResponse(status=ok(), snapshot_timestamp=now,
-                                         consume_stats=stats)
+        # Built and serialized in a worker thread (see mqproto.serving: bytes pass as they
+        # are): a topic's reply may be megabytes.
+        return await asyncio.to_thread(consume_stats.serialized_response, broker.store,
+                                       broker.config.broker_name, plans, now)
 
     @rpc(A.ResetOffsetResponse)
     async def ResetOffset(self, request: A.ResetOffsetRequest, context: Context) -> Any:
@@ -262,14 +282,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 "first, or force the reset (they then drop their queues and continue from "
                 "the new offsets); nothing changed"))
         committed = dict(broker.offsets.offset_table.get(offset_key(topic, group), {}))
-        queue_ids = sorted(set(committed) | set(range(config.read_queue_nums)))
-        new = await asyncio.to_thread(_reset_offsets, broker, topic, queue_ids,
-                                      request.target, request.timestamp)
+        new = await asyncio.to_thread(_reset_offsets, broker, topic, committed,
+                                      config.read_queue_nums, request.target,
+                                      request.timestamp)
         broker.offsets.reset_offsets(group, topic, new)
         await broker.offsets.persist_if_dirty()
-        log.info("offsets of group %s on topic %s reset (%s): %s", group, topic,
+        shown = list(new.items())[:16]
+        log.info("offsets of group %s on topic %s reset (%s): %s%s", group, topic,
                  A.ResetOffsetTarget.Name(request.target),
-                 ", ".join(f"{q}: {committed.get(q, -1)} -> {o}" for q, o in new.items()))
+                 ", ".join(f"{q}: {committed.get(q, -1)} -> {o}" for q, o in shown),
+                 f", ... ({len(new)} queues)" if len(new) > len(shown) else "")
         if online:
             broker.clients.notify_reset(group, topic, broker.config.broker_name, new)
         return A.ResetOffsetResponse(status=ok(), queues=[
@@ -295,11 +317,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def GetAllConsumerOffset(self, request: A.GetAllConsumerOffsetRequest,
                                    context: Context) -> Any:
         offsets = self.broker.offsets
-        entries = [A.ConsumerOffsetEntry(topic=t, consumer_group=g, queue_id=q, offset=o)
-                   for t, g, q, o in offsets.entries()]
-        return A.GetAllConsumerOffsetResponse(
-            status=ok(), offset_table=entries,
-            data_version=data_version_to_proto(offsets.data_version))
+        table = {key: dict(queues) for key, queues in offsets.offset_table.items()}
+        version = data_version_to_proto(offsets.data_version)
+        return await asyncio.to_thread(_all_consumer_offsets, table, version)
 
     @rpc(A.GetAllDelayOffsetResponse)
     async def GetAllDelayOffset(self, request: A.GetAllDelayOffsetRequest,
@@ -320,18 +340,43 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @rpc(A.MergeConsumerOffsetResponse)
     async def MergeConsumerOffset(self, request: A.MergeConsumerOffsetRequest,
                                   context: Context) -> Any:
-        entries = []
-        for i, e in enumerate(request.offset_table):
-            problem = (topic_problem(e.topic) or ("consumer_group is required"
-                                                  if not e.consumer_group else None)
-                       or ("queue_id and offset must be >= 0"
-                           if e.queue_id < 0 or e.offset < 0 else None))
-            if problem is not None:
-                raise RequestError(common_pb2.INVALID_PARAMETER,
-                                   f"offset entry {i} ({e.topic}@{e.consumer_group} queue "
-                                   f"{e.queue_id} offset {e.offset}): {problem}; nothing merged")
-            entries.append((e.topic, e.consumer_group, e.queue_id, e.offset))
-        merged = self.broker.offsets.merge_larger(entries)
+        broker = self.broker
+        topics = dict(broker.topics.table)  # a snapshot: checked in a worker thread
+        entries = await asyncio.to_thread(_checked_offset_entries, broker.store, topics,
+                                          list(request.offset_table))
+        merged = broker.offsets.merge_larger(entries)
         if merged:
             log.info("merged %d larger consumer offsets reported by a slave", merged)
         return A.MergeConsumerOffsetResponse(status=ok(), merged=merged)
+
+
+def _checked_offset_entries(store: Any, topics: dict[str, TopicConfig],
+                            offset_table: list[A.ConsumerOffsetEntry]
+                            ) -> list[tuple[str, str, int, int]]:
+    """MergeConsumerOffset's entries, each checked against this broker's topics and
+    queues (RequestError naming the first bad one: nothing is merged then); an offset past
+    the queue's max offset is taken as the max, as RocketMQ corrects an offset that
+    overflows. Reads the store: run in a worker thread."""
+    # The max offsets are those of the messages stored before this call: wait (a little)
+    # until they are dispatched to their queues, lest a just-stored message be missed.
+    target, deadline = store.max_phy_offset, time.monotonic() + DISPATCH_WAIT_S
+    while store.reput_from_offset < target and time.monotonic() < deadline:
+        time.sleep(0.002)
+    entries = []
+    for i, e in enumerate(offset_table):
+        config = topics.get(e.topic)
+        problem = (topic_problem(e.topic)
+                   or ("consumer_group is required" if not e.consumer_group else None)
+                   or ("queue_id and offset must be >= 0" if e.queue_id < 0 or e.offset < 0
+                       else None))
+        if problem is None and config is None:
+            problem = "the topic does not exist on this broker"
+        if problem is None and config is not None and e.queue_id >= config.queue_nums:
+            problem = f"the topic has queues 0..{config.queue_nums - 1} on this broker"
+        if problem is not None:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"offset entry {i} ({e.topic}@{e.consumer_group} queue "
+                               f"{e.queue_id} offset {e.offset}): {problem}; nothing merged")
+        offset = min(e.offset, store.get_max_offset_in_queue(e.topic, e.queue_id))
+        entries.append((e.topic, e.consumer_group, e.queue_id, offset))
+    return entries

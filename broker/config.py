@@ -18,6 +18,10 @@ from typing import Any
 from broker.constants import (
     DEFAULT_CLUSTER_NAME,
     DEFAULT_LISTEN_PORT,
+    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+    DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
+    DEFAULT_SEND_CHANNEL_IDLE_MS,
+    DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS,
     DEFAULT_TOPIC_QUEUE_NUMS,
     FLUSH_CONSUMER_OFFSET_INTERVAL_MS,
     FLUSH_DELAY_OFFSET_INTERVAL_MS,
@@ -59,6 +63,10 @@ class BrokerConfig:
     # listenPort is 0; 0 = a free port. sendChannelEnable=false: gRPC sends only.
     send_listen_port: int = -1
     send_channel_enable: bool = True
+    # Send channel limits (broker/send_channel.py): connections, idle and frame timeouts.
+    send_channel_max_connections: int = DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS
+    send_channel_idle_timeout_mills: int = DEFAULT_SEND_CHANNEL_IDLE_MS
+    send_channel_frame_timeout_mills: int = DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS
     # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
     ha_master_address: str = ""
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
@@ -76,6 +84,8 @@ class BrokerConfig:
     broker_permission: int = PERM_READ_WRITE
     auto_create_topic_enable: bool = True
     default_topic_queue_nums: int = DEFAULT_TOPIC_QUEUE_NUMS
+    # The most read or write queues a topic may have here (CreateOrUpdateTopic refuses more).
+    max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
     slave_read_enable: bool = False
@@ -208,7 +218,12 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError("haSlaveFallbehindMax: must be >= 0")
     if c.default_topic_queue_nums <= 0:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
-    for name in ("register_name_server_period", "register_broker_timeout_mills",
+    if c.max_topic_queue_nums < c.default_topic_queue_nums:
+        raise ConfigError(f"maxTopicQueueNums: {c.max_topic_queue_nums} is below "
+                          f"defaultTopicQueueNums {c.default_topic_queue_nums}")
+    for name in ("send_channel_max_connections", "send_channel_idle_timeout_mills",
+                 "send_channel_frame_timeout_mills", "register_name_server_period",
+                 "register_broker_timeout_mills",
                  "flush_consumer_offset_interval", "flush_delay_offset_interval",
                  "slave_synchronize_interval", "ha_max_time_slave_not_catchup",
                  "ha_housekeeping_interval"):

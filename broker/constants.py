@@ -20,6 +20,9 @@ PERM_READ_WRITE = PERM_READ | PERM_WRITE
 AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 NOT_ALLOWED_SEND_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})
 DEFAULT_TOPIC_QUEUE_NUMS = 8
+# A topic may have at most this many read or write queues on a broker (maxTopicQueueNums):
+# admin calls and consume stats work per queue. The name servers' limit must be as large.
+DEFAULT_MAX_TOPIC_QUEUE_NUMS = 1024
 
 # Consumption retries (SPEC §6): a message a consumer group failed goes to the group's retry
 # topic with a growing delay, past its max reconsume times to the group's dead-letter topic.
@@ -59,6 +62,11 @@ MAX_QUERY_NUM = 64
 # Seconds a stopping broker lets in-flight RPCs finish.
 SHUTDOWN_GRACE_S = 2.0
 SEND_LISTEN_PORT_OFFSET = 2  # the send channel's default port: listenPort + 2
+# Send channel limits: sendChannelMaxConnections, sendChannelIdleTimeoutMills (RocketMQ's
+# serverChannelMaxIdleTimeSeconds is 120 s), sendChannelFrameTimeoutMills.
+DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS = 10_000
+DEFAULT_SEND_CHANNEL_IDLE_MS = 120_000
+DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS = 30_000
 # Printed on stdout once the broker serves; tests and scripts wait for it.
 BOOT_SUCCESS_PREFIX = "The broker["
 

@@ -46,7 +46,7 @@ def _encode_table(table: OffsetTable) -> dict[str, dict[str, int]]:
             for key, queues in sorted(table.items())}
 
 
-def _table_entries(table: OffsetTable) -> Iterator[Entry]:
+def table_entries(table: OffsetTable) -> Iterator[Entry]:
     for key, queues in table.items():
         topic, group = split_offset_key(key)
         for queue_id, offset in queues.items():
@@ -82,9 +82,9 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
         self.data_version = DataVersion()
         self.track_local_commits = track_local_commits
         self.local_commits: OffsetTable = {}
-        # (topic@group, queueId) -> clock_ms() of the last commit, moved or not (in memory:
+        # topic@group -> queueId -> clock_ms() of the last commit, moved or not (in memory:
         # the analytics' sign that a consumer is alive).
-        self.commit_times: dict[tuple[str, int], int] = {}
+        self.commit_times: dict[str, dict[int, int]] = {}
 
     # -- persistence -----------------------------------------------------------------------
     def encode(self) -> Any:
@@ -115,7 +115,7 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
     # -- table -----------------------------------------------------------------------------
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         key = offset_key(topic, group)
-        self.commit_times[key, queue_id] = self.clock_ms()
+        self.commit_times.setdefault(key, {})[queue_id] = self.clock_ms()
         queues = self.offset_table.setdefault(key, {})
         if queues.get(queue_id) != offset:
             queues[queue_id] = offset
@@ -140,7 +140,7 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
 
     def local_commit_entries(self) -> list[Entry]:
         """Slave side: the offsets consumers committed here that the master has not taken."""
-        return list(_table_entries(self.local_commits))
+        return list(table_entries(self.local_commits))
 
     def forget_local_commits(self, reported: Iterable[Entry]) -> None:
         """Slave side: the master took `reported`; a queue committed again since stays."""
@@ -178,7 +178,11 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
 
     def last_commit_time(self, group: str, topic: str, queue_id: int) -> int:
         """clock_ms() of the group's last commit on the queue; 0 when none since start."""
-        return self.commit_times.get((offset_key(topic, group), queue_id), 0)
+        return self.commit_times.get(offset_key(topic, group), {}).get(queue_id, 0)
+
+    def queue_commit_times(self, group: str, topic: str) -> dict[int, int]:
+        """A copy of queueId -> clock_ms() of the group's last commit on each queue."""
+        return dict(self.commit_times.get(offset_key(topic, group), {}))
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, -1 when the group committed none for this queue."""
@@ -186,7 +190,7 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
 
     def entries(self) -> Iterator[Entry]:
         """(topic, group, queueId, offset) of every committed offset."""
-        return _table_entries(self.offset_table)
+        return table_entries(self.offset_table)
 
     def groups(self) -> set[str]:
         return {split_offset_key(k)[1] for k in self.offset_table}
@@ -200,8 +204,8 @@ class ConsumerOffsetManager(ConfigManager[tuple[OffsetTable, DataVersion, Offset
             for key in [k for k in table if split_offset_key(k)[0] == topic]:
                 del table[key]
                 self.dirty = True
-        for time_key in [k for k in self.commit_times if split_offset_key(k[0])[0] == topic]:
-            del self.commit_times[time_key]
+        for key in [k for k in self.commit_times if split_offset_key(k)[0] == topic]:
+            del self.commit_times[key]
 
 
 class DelayOffsetManager(ConfigManager[dict[int, int]]):

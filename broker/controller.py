@@ -36,7 +36,7 @@ from broker.messaging import MessagingServicer
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI
 from broker.schedule import ScheduleMessageService
-from broker.send_channel import SendChannelServer
+from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import STORED_STATUSES, RequestError
@@ -46,6 +46,7 @@ from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto.serving import add_servicer, log_accept_errors_briefly
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
 from store.message import Message
@@ -120,6 +121,7 @@ class BrokerController:
     async def start(self) -> str:
         """Binds, loads the store and config files, serves, registers; returns brokerAddr."""
         self._lock_store_dir()
+        log_accept_errors_briefly(asyncio.get_running_loop(), log)
         server = self._build_server()
         self._server = server
         # brokerIP1, else the local address of a socket connected to a name server.
@@ -215,7 +217,11 @@ class BrokerController:
         if send_port < 0:  # unset: listenPort + 2, or any free port when listenPort is
             send_port = port + SEND_LISTEN_PORT_OFFSET if self.config.listen_port else 0
         assert self.messaging is not None
-        channel = SendChannelServer(self.messaging.send)
+        c = self.config
+        channel = SendChannelServer(self.messaging.send, ChannelLimits(
+            max_connections=c.send_channel_max_connections,
+            idle_timeout_s=c.send_channel_idle_timeout_mills / 1000,
+            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000))
         try:
             bound = await channel.start(self.config.bind_address, send_port)
         except OSError as e:
@@ -277,8 +283,11 @@ class BrokerController:
             ("grpc.max_send_message_length", -1),
         ])
         self.messaging = MessagingServicer(self)
-        messaging_pb2_grpc.add_MessagingServiceServicer_to_server(self.messaging, server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self), server)
+        # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
+        add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
+                     self.messaging, log)
+        add_servicer(server, admin_pb2_grpc.add_AdminServiceServicer_to_server,
+                     AdminServicer(self), log)
         return server
 
     def _lock_store_dir(self) -> None:

@@ -253,6 +253,15 @@ class SendProcessor:
             raise RequestError(common_pb2.MESSAGE_ILLEGAL, problem)
         topics = self.broker.topics
         config = topics.get(topic)
+        if config is None and topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
+            # Created write-only by send_back when a message failed max times, never by a
+            # send (auto-create would make it read-write with the default queue count).
+            raise RequestError(common_pb2.TOPIC_NOT_EXIST,
+                               f"topic[{topic}] not exist: a dead-letter topic is created by "
+                               "the broker when a message of its group fails for good")
+        if config is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            # As RocketMQ: a retry topic has its group's retry queue count, auto-create or not.
+            config = await self._send_back_topic(topic, RETRY_QUEUE_NUMS, PERM_READ_WRITE)
         if config is None:
             config = topics.create_in_send(topic, requested_queue_nums)
             if config is None:

@@ -5,26 +5,49 @@ its connection, and answered by id as soon as it is done: those done as one read
 go out in one write at its end, those that had to wait in one write per loop turn. A
 connection with MAX_INFLIGHT_PER_CONNECTION requests unanswered is not read until some are
 answered. Bytes that are not frames close the connection (logged).
+
+Limits (ChannelLimits, broker.conf sendChannel* keys): at most sendChannelMaxConnections
+connections (one more is closed at once; fewer when the open files limit is lower), a
+connection idle sendChannelIdleTimeoutMills (120 s: no request in flight, nothing
+received) is closed, as is one whose frame is incomplete sendChannelFrameTimeoutMills
+(30 s) after its first byte; a sweep task looks once a second. Read buffers are allocated at
+the first read, 16 KiB, grown on demand and freed after 5 s idle. Refusals and timeouts log
+at most a line per 10 s.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import functools
 import logging
-from collections.abc import Coroutine
+import resource
+import time
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from broker.constants import (
+    DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
+    DEFAULT_SEND_CHANNEL_IDLE_MS,
+    DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS,
+)
 from broker.convert import format_host
 from broker.status import RequestError, answer
 from mqproto import common_pb2, messaging_pb2
 from mqproto.framing import KIND_SEND_BATCH, FrameError, FrameReader, encode_frame
+from mqproto.serving import RateLimitedLog
 
 if TYPE_CHECKING:
     from broker.send import SendProcessor
 
 log = logging.getLogger(__name__)
 MAX_INFLIGHT_PER_CONNECTION = 1024
+LISTEN_BACKLOG = 1024  # asyncio's default, 100, drops SYNs of a burst (1 s retransmits)
+FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at most half)
+INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
+SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
+SWEEP_INTERVAL_S = 1.0
 
 
 async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
@@ -57,23 +80,71 @@ def _wake(woken: asyncio.Future[None], _: object) -> None:
         woken.set_result(None)
 
 
+@dataclasses.dataclass(frozen=True)
+class ChannelLimits:
+    """Connection limits of a send channel (broker.conf keys sendChannel*)."""
+
+    max_connections: int = DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS
+    # A connection with no request in flight and nothing received for this long is closed.
+    idle_timeout_s: float = DEFAULT_SEND_CHANNEL_IDLE_MS / 1000
+    # A frame not complete this long after its first byte closes its connection.
+    frame_timeout_s: float = DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS / 1000
+    backlog: int = LISTEN_BACKLOG
+
+
 class SendChannelServer:
-    def __init__(self, send: SendProcessor) -> None:
+    def __init__(self, send: SendProcessor, limits: ChannelLimits | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.send = send
+        self.limits = limits or ChannelLimits()
+        self.clock = clock
+        self.max_connections = self.limits.max_connections  # lowered by the fd limit
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._sweeper: asyncio.Task[None] | None = None
+        self.refused = RateLimitedLog(log, interval_s=10.0)
+        self.timed_out = RateLimitedLog(log, logging.INFO, interval_s=10.0)
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
 
     async def start(self, host: str, port: int) -> int:
         """Listens; returns the bound port."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        reserve = min(FD_RESERVE, soft // 2)
+        if soft != resource.RLIM_INFINITY and self.max_connections > soft - reserve:
+            # Past the limit, accept() fails and so do the store's file opens: keep room.
+            self.max_connections = max(16, soft - reserve)
+            log.warning("send channel: at most %d connections (sendChannelMaxConnections %d, "
+                        "but the open files limit is %d)", self.max_connections,
+                        self.limits.max_connections, soft)
+        self._server = await loop.create_server(lambda: _Connection(self), host, port,
+                                                backlog=self.limits.backlog)
+        self._sweeper = loop.create_task(self._sweep(), name="sendChannelSweep")
         return int(self._server.sockets[0].getsockname()[1])
+
+    async def _sweep(self) -> None:
+        """Closes idle connections and those stuck in a frame; frees idle read buffers."""
+        limits = self.limits
+        interval = min(SWEEP_INTERVAL_S, limits.idle_timeout_s / 4, limits.frame_timeout_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = self.clock()
+            for connection in list(self._connections):
+                connection.check(now, limits)
 
     async def stop(self, grace: float) -> None:
         """Stops accepting, lets requests in flight finish for up to `grace` seconds (their
         answers still go out), then closes every connection."""
         if self._server is None:
             return
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         self._server.close()
         tasks = [t for c in self._connections for t in c.tasks]
         if tasks:
@@ -87,13 +158,15 @@ class SendChannelServer:
 class _Connection(asyncio.BufferedProtocol):
     def __init__(self, server: SendChannelServer) -> None:
         self.server = server
-        self.reader = FrameReader()
+        self.reader = FrameReader(initial_bytes=INITIAL_READ_BYTES)
         self.tasks: set[asyncio.Task[None]] = set()
         self.transport: asyncio.Transport | None = None
         self.peer: tuple[str, int] = ("127.0.0.1", 0)
         self._out: list[bytes] = []
         self._reading = False  # in buffer_updated: its answers go out at its end
         self._paused = False
+        self.last_active = server.clock()
+        self.frame_started = 0.0  # when the pending frame's first byte came; 0: none
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -101,11 +174,35 @@ class _Connection(asyncio.BufferedProtocol):
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = (str(peer[0]), int(peer[1]))
-        self.server._connections.add(self)
+        server = self.server
+        if len(server._connections) >= server.max_connections:
+            server.refused.log("send channel: connection from %s refused: %d connections, "
+                               "the most allowed (sendChannelMaxConnections)",
+                               format_host(self.peer), len(server._connections))
+            transport.abort()
+            return
+        server._connections.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         self.server._connections.discard(self)
+
+    def check(self, now: float, limits: ChannelLimits) -> None:
+        """The sweep's look at this connection (see ChannelLimits)."""
+        if self.frame_started and now - self.frame_started > limits.frame_timeout_s:
+            self.server.timed_out.log(
+                "send channel: closing the connection of %s: a frame of it is incomplete "
+                "after %.0f s (%d bytes received)", format_host(self.peer),
+                now - self.frame_started, self.reader.pending)
+            self.close()
+        elif self.tasks or self.reader.pending:
+            return
+        elif now - self.last_active > limits.idle_timeout_s:
+            self.server.timed_out.log("send channel: closing the connection of %s: idle for "
+                                      "%.0f s", format_host(self.peer), now - self.last_active)
+            self.close()
+        elif now - self.last_active > SHRINK_AFTER_S:
+            self.reader.shrink()
 
     def close(self) -> None:
         if self.transport is not None:
@@ -115,13 +212,19 @@ class _Connection(asyncio.BufferedProtocol):
         return self.reader.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
+        reader = self.reader
         try:
-            frames = self.reader.received(nbytes)
+            frames = reader.received(nbytes)
         except FrameError as e:
             log.warning("send channel: closing the connection of %s: %s",
                         format_host(self.peer), e)
             self.close()
             return
+        self.last_active = now = self.server.clock()
+        if not reader.pending:
+            self.frame_started = 0.0
+        elif frames or not self.frame_started:  # a frame began in this read
+            self.frame_started = now
         loop = asyncio.get_running_loop()
         self._reading = True
         for request_id, kind, payload in frames:
@@ -148,6 +251,8 @@ class _Connection(asyncio.BufferedProtocol):
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
+        if not self.tasks:  # idle from its last answer on, not from its last read
+            self.last_active = self.server.clock()
         if self._paused and len(self.tasks) < MAX_INFLIGHT_PER_CONNECTION // 2:
             self._paused = False
             if self.transport is not None:

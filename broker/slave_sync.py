@@ -2,11 +2,13 @@
 
 Every slaveSynchronizeInterval (10 s), and at once when the HA link to the master comes
 up, a slave:
-1. reports to the master the consumer offsets committed on it that the master has not
-   taken yet (MergeConsumerOffset: the master keeps the larger offset per queue), so a
-   master that comes back after its slave served consumers learns their progress;
-2. copies the master's topic configs (when their data version changed), consumer offsets
-   (never lowering one still to be reported) and delay offsets.
+1. copies the master's topic configs (when their data version changed);
+2. reports to the master the consumer offsets committed on it that the master has not
+   taken yet (MergeConsumerOffset: the master keeps the larger offset per queue, up to the
+   queue's max offset), so a master that comes back after its slave served consumers learns
+   their progress; offsets on topics or queues the master no longer has are dropped;
+3. copies the master's consumer offsets (never lowering one still to be reported) and
+   delay offsets.
 
 The master's admin service is called at its listen port (from the brokerAddr the name
 servers answer the slave's registration with) on the host of its HA address (brokerIP2):
@@ -106,8 +108,8 @@ class SlaveSynchronizer:
             return False
         stub = await self._stub(addr)
         try:
+            await self._copy_topic_configs(stub)  # first: commits on deleted topics drop
             await self._report_local_commits(stub)
-            await self._copy_topic_configs(stub)
             await self._copy_consumer_offsets(stub)
             await self._copy_delay_offsets(stub)
         except (grpc.aio.AioRpcError, MasterRefused, ValueError) as e:
@@ -126,6 +128,16 @@ class SlaveSynchronizer:
     async def _report_local_commits(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:
         offsets = self.broker.offsets
         entries = offsets.local_commit_entries()
+        # The master refuses a report naming a topic or queue it does not have (nothing
+        # merged): commits on what the master deleted meanwhile are dropped here.
+        topics = self.broker.topics
+        gone = [e for e in entries if (c := topics.get(e[0])) is None or e[2] >= c.queue_nums]
+        if gone:
+            log.warning("dropping %d consumer offsets committed on this slave for topics or "
+                        "queues the master no longer has (first: %s@%s queue %d)", len(gone),
+                        gone[0][0], gone[0][1], gone[0][2])
+            offsets.forget_local_commits(gone)
+            entries = offsets.local_commit_entries()
         if not entries:
             return
         response = await stub.MergeConsumerOffset(A.MergeConsumerOffsetRequest(offset_table=[

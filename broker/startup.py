@@ -26,6 +26,7 @@ from broker.config import ConfigError, LoadedConfig, load_config_file
 from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
+from mqproto.serving import raise_nofile_limit
 
 log = logging.getLogger("broker")
 
@@ -101,6 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for key in loaded.unknown_keys:
         log.warning("unknown key %s in %s ignored", key, args.config_file)
+    raise_nofile_limit(log)  # a descriptor per connection and per store file
     try:
         asyncio.run(serve(loaded))
     except (OSError, ConfigError, ConfigFileCorrupt) as e:

@@ -99,14 +99,19 @@ class TopicConfig:
         return config
 
 
-def config_problem(config: TopicConfig) -> str | None:
-    """Why a topic config cannot be used (name, queue counts, perm), or None."""
+def config_problem(config: TopicConfig, max_queue_nums: int | None = None) -> str | None:
+    """Why a topic config cannot be used (name, queue counts, perm), or None; queue counts
+    above `max_queue_nums` (maxTopicQueueNums) too when it is given."""
     problem = topic_problem(config.topic_name)
     if problem is not None:
         return problem
     if config.read_queue_nums < 0 or config.write_queue_nums < 0 or config.queue_nums == 0:
         return (f"topic {config.topic_name}: queue counts must be >= 0 and not both 0 "
                 f"(read {config.read_queue_nums}, write {config.write_queue_nums})")
+    if max_queue_nums is not None and config.queue_nums > max_queue_nums:
+        return (f"topic {config.topic_name}: {config.queue_nums} queues, over this broker's "
+                f"maxTopicQueueNums {max_queue_nums} (read {config.read_queue_nums}, write "
+                f"{config.write_queue_nums})")
     if not 0 <= config.perm <= 0xF:
         return f"topic {config.topic_name}: perm {config.perm} is not a permission"
     return None
@@ -162,6 +167,12 @@ class TopicConfigManager(ConfigManager[Table]):
     def load_and_init(self) -> None:
         """Loads the file (or its backup) and adds the broker's own topics when missing."""
         self.load()
+        limit = self.config.max_topic_queue_nums
+        for config in self.table.values():
+            if config.queue_nums > limit:
+                log.warning("topic %s has %d queues, over maxTopicQueueNums %d: kept as it is; "
+                            "admin calls on it work per queue", config.topic_name,
+                            config.queue_nums, limit)
         changed = False
         for config in self._system_topics():
             if config.topic_name not in self.table:
@@ -247,6 +258,12 @@ class TopicConfigManager(ConfigManager[Table]):
         log.info("copied %d topic configs from the master (data version %d:%d)",
                  len(configs), version.timestamp, version.counter)
         return True
+
+    def is_broker_topic(self, topic: str) -> bool:
+        """A topic the broker owns: system topics (SCHEDULE_TOPIC_XXXX, rmq_sys_*, ...),
+        TBW102 and the cluster and broker name topics. Admins may not delete them."""
+        return (is_system_topic(topic) or topic in NOT_ALLOWED_SEND_TOPICS
+                or topic in {self.config.broker_cluster_name, self.config.broker_name})
 
     def delete(self, topic: str) -> bool:
         if self.table.pop(topic, None) is None:

@@ -160,8 +160,11 @@ class BlockingSendConnections:
             if self.closed:
                 raise SendChannelClosed("the client is shut down")
             idle = self._idle.get(address)
-            if idle:
-                return idle.pop()
+            while idle:
+                sock = idle.pop()
+                if _still_open(sock):
+                    return sock
+                sock.close()  # the broker closed it (idle timeout, restart)
         try:
             sock = socket.create_connection(split_address(address), timeout)
         except OSError as e:
@@ -184,6 +187,18 @@ class BlockingSendConnections:
             self._idle.clear()
         for sock in idle:
             sock.close()
+
+
+def _still_open(sock: socket.socket) -> bool:
+    """An idle pooled connection the peer has not closed (nor sent anything on)."""
+    try:
+        sock.settimeout(0)  # else recv waits out the socket's timeout (the caller sets it)
+        sock.recv(1, socket.MSG_PEEK)  # b"": closed; bytes: out of step
+    except BlockingIOError:
+        return True  # nothing to read: open and idle
+    except OSError:
+        pass
+    return False
 
 
 def _receive(sock: socket.socket, n: int, deadline: float) -> bytes:

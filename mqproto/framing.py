@@ -46,33 +46,68 @@ class FrameReader:
     """Splits a byte stream into (request id, kind, payload) frames. Received bytes go
     straight into its buffer (`get_buffer` / `received`, as asyncio.BufferedProtocol asks)
     or are copied there by `feed`: receiving into a fresh 256 KiB bytes object per read
-    (what asyncio.Protocol does) cost a broker more than parsing the frames."""
+    (what asyncio.Protocol does) cost a broker more than parsing the frames.
 
-    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+    The buffer is allocated at the first read, `initial_bytes` large, and grows on demand:
+    x4 (up to READ_BUFFER_BYTES) when a read filled all the room offered, and to the size
+    of a frame larger than that (at most twice what arrived of it, so a header alone
+    claiming a large frame costs nothing). `shrink` drops it while no frame is pending (an
+    idle connection then holds no buffer)."""
+
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES,
+                 initial_bytes: int = READ_BUFFER_BYTES) -> None:
         self._max = max_frame_bytes
-        self._buffer = bytearray(READ_BUFFER_BYTES)
+        self._initial = self._size = max(4096, min(initial_bytes, READ_BUFFER_BYTES))
+        self._buffer = bytearray()
+        self._offered = 0  # the room the last get_buffer() gave
         self._start = 0  # the first byte not yet parsed
         self._end = 0  # the end of the bytes received
 
+    @property
+    def pending(self) -> int:
+        """Bytes received of frames not yet complete."""
+        return self._end - self._start
+
+    @property
+    def buffer_bytes(self) -> int:
+        return len(self._buffer)
+
+    def shrink(self) -> None:
+        """Frees the buffer when no frame is pending; the next read allocates a small one."""
+        if self._start == self._end:
+            self._buffer = bytearray()
+            self._start = self._end = 0
+            self._size = self._initial
+
     def get_buffer(self) -> memoryview:
-        """Room for at least MIN_READ_ROOM bytes after those received."""
+        """Room for at least min(MIN_READ_ROOM, the current size) bytes after those
+        received."""
         buffer, start, end = self._buffer, self._start, self._end
         if start == end:
             start = end = self._start = self._end = 0
-            if len(buffer) > READ_BUFFER_BYTES:  # after a large frame
-                buffer = self._buffer = bytearray(READ_BUFFER_BYTES)
-        if len(buffer) - end < MIN_READ_ROOM:
+            if len(buffer) > self._size:  # after a large frame
+                buffer = self._buffer = bytearray(self._size)
+        min_room = min(MIN_READ_ROOM, self._size)
+        if len(buffer) - end < min_room:
             # A new buffer, not a resized one: asyncio may still hold a view of the old.
             pending = end - start
-            fresh = bytearray(max(READ_BUFFER_BYTES, 2 * (pending + MIN_READ_ROOM)))
+            need = pending + min_room
+            if pending >= 4:  # the frame's length is known (and checked by received())
+                length = int.from_bytes(buffer[start:start + 4], "big")
+                need = max(need, min(4 + length, 2 * need))
+            fresh = bytearray(max(self._size, need))
             fresh[:pending] = buffer[start:end]
             buffer = self._buffer = fresh
             self._start, self._end = 0, pending
-        return memoryview(buffer)[self._end:]
+        view = memoryview(buffer)[self._end:]
+        self._offered = len(view)
+        return view
 
     def received(self, n: int) -> list[tuple[int, int, bytes]]:
         """The frames completed by `n` bytes just written into get_buffer()'s view."""
         self._end += n
+        if n >= self._offered and self._size < READ_BUFFER_BYTES:  # reads fill it: grow
+            self._size = min(4 * self._size, READ_BUFFER_BYTES)
         buffer = self._buffer
         frames = []
         pos, end = self._start, self._end

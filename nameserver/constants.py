@@ -13,6 +13,10 @@ BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
 SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S = 5.0
 SCAN_NOT_ACTIVE_BROKER_INTERVAL_S = 10.0
 
+# A registered topic may have at most this many read or write queues (--max-topic-queue-nums;
+# at least every broker's maxTopicQueueNums, whose default this is).
+DEFAULT_MAX_TOPIC_QUEUE_NUMS = 1024
+
 # Permission bits of topics and queues (PermName).
 PERM_READ = 0x4
 PERM_WRITE = 0x2

@@ -11,8 +11,10 @@ from types import TracebackType
 import grpc
 
 from mqproto import namesrv_pb2_grpc
+from mqproto.serving import add_servicer
 from nameserver.constants import (
     DEFAULT_LISTEN,
+    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S,
     SCAN_NOT_ACTIVE_BROKER_INTERVAL_S,
     SHUTDOWN_GRACE_S,
@@ -51,8 +53,10 @@ class NamesrvController:
         *,
         clock: Clock = wall_clock_ms,
         sleep: Sleep = asyncio.sleep,
+        max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     ) -> None:
         self.listen = listen
+        self.max_topic_queue_nums = max_topic_queue_nums
         self.route_info_manager = RouteInfoManager(clock)
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
@@ -65,9 +69,9 @@ class NamesrvController:
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
         server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
-        namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server(
-            NamesrvServicer(self.route_info_manager), server
-        )
+        # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
+        add_servicer(server, namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server,
+                     NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums), log)
         try:
             port = server.add_insecure_port(self.listen)
         except RuntimeError as exc:

@@ -6,11 +6,13 @@ protobuf. The manager is synchronous and fast; the handlers run on the event loo
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from nameserver.constants import DEFAULT_MAX_TOPIC_QUEUE_NUMS
 from nameserver.links import broker_links
 from nameserver.routeinfo import (
     BrokerData,
@@ -20,6 +22,9 @@ from nameserver.routeinfo import (
     TopicConfig,
     TopicRouteData,
 )
+from nameserver.validation import register_problem
+
+log = logging.getLogger(__name__)
 
 
 def ok_status() -> common_pb2.Status:
@@ -68,18 +73,23 @@ def topic_route_data_to_proto(route: TopicRouteData) -> namesrv_pb2.TopicRouteDa
 class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
     """Method names are the RPC names of namesrv.proto (CamelCase, as gRPC wants)."""
 
-    def __init__(self, route_info_manager: RouteInfoManager) -> None:
+    def __init__(self, route_info_manager: RouteInfoManager,
+                 max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS) -> None:
         self.route_info_manager = route_info_manager
+        self.max_topic_queue_nums = max_topic_queue_nums
 
     async def RegisterBroker(
         self, request: namesrv_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext
     ) -> namesrv_pb2.RegisterBrokerResponse:
-        if (not request.cluster_name or not request.broker_name or not request.broker_addr
-                or request.broker_id < 0):
+        problem = register_problem(request, self.max_topic_queue_nums)
+        if problem is not None:  # refused whole: nothing of it is taken
+            log.warning("registration of %s (%s, id %d) from %s refused: %s",
+                        request.broker_addr[:100], request.broker_name[:100], request.broker_id,
+                        context.peer(), problem)
             return namesrv_pb2.RegisterBrokerResponse(
                 status=common_pb2.Status(
                     code=common_pb2.INVALID_PARAMETER,
-                    remark="clusterName, brokerName, brokerAddr and a brokerId >= 0 are required",
+                    remark=f"registration refused, nothing registered: {problem}",
                 )
             )
         result = self.route_info_manager.register_broker(
@@ -102,12 +112,17 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
     async def UnregisterBroker(
         self, request: namesrv_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
     ) -> namesrv_pb2.UnregisterBrokerResponse:
-        self.route_info_manager.unregister_broker(
+        known = self.route_info_manager.unregister_broker(
             cluster_name=request.cluster_name,
             broker_addr=request.broker_addr,
             broker_name=request.broker_name,
             broker_id=request.broker_id,
         )
+        if not known:
+            return namesrv_pb2.UnregisterBrokerResponse(status=common_pb2.Status(
+                code=common_pb2.QUERY_NOT_FOUND,
+                remark=f"no broker {request.broker_name[:100]!r} id {request.broker_id} is "
+                       f"registered at {request.broker_addr[:100]!r}; nothing removed"))
         return namesrv_pb2.UnregisterBrokerResponse(status=ok_status())
 
     async def GetRouteInfoByTopic(

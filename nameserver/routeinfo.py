@@ -214,23 +214,24 @@ class RouteInfoManager:
     def unregister_broker(
         self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int
     ) -> bool:
-        """Remove a broker that shuts down cleanly. Returns whether it was known."""
-        live = self.broker_live_table.pop(broker_addr, None)
-        removed_addr = False
+        """Remove a broker that shuts down cleanly. Returns whether it was known; an
+        unregister naming no registered broker (name, id and address) changes nothing: a
+        stale one must not remove the address that replaced it, nor a live entry."""
         broker_data = self.broker_addr_table.get(broker_name)
-        # Only remove the id's address when it is still this broker's: a stale unregister
-        # must not remove the address that replaced it.
-        if broker_data is not None and broker_data.broker_addrs.get(broker_id) == broker_addr:
-            del broker_data.broker_addrs[broker_id]
-            removed_addr = True
-            if not broker_data.broker_addrs:
-                self._remove_broker_name(broker_data)
+        if broker_data is None or broker_data.broker_addrs.get(broker_id) != broker_addr:
+            log.info("unregisterBroker %s cluster=%s brokerName=%s brokerId=%d: not registered",
+                     broker_addr, cluster_name, broker_name, broker_id)
+            return False
+        live = self.broker_live_table.pop(broker_addr, None)
+        del broker_data.broker_addrs[broker_id]
+        if not broker_data.broker_addrs:
+            self._remove_broker_name(broker_data)
         log.info(
-            "unregisterBroker %s cluster=%s brokerName=%s brokerId=%d: live %s, addr %s",
+            "unregisterBroker %s cluster=%s brokerName=%s brokerId=%d: live %s, addr OK",
             broker_addr, cluster_name, broker_name, broker_id,
-            "OK" if live is not None else "Failed", "OK" if removed_addr else "Failed",
+            "OK" if live is not None else "Failed",
         )
-        return live is not None or removed_addr
+        return True
 
     def broker_link_closed(self, broker_addr: str, peer: str) -> bool:
         """The broker at `broker_addr` lost its link over connection `peer` (its process

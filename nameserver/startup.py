@@ -1,7 +1,7 @@
 """Process entry point of the name server (RocketMQ's NamesrvStartup).
 
-    python -m nameserver [--listen HOST:PORT] [--log-level LEVEL]
-    mqnamesrv            [--listen HOST:PORT] [--log-level LEVEL]
+    mqnamesrv            [--listen HOST:PORT] [--max-topic-queue-nums N] [--log-level LEVEL]
+    python -m nameserver (the same)
 
 Logs go to stderr. Once listening it prints one line on stdout,
 ``The Name Server boot success. listen=HOST:PORT``, with the port actually bound (useful
@@ -17,7 +17,13 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from nameserver.constants import BOOT_SUCCESS_MESSAGE, DEFAULT_LISTEN, DEFAULT_LOG_LEVEL
+from mqproto.serving import raise_nofile_limit
+from nameserver.constants import (
+    BOOT_SUCCESS_MESSAGE,
+    DEFAULT_LISTEN,
+    DEFAULT_LOG_LEVEL,
+    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+)
 from nameserver.controller import NamesrvController, split_host_port
 
 log = logging.getLogger("nameserver")
@@ -43,13 +49,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help=f"HOST:PORT to serve gRPC on (default {DEFAULT_LISTEN}; port 0 picks a free one)",
     )
     parser.add_argument(
+        "--max-topic-queue-nums", type=int, default=DEFAULT_MAX_TOPIC_QUEUE_NUMS, metavar="N",
+        help="refuse a broker registration with a topic of more read or write queues than "
+             f"this (default {DEFAULT_MAX_TOPIC_QUEUE_NUMS}; keep it >= every broker's "
+             "maxTopicQueueNums)",
+    )
+    parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=DEFAULT_LOG_LEVEL,
         help=f"logging level (default {DEFAULT_LOG_LEVEL})",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.max_topic_queue_nums < 1:
+        parser.error("--max-topic-queue-nums must be >= 1")
+    return args
 
 
-async def serve(listen: str) -> None:
+async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS) -> None:
     """Run one name server until SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -61,7 +76,7 @@ async def serve(listen: str) -> None:
     handled = (signal.SIGTERM, signal.SIGINT)
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
-    controller = NamesrvController(listen)
+    controller = NamesrvController(listen, max_topic_queue_nums=max_topic_queue_nums)
     try:
         address = await controller.start()
         print(f"{BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
@@ -76,7 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
-        asyncio.run(serve(args.listen))
+        raise_nofile_limit(log)
+        asyncio.run(serve(args.listen, args.max_topic_queue_nums))
     except OSError as exc:
         log.error("name server failed: %s", exc)
         return 1

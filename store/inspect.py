@@ -1,6 +1,7 @@
 """Read-only verifier of a store directory (SPEC §2): commitlog, consume queues and index.
 
-    python -m store.inspect STORE_DIR [--json] [--commitlog-file-size N] [--cq-file-size N]
+    mqstore inspect STORE_DIR [--json] [--commitlog-file-size N] [--cq-file-size N]
+    (or python -m store.inspect ..., but not from a directory holding a `store/` folder)
 
 Files are opened read-only; nothing is recovered (DefaultMessageStore.load() would truncate).
 Exit status: 0 clean (warnings allowed), 1 problems found, 2 usage error. With an `abort` file
@@ -496,8 +497,8 @@ def format_report(rep: Report) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m store.inspect", description=__doc__.split("\n")[0])
+def main(argv: list[str] | None = None, prog: str = "mqstore inspect") -> int:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("store_dir", type=Path)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--commitlog-file-size", type=int, help="default: size of the files")

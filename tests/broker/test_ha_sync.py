@@ -174,6 +174,9 @@ def test_unreported_slave_commits_survive_a_slave_restart(pair: Pair) -> None:
 def test_merge_consumer_offset_keeps_the_larger_and_rejects_bad_entries(pair: Pair) -> None:
     create_topic(pair.master, TOPIC, 2)
     m = pair.master
+    for q in range(2):  # offsets up to 3 exist (a larger one is taken as the queue's max)
+        for i in range(3):
+            assert code(send(m, TOPIC, b"m%d" % i, queue_id=q)) == "SUCCESS"
     assert code(commit(m, TOPIC, 0, 0)) == "SUCCESS"
     E = A.ConsumerOffsetEntry
     r = m.admin.MergeConsumerOffset(A.MergeConsumerOffsetRequest(offset_table=[

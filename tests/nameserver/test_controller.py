@@ -183,3 +183,41 @@ def test_controller_refuses_a_port_in_use() -> None:
             await second.shutdown(grace=0)
 
     asyncio.run(scenario())
+
+
+def test_undecodable_requests_answer_invalid_argument(caplog: pytest.LogCaptureFixture
+                                                      ) -> None:
+    """Issue 16 item 6: bytes that are not the request message (not protobuf, bad UTF-8 in
+    a string field) answer INVALID_ARGUMENT with the parser's reason and log one line,
+    never UNKNOWN with a traceback."""
+    from tests.proto.undecodable import bad_requests, call_raw
+
+    async def scenario() -> str:
+        controller = NamesrvController("127.0.0.1:0")
+        address = await controller.start()
+        try:
+            def run_all() -> None:
+                with grpc.insecure_channel(address) as channel:
+                    service = namesrv_pb2.DESCRIPTOR.services_by_name["NamesrvService"]
+                    requests = bad_requests(service)
+                    assert len(requests) >= 8
+                    for path, streaming, payload in requests:
+                        e = call_raw(channel, path, streaming, payload)
+                        assert e.code() is grpc.StatusCode.INVALID_ARGUMENT, (path, e)
+                        assert "undecodable" in e.details() and "\n" not in e.details()
+                        if payload.endswith(b"\xff\xfe"):
+                            assert "UTF-8" in e.details(), e.details()
+                    # still serving
+                    stub = namesrv_pb2_grpc.NamesrvServiceStub(channel)
+                    r = stub.GetAllTopicList(namesrv_pb2.GetAllTopicListRequest(), timeout=10)
+                    assert r.status.code == common_pb2.SUCCESS
+            await asyncio.to_thread(run_all)
+        finally:
+            await controller.shutdown(grace=0)
+        return address
+
+    with caplog.at_level("INFO"):
+        asyncio.run(scenario())
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+    refused = [r for r in caplog.records if "undecodable request" in r.getMessage()]
+    assert 1 <= len(refused) <= 2  # rate-limited: a line per 5 s, not one per request

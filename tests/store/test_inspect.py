@@ -309,3 +309,22 @@ def test_an_empty_last_queue_file_after_a_crash_is_a_warning(
     store_ = DefaultMessageStore(config(root))
     store_.load()  # and the store takes it as a new file
     store_.shutdown()
+
+
+def test_mqstore_script_works_from_a_directory_holding_store(tmp_path: Path) -> None:
+    """Issue 16 item 9: run from a broker's data directory (it holds a `store/` folder),
+    `python -m store.inspect` imports that folder instead of the package; the console
+    script does not."""
+    work = tmp_path / "data"
+    build(work / "store", count=20)
+    script = Path(sys.executable).parent / "mqstore"
+    assert script.exists(), "the mqstore console script is not installed (pip install -e .)"
+    p = subprocess.run([str(script), "inspect", "store", "--json"], cwd=work,
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["problem_count"] == 0
+    p = subprocess.run([str(script), "inspect", "missing"], cwd=work, capture_output=True,
+                       text=True, timeout=60)
+    assert p.returncode == 2 and "mqstore inspect" not in p.stdout
+    p = subprocess.run([str(script)], cwd=work, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "inspect" in p.stderr
