@@ -64,6 +64,8 @@ class TableWriter:
         started = time.monotonic()
         df.write.mode("overwrite").parquet(str(path))
         self.seconds[name] = round(time.monotonic() - started, 3)
+        print(f"{PROG}: {name} written in {self.seconds[name]:.1f} s", file=sys.stderr,
+              flush=True)
         if self.atomic:
             self.staged[name] = path
         return str(path)
