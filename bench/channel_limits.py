@@ -38,11 +38,14 @@ def rss_kib(pid: int) -> int:
     return int(match[1])
 
 
-def start_broker(root: Path, tree: Path) -> tuple[subprocess.Popen[str], str]:
+def start_broker(root: Path, tree: Path, name: str = "bench-channel",
+                 *settings: str) -> tuple[subprocess.Popen[str], str]:
+    """A broker process on a free loopback port (its conf under `root`, run from `tree`)
+    with extra broker.conf `settings`; returns it and its address."""
     conf = root / "broker.conf"
     conf.write_text("\n".join([
-        "brokerName=bench-channel", "listenPort=0", "bindAddress=127.0.0.1",
-        "brokerIP1=127.0.0.1", f"storePathRootDir={root / 'store'}", ""]))
+        f"brokerName={name}", "listenPort=0", "bindAddress=127.0.0.1",
+        "brokerIP1=127.0.0.1", f"storePathRootDir={root / 'store'}", *settings, ""]))
     process = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(conf)],
                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                                cwd=tree)

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -23,27 +21,15 @@ from pathlib import Path
 
 import grpc
 
+from bench import channel_limits
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
 OPTIONS = [("grpc.max_receive_message_length", -1), ("grpc.max_send_message_length", -1)]
 
 
 def start_broker(root: Path, max_queue_nums: int, tree: Path) -> tuple[subprocess.Popen[str], str]:
-    conf = root / "broker.conf"
-    conf.write_text("\n".join([
-        "brokerName=bench-stall", "listenPort=0", "bindAddress=127.0.0.1",
-        "brokerIP1=127.0.0.1", f"storePathRootDir={root / 'store'}",
-        f"maxTopicQueueNums={max_queue_nums}", ""]))
-    process = subprocess.Popen([sys.executable, "-m", "broker", "-c", str(conf)],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                               cwd=tree)
-    assert process.stdout is not None
-    line = process.stdout.readline()
-    match = re.search(r", ([^\]]+)\] boot success", line)
-    if match is None:
-        process.kill()
-        raise SystemExit(f"the broker did not start: {line!r}")
-    return process, match[1]
+    return channel_limits.start_broker(root, tree, "bench-stall",
+                                       f"maxTopicQueueNums={max_queue_nums}")
 
 
 def measure(address: str, queues: int, topic: str = "BigTopic", group: str = "G"

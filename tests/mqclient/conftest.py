@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from mqclient import PushConsumer
 from tests.broker.conftest import Process, Processes, broker_props, wait_until, write_conf
 
 __all__ = ["Cluster", "wait_until"]
@@ -47,3 +48,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield Cluster(procs, tmp_path, procs.namesrv())
     finally:
         procs.stop_all()
+
+
+@pytest.fixture
+def consumers() -> Iterator[list[PushConsumer]]:
+    """Push consumers a test started: shut down after it."""
+    started: list[PushConsumer] = []
+    yield started
+    for c in started:
+        c.shutdown()

@@ -10,7 +10,6 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -60,14 +59,6 @@ class Collector:
     def wait_for(self, n: int, prefix: bytes = b"", timeout: float = TIMEOUT_S) -> None:
         wait_until(lambda: self.count(prefix) >= n, timeout=timeout,
                    message=f"{n} messages {prefix!r}* consumed (got {self.count(prefix)})")
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[PushConsumer]]:
-    started: list[PushConsumer] = []
-    yield started
-    for c in started:
-        c.shutdown()
 
 
 def start_consumer(consumers: list[PushConsumer], cluster: Cluster, listener: object,

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +39,6 @@ from tests.processes import stop_process
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 TIMEOUT_S = 30.0
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[PushConsumer]]:
-    started: list[PushConsumer] = []
-    yield started
-    for c in started:
-        c.shutdown()
 
 
 def test_shutdown_is_not_lost_when_a_rebalance_is_requested_as_it_starts(

@@ -8,7 +8,6 @@ import itertools
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
 
 import pytest
 
@@ -41,14 +40,6 @@ class Attempts:
     def count(self, body: bytes) -> int:
         with self.lock:
             return len(self.seen[body])
-
-
-@pytest.fixture
-def consumers() -> Iterator[list[PushConsumer]]:
-    started: list[PushConsumer] = []
-    yield started
-    for c in started:
-        c.shutdown()
 
 
 def test_failed_messages_come_back_from_the_retry_topic_then_go_to_the_dlq(
