@@ -117,16 +117,25 @@ class Tracker:
         self.lock = threading.Lock()
         self.bodies: Counter[bytes] = Counter()
         self.unowned: list[tuple[str, int]] = []
+        # (consumer, queue) -> messages in its listener calls now; their sum over the
+        # queues a consumer gave up, taken as it gave each up (the messages in flight at
+        # the handovers)
+        self.running: Counter[tuple[str, MessageQueue]] = Counter()
+        self.in_flight_at_handovers = 0
 
     def listener(self, holder: list[PushConsumer]):  # type: ignore[no-untyped-def]
         def consume(msgs: list[MessageExt]) -> ConsumeStatus:
             rebalancer = holder[0].rebalancer if holder else None
+            key = (holder[0].client_id if holder else "", msgs[0].message_queue)
+            with self.lock:
+                self.running[key] += len(msgs)
             for m in msgs:
                 if rebalancer is not None and m.message_queue not in rebalancer.process_queues:
                     with self.lock:
                         self.unowned.append((str(m.message_queue), m.queue_offset))
             time.sleep(self.sleep_s)
             with self.lock:
+                self.running[key] -= len(msgs)
                 for m in msgs:
                     self.bodies[m.body] += 1
             return ConsumeStatus.CONSUME_SUCCESS
@@ -138,6 +147,16 @@ class Tracker:
         c = start_consumer(consumers, cluster, self.listener(holder), topic,
                            consume_from_where=FIRST, **kw)
         holder.append(c)
+        rebalancer = c.rebalancer
+        assert rebalancer is not None
+        remove_queue = rebalancer.remove_queue
+
+        async def counting_remove_queue(mq: MessageQueue) -> None:
+            with self.lock:
+                self.in_flight_at_handovers += self.running[(c.client_id, mq)]
+            await remove_queue(mq)
+
+        rebalancer.remove_queue = counting_remove_queue  # type: ignore[method-assign]
         return c
 
     def consumed(self, prefix: bytes) -> int:
@@ -178,6 +197,7 @@ def test_a_queue_handed_over_is_not_consumed_further_by_its_old_owner(
     wait_until(lambda: tracker.consumed(b"m") == n, timeout=60,
                message=f"the backlog consumed ({tracker.consumed(b'm')} of {n})")
     print(f"storm: {tracker.duplicates(b'm')} duplicates of {n}, "
+          f"{tracker.in_flight_at_handovers} messages in flight at handovers, "
           f"{len(tracker.unowned)} calls on queues no longer owned")
     # A call may start just before its queue is dropped and look unowned to the listener
     # (a window of microseconds); before the fix there were hundreds.
