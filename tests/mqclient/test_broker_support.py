@@ -113,3 +113,22 @@ def test_a_client_that_leaves_or_is_dropped_loses_its_queue_locks_at_once(
     stream.cancel()  # as when b's process dies
     wait_until(lambda: lock("y", 2) == [2], message="b's lock released with its stream")
     assert lock("y", 3) == []  # c is still there
+
+
+def test_a_silent_clients_locks_lapse_after_60_s_and_a_release_spares_the_next_holder(
+        ) -> None:
+    """RebalanceLockManager's 60 s: a client that neither renews nor leaves loses its
+    locks then; releasing it later does not touch the locks others took meanwhile."""
+    from broker.clients import QueueLocks
+
+    now = [0]
+    locks = QueueLocks(lambda: now[0])
+    assert locks.try_lock_batch("G", "a", [("T", 0), ("T", 1)]) == [("T", 0), ("T", 1)]
+    now[0] = 60_000
+    assert locks.try_lock_batch("G", "b", [("T", 0)]) == []  # not lapsed yet
+    now[0] = 60_001
+    assert locks.try_lock_batch("G", "b", [("T", 0)]) == [("T", 0)]
+    locks.release_client("G", "a")  # a leaves late: only its queue 1 is freed
+    assert locks.try_lock_batch("G", "c", [("T", 0), ("T", 1)]) == [("T", 1)]
+    locks.release_client("G", "b")
+    assert locks.try_lock_batch("G", "c", [("T", 0)]) == [("T", 0)]
