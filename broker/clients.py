@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 
 from broker.constants import CHANNEL_EXPIRED_TIMEOUT_MS
 from broker.topic_config import Clock
@@ -53,6 +54,9 @@ class ClientManager:
         self.producer_groups: dict[str, dict[str, ClientInfo]] = {}
         # group -> client id -> the queues of that client's membership watch streams
         self.watchers: dict[str, dict[str, list[asyncio.Queue[GroupEvent]]]] = {}
+        # Called with (group, client id) when a consumer leaves its group or is dropped
+        # (its queue locks are released at once).
+        self.consumer_left: list[Callable[[str, str], None]] = []
 
     def heartbeat(self, client_id: str, producer_group: str, consumer_group: str,
                   subscriptions: dict[str, str]) -> None:
@@ -76,6 +80,9 @@ class ClientManager:
             self.producer_groups.get(producer_group, {}).pop(client_id, None)
             if not self.producer_groups.get(producer_group, True):
                 del self.producer_groups[producer_group]
+        if consumer_group:
+            for left in self.consumer_left:
+                left(consumer_group, client_id)
         group = self.consumer_groups.get(consumer_group) if consumer_group else None
         if group is not None and group.pop(client_id, None) is not None:
             log.info("consumer %s left group %s", client_id, consumer_group)
@@ -124,6 +131,9 @@ class ClientManager:
             log.info("client %s of group %s expired (no heartbeat for %d ms)", client_id, group,
                      now - clients[client_id].last_update_timestamp)
             del clients[client_id]
+            if table is self.consumer_groups:
+                for left in self.consumer_left:
+                    left(group, client_id)
         if not clients:
             table.pop(group, None)
         if expired and table is self.consumer_groups:
@@ -146,14 +156,18 @@ QueueId = tuple[str, int]  # (topic, queueId) on this broker
 
 
 class QueueLocks:
-    """Orderly consumption: each queue of a group locked by at most one client; a lock not
-    renewed for `expiry_ms` lapses (RebalanceLockManager, 60 s). Event loop only."""
+    """Queue locks of clustering consumers (orderly ones, and concurrent ones for their
+    handovers): each queue of a group locked by at most one client; a lock not renewed for
+    `expiry_ms` lapses (RebalanceLockManager, 60 s); a client that leaves its group or is
+    dropped (its watch stream broke) loses all its locks at once. Event loop only."""
 
     def __init__(self, clock_ms: Clock,
                  expiry_ms: int = REBALANCE_LOCK_MAX_LIVE_TIME_MS) -> None:
         self.clock_ms = clock_ms
         self.expiry_ms = expiry_ms
         self._locks: dict[str, dict[QueueId, tuple[str, int]]] = {}  # -> (client, renewed)
+        # (group, client) -> the queues it holds, so that a departure costs its own locks
+        self._held: dict[tuple[str, str], set[QueueId]] = {}
 
     def try_lock_batch(self, group: str, client_id: str, queues: list[QueueId]
                        ) -> list[QueueId]:
@@ -167,13 +181,32 @@ class QueueLocks:
                 if holder is not None and holder[0] != client_id:
                     log.info("queue lock %s of group %s lapsed (held by %s), now %s", queue,
                              group, holder[0], client_id)
+                    self._held.get((group, holder[0]), set()).discard(queue)
                 locks[queue] = (client_id, now)
+                self._held.setdefault((group, client_id), set()).add(queue)
                 locked.append(queue)
         return locked
 
     def unlock_batch(self, group: str, client_id: str, queues: list[QueueId]) -> None:
         locks = self._locks.get(group, {})
+        held = self._held.get((group, client_id), set())
         for queue in queues:
             holder = locks.get(queue)
             if holder is not None and holder[0] == client_id:
                 del locks[queue]
+                held.discard(queue)
+        if not held:
+            self._held.pop((group, client_id), None)
+
+    def release_client(self, group: str, client_id: str) -> None:
+        """Every lock `client_id` holds in `group` (it left or was dropped)."""
+        held = self._held.pop((group, client_id), None)
+        if not held:
+            return
+        locks = self._locks.get(group, {})
+        for queue in held:
+            holder = locks.get(queue)
+            if holder is not None and holder[0] == client_id:
+                del locks[queue]
+        log.info("client %s left group %s: its %d queue locks released", client_id, group,
+                 len(held))

@@ -43,6 +43,7 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
         self.send = SendProcessor(broker)
         self.pull = PullProcessor(broker)
         self.queue_locks = QueueLocks(broker.clock_ms)
+        broker.clients.consumer_left.append(self.queue_locks.release_client)
 
     # -- send / pull -----------------------------------------------------------------------
     @rpc(M.SendMessageResponse)

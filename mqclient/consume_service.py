@@ -144,16 +144,24 @@ class ConcurrentConsumeService:
             return
         task = asyncio.get_running_loop().create_task(self._consume(pq, msgs))
         self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        pq.inflight += 1
+
+        def done(task: asyncio.Task[None]) -> None:
+            self.tasks.discard(task)
+            pq.inflight -= 1
+
+        task.add_done_callback(done)
 
     async def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        if pq.dropped:
+        if pq.dropped and not pq.draining:
             return
         _restore_retry_topics(msgs)
         chunks = _chunks(msgs, self.batch_max_size)
         statuses = await self.runner.run(chunks, lambda chunk: self._may_run(pq, chunk))
-        if pq.dropped:
-            return  # the queue went to another consumer meanwhile: it consumes them again
+        if pq.dropped and not pq.draining:
+            # The queue went to another consumer meanwhile (without the handover of
+            # Rebalancer.remove_queue, or after it): it consumes them again.
+            return
         done: list[MessageExt] = []
         failed: list[MessageExt] = []
         for chunk, status in zip(chunks, statuses, strict=True):
@@ -165,15 +173,16 @@ class ConcurrentConsumeService:
             self.on_consumed(pq, pq.remove(done))
 
     def _may_run(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
-        """Right before a listener call (pool thread). Never on a dropped queue. While
-        stopping, only calls that fill the gaps below a message already started: calls run
-        in parallel, and the commit stops at the first message not consumed, so whatever
-        was consumed past a gap would be delivered again after shutdown."""
-        if pq.dropped:
+        """Right before a listener call (pool thread). Never on a dropped queue, except
+        while it drains for its handover. While stopping or draining, only calls that fill
+        the gaps below a message already started: calls run in parallel, and the commit
+        stops at the first message not consumed, so whatever was consumed past a gap would
+        be delivered again by the next owner."""
+        if pq.dropped and not pq.draining:
             return False
         with self._started_lock:
             first, last = chunk[0].queue_offset, chunk[-1].queue_offset
-            if self.stopping and first > pq.started_max_offset:
+            if (self.stopping or pq.dropped) and first > pq.started_max_offset:
                 return False
             pq.started_max_offset = max(pq.started_max_offset, last)
             return True

@@ -281,11 +281,14 @@ class PushConsumer:
             log.error("%s: %d listener calls still running after %.1f s; their messages are "
                       "not committed and will be consumed again", name,
                       len(self.consume_service.tasks), time.monotonic() - started)
+        # Queues being given up are committed and unlocked here if their release did not
+        # get to it (a cancelled release forgets them).
+        releasing = dict(self.rebalancer.releasing)
         await cancel_and_wait(list(self.rebalancer.release_tasks), SHUTDOWN_STEP_S, name)
-        mqs = sorted({*self.rebalancer.process_queues, *self.rebalancer.releasing})
-        for pq in [*self.rebalancer.process_queues.values(),
-                   *self.rebalancer.releasing.values()]:
+        mqs = sorted({*self.rebalancer.process_queues, *releasing})
+        for pq in [*self.rebalancer.process_queues.values(), *releasing.values()]:
             pq.dropped = True  # a call ending late commits nothing any more
+            pq.draining = False
         await self._bounded(self.offset_store.persist(mqs), "final commit")
         if self.rebalancer.locks_queues and mqs:
             await self._bounded(self.rebalancer.unlock(mqs), "unlock")
@@ -343,7 +346,9 @@ class PushConsumer:
                 pass
 
     def _may_consume(self, pq: ProcessQueue) -> bool:
-        if self.rebalancer is None or not self.rebalancer.locks_queues:
+        """Orderly: only under a fresh broker lock (concurrent listeners lock their queues
+        for handovers only)."""
+        if self.rebalancer is None or not self.rebalancer.locks_queues or not self._orderly:
             return True
         return pq.locked and time.monotonic() - pq.last_lock_time < LOCK_TRUSTED_S
 
@@ -367,8 +372,11 @@ class PushConsumer:
             # Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that arrives
             # in the loop iteration in which the event is set (a membership change as
             # shutdown starts), and this loop then never ended (issue 17, item 3).
-            timer = asyncio.get_running_loop().call_later(self.rebalance_interval_s,
-                                                          self._rebalance_now.set)
+            # Sooner while a wanted queue waits for its lock (its previous owner commits).
+            delay = self.rebalance_interval_s
+            if self.rebalancer.lock_retry_s is not None:
+                delay = min(delay, self.rebalancer.lock_retry_s)
+            timer = asyncio.get_running_loop().call_later(delay, self._rebalance_now.set)
             try:
                 await self._rebalance_now.wait()
             finally:
@@ -385,15 +393,18 @@ class PushConsumer:
                 log.exception("offsets of group %s not persisted", self.group)
 
     async def _lock_loop(self) -> None:
-        assert self.rebalancer is not None
         while True:
             await asyncio.sleep(REBALANCE_LOCK_INTERVAL_S)
-            try:
-                for pq in await self.rebalancer.lock_all():
-                    if pq.messages:
-                        self.consume_service.submit(pq, [])
-            except Exception:
-                log.exception("queue locks of group %s not renewed", self.group)
+            await self._renew_locks()
+
+    async def _renew_locks(self) -> None:
+        assert self.rebalancer is not None
+        try:
+            for pq in await self.rebalancer.lock_all():
+                if pq.messages and self._orderly:
+                    self.consume_service.submit(pq, [])
+        except Exception:
+            log.exception("queue locks of group %s not renewed", self.group)
 
     # -- membership watches ----------------------------------------------------------------------
     def _sync_watches(self) -> None:
@@ -424,8 +435,12 @@ class PushConsumer:
                 log.debug("membership watch at %s ended: %s", addr,
                           e.code())  # type: ignore[attr-defined]
             await asyncio.sleep(WATCH_RECONNECT_DELAY_S)
-            # The broker dropped this client when the stream ended: register again.
+            # The broker dropped this client when the stream ended, and its queue locks
+            # there: register again, and lock the queues again (orderly ones whose lock
+            # another consumer took meanwhile pause).
             await self.instance.heartbeat(addr)
+            if self.rebalancer is not None and self.rebalancer.locks_queues:
+                await self._renew_locks()
 
     def _reset(self, notice: messaging_pb2.ResetOffsetNotice) -> None:
         """An admin reset the group's offsets on a topic while it was online (RocketMQ's

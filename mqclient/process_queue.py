@@ -21,6 +21,10 @@ class ProcessQueue:
         self.msg_size = 0  # bytes of the bodies in `messages` (size-based flow control)
         self.max_offset = next_offset - 1
         self.dropped = False
+        # Concurrent listeners, a queue given up under its lock: calls in progress still
+        # count (and fill gaps) until it is committed and unlocked.
+        self.draining = False
+        self.inflight = 0  # concurrent listeners: consume jobs submitted and not ended
         # The highest offset given to a concurrent listener call so far (pool threads).
         self.started_max_offset = -1
         # Orderly consumption: the broker lock of this queue and the consuming task.
@@ -32,6 +36,11 @@ class ProcessQueue:
         # first messages pulled (the previous owner may commit late), and skip below it.
         self.catch_up = False
         self.skip_below = 0
+
+    @property
+    def busy(self) -> bool:
+        """A listener call (or a job that may start one) on this queue has not ended."""
+        return self.consuming or self.inflight > 0
 
     def __len__(self) -> int:
         return len(self.messages)

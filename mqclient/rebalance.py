@@ -21,7 +21,18 @@ from mqclient.route import TopicRoute
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
-RELEASE_POLL_S = 0.02  # orderly: how often a queue given up checks its call ended
+RELEASE_POLL_S = 0.02  # how often a queue given up checks its calls ended
+# Concurrent listeners: how long a queue given up waits for its calls in progress before
+# it is committed and unlocked anyway (orderly ones wait for their call without a bound).
+RELEASE_WAIT_S = 10.0
+# A queue this consumer should own whose lock another consumer still holds (it is
+# finishing its calls and committing): tried again this soon, doubling up to the maximum,
+# instead of at the next periodic rebalance.
+LOCK_RETRY_S = 0.5
+LOCK_RETRY_MAX_S = 1.0
+# Concurrent listeners: a queue whose broker cannot be reached to lock it is consumed
+# without the lock after this long (orderly ones wait for the lock).
+LOCK_UNREACHABLE_WAIT_S = 3.0
 
 
 class MessageModel(enum.Enum):
@@ -54,22 +65,38 @@ class Rebalancer:
         self.start_pull = start_pull
         self.stop_pull = stop_pull
         self.process_queues: dict[MessageQueue, ProcessQueue] = {}
-        # Orderly: queues no longer wanted whose listener call is still running; they keep
-        # their broker lock until it ends (then are committed and unlocked).
+        # Queues no longer wanted whose listener calls are still running; they keep their
+        # broker lock until the calls end (then are committed and unlocked).
         self.releasing: dict[MessageQueue, ProcessQueue] = {}
         self.release_tasks: set[asyncio.Task[None]] = set()
         self.rebalance_count = 0
+        # Wanted queues not taken because their lock is held elsewhere (or being released
+        # here): the next rebalance comes after `lock_retry_s` (None: none waits).
+        self.lock_retry_s: float | None = None
+        self._lock_waiting = False
+        # Wanted queues whose broker did not answer the lock request: since when.
+        self._unreachable_since: dict[MessageQueue, float] = {}
 
     @property
     def locks_queues(self) -> bool:
-        return self.orderly and self.model is MessageModel.CLUSTERING
+        """Clustering consumers lock their queues on the broker: orderly ones to consume
+        them, concurrent ones for their handovers (the next owner reads the committed
+        offset only once the previous one committed and unlocked)."""
+        return self.model is MessageModel.CLUSTERING
 
     async def do_rebalance(self) -> None:
+        self._lock_waiting = False
         for topic in list(self.instance.subscriptions):
             try:
                 await self._rebalance_topic(topic)
             except MQClientError as e:
                 log.warning("rebalance of %s for group %s failed: %s", topic, self.group, e)
+        if not self._lock_waiting:
+            self.lock_retry_s = None
+        elif self.lock_retry_s is None:
+            self.lock_retry_s = LOCK_RETRY_S
+        else:
+            self.lock_retry_s = min(self.lock_retry_s * 2, LOCK_RETRY_MAX_S)
         self.rebalance_count += 1
 
     async def _rebalance_topic(self, topic: str) -> None:
@@ -118,23 +145,27 @@ class Rebalancer:
 
     async def _update_process_queues(self, topic: str, wanted: set[MessageQueue]) -> None:
         mine = {mq for mq in self.process_queues if mq.topic == topic}
-        # A queue still being released (its call running) is taken again later.
+        # A queue still being released (its calls running) is taken again once released.
         removed, added = mine - wanted, sorted(wanted - mine - set(self.releasing))
+        if (wanted - mine) & set(self.releasing):
+            self._lock_waiting = True
         for mq in sorted(removed):
             await self.remove_queue(mq)
+        unlocked: set[MessageQueue] = set()
         if added and self.locks_queues:
-            locked = await self.lock(added)
-            added = [mq for mq in added if mq in locked]
+            added, unlocked = await self._lock_new(topic, added, wanted)
         for mq in added:
             try:
                 offset = await self.compute_pull_from_where(mq)
             except MQClientError as e:
                 log.warning("queue %s not taken now: %s", mq, e)
+                self._lock_waiting = True  # tried again soon
                 continue
             pq = ProcessQueue(mq, offset)
-            # Orderly queues move under their broker lock (committed before unlocked).
-            pq.catch_up = self.model is MessageModel.CLUSTERING and not self.orderly
-            if self.locks_queues:
+            # Taken without its lock: the previous owner may commit after the offset was
+            # read; read it again before consuming (see PullService._catch_up).
+            pq.catch_up = mq in unlocked
+            if self.locks_queues and mq not in unlocked:
                 pq.locked, pq.last_lock_time = True, time.monotonic()
             self.offset_store.update(mq, offset, False)
             self.process_queues[mq] = pq
@@ -143,25 +174,61 @@ class Rebalancer:
             log.info("group %s client %s: %s now %s", self.group, self.instance.client_id,
                      topic, sorted(str(mq) for mq in self.process_queues if mq.topic == topic))
 
+    async def _lock_new(self, topic: str, added: list[MessageQueue], wanted: set[MessageQueue]
+                        ) -> tuple[list[MessageQueue], set[MessageQueue]]:
+        """Locks the queues to take; returns those to take, and among them those taken
+        without their lock. A queue locked by another consumer waits (the next rebalance
+        comes soon, see lock_retry_s); a concurrent consumer takes a queue whose broker
+        does not answer after LOCK_UNREACHABLE_WAIT_S, without the lock."""
+        locked, unreachable = await self._lock_batch(added)
+        now = time.monotonic()
+        take, unlocked = [], set()
+        for mq in added:
+            if mq in locked:
+                take.append(mq)
+                self._unreachable_since.pop(mq, None)
+                continue
+            self._lock_waiting = True
+            if mq not in unreachable:
+                self._unreachable_since.pop(mq, None)
+                continue
+            since = self._unreachable_since.setdefault(mq, now)
+            if not self.orderly and now - since >= LOCK_UNREACHABLE_WAIT_S:
+                log.warning("group %s: the broker of %s could not be reached to lock it for "
+                            "%.1f s; consuming it without the lock", self.group, mq,
+                            now - since)
+                take.append(mq)
+                unlocked.add(mq)
+                self._unreachable_since.pop(mq, None)
+        for mq in [m for m in self._unreachable_since if m.topic == topic and m not in wanted]:
+            del self._unreachable_since[mq]
+        return take, unlocked
+
     async def remove_queue(self, mq: MessageQueue) -> None:
-        """Stops pulling `mq`, commits its offset and forgets it (and unlocks it). Orderly:
-        while a listener call on it is running, the queue keeps its broker lock (renewed)
-        and is committed and unlocked only once the call ended, so that the next owner
-        cannot lock it and consume the same keys in parallel (RocketMQ keeps a busy queue
-        in its table and retries the removal)."""
+        """Stops pulling `mq`, commits its offset, unlocks it and forgets it. While
+        listener calls on it run, the queue keeps its broker lock (renewed) and is
+        committed and unlocked only once they ended (concurrent listeners: at most
+        RELEASE_WAIT_S), so that the next owner, which reads the committed offset once it
+        holds the lock, starts after them (orderly: cannot consume the same keys in
+        parallel; RocketMQ keeps a busy queue in its table and retries the removal).
+        Concurrent listeners: no call starts on it any more except those filling gaps
+        below a call already started (the commit stops at the first message not
+        consumed), and the results of the calls in progress count."""
         pq = self.process_queues.pop(mq, None)
         if pq is None:
             return
+        pq.draining = self.locks_queues and not self.orderly
         pq.dropped = True
         self.stop_pull(mq)
-        if self.locks_queues and pq.consuming:
-            log.info("group %s: %s goes to another consumer once its listener call ends",
-                     self.group, mq)
+        if self.locks_queues and pq.busy:
+            log.debug("group %s: %s goes to another consumer once its listener calls end",
+                      self.group, mq)
             self.releasing[mq] = pq
             task = asyncio.get_running_loop().create_task(self._release_when_idle(mq, pq))
             self.release_tasks.add(task)
             task.add_done_callback(self.release_tasks.discard)
             return
+        pq.draining = False
         await self._release(mq)
 
     async def _release(self, mq: MessageQueue) -> None:
@@ -172,8 +239,15 @@ class Rebalancer:
 
     async def _release_when_idle(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         try:
-            while pq.consuming:
+            deadline = None if self.orderly else time.monotonic() + RELEASE_WAIT_S
+            while pq.busy:
+                if deadline is not None and time.monotonic() > deadline:
+                    log.warning("group %s: calls on %s still running after %.1f s; the queue "
+                                "goes to its next owner, which consumes them again",
+                                self.group, mq, RELEASE_WAIT_S)
+                    break
                 await asyncio.sleep(RELEASE_POLL_S)
+            pq.draining = False  # results of calls ending now count no more
             await self._release(mq)
         finally:
             self.releasing.pop(mq, None)
@@ -246,8 +320,16 @@ class Rebalancer:
                                           queue_id=mq.queue_id)
 
     async def lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        return (await self._lock_batch(mqs))[0]
+
+    async def _lock_batch(self, mqs: list[MessageQueue]
+                          ) -> tuple[set[MessageQueue], set[MessageQueue]]:
+        """(locked, not locked because their broker did not answer or is gone)."""
         locked: set[MessageQueue] = set()
-        for addr, group_mqs in self._by_broker(mqs).items():
+        by_broker = self._by_broker(mqs)
+        unreachable = set(mqs) - {mq for group_mqs in by_broker.values() for mq in group_mqs}
+
+        async def lock_at(addr: str, group_mqs: list[MessageQueue]) -> None:
             try:
                 r = await self.instance.channels.messaging(addr).LockBatchMQ(
                     messaging_pb2.LockBatchMQRequest(
@@ -257,11 +339,20 @@ class Rebalancer:
             except grpc.RpcError as e:
                 log.warning("lock of %d queues at %s failed: %s", len(group_mqs), addr,
                             e.code())  # type: ignore[attr-defined]
-                continue
+                unreachable.update(group_mqs)
+                return
+            if r.status.code != common_pb2.SUCCESS:
+                log.warning("lock of %d queues at %s refused: %s %s", len(group_mqs), addr,
+                            code_name(r.status.code), r.status.remark)
+                unreachable.update(group_mqs)
+                return
             by_key = {(mq.topic, mq.queue_id): mq for mq in group_mqs}
             locked.update(by_key[(m.topic, m.queue_id)] for m in r.lock_ok_mq_set
                           if (m.topic, m.queue_id) in by_key)
-        return locked
+
+        await asyncio.gather(*(lock_at(addr, group_mqs)
+                               for addr, group_mqs in by_broker.items()))
+        return locked, unreachable
 
     async def unlock(self, mqs: list[MessageQueue]) -> None:
         for addr, group_mqs in self._by_broker(mqs).items():

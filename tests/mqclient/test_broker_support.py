@@ -86,3 +86,49 @@ def test_watchers_hear_joins_and_leaves(start_broker: Start) -> None:
         reader.join(10)
     # The watcher's stream ended: the broker takes c1 as gone.
     wait_until(lambda: members() == [], message="c1 dropped with its stream")
+
+
+def test_a_client_that_leaves_or_is_dropped_loses_its_queue_locks_at_once(
+        start_broker: Start) -> None:
+    """Unregistering, or the end of a client's last watch stream (a killed consumer),
+    releases every queue lock it held, so the next owner need not wait for the 60 s
+    expiry; the locks of other clients stay."""
+    b = start_broker()
+
+    def lock(client: str, *ids: int) -> list[int]:
+        r = b.messaging.LockBatchMQ(M.LockBatchMQRequest(
+            consumer_group="G", client_id=client, mq_set=[mq(i) for i in ids]), timeout=10)
+        return sorted(m.queue_id for m in r.lock_ok_mq_set)
+
+    for client in ("a", "b", "c"):
+        b.messaging.Heartbeat(M.HeartbeatRequest(client_id=client, consumer_group="G"),
+                              timeout=10)
+    assert lock("a", 0, 1) == [0, 1] and lock("b", 2) == [2] and lock("c", 3) == [3]
+    b.messaging.UnregisterClient(M.UnregisterClientRequest(client_id="a", consumer_group="G"),
+                                 timeout=10)
+    assert lock("x", 0, 1, 2) == [0, 1]  # b keeps queue 2
+    stream = b.messaging.WatchConsumerGroup(M.WatchConsumerGroupRequest(
+        consumer_group="G", client_id="b"))
+    next(stream)  # the stream is open
+    stream.cancel()  # as when b's process dies
+    wait_until(lambda: lock("y", 2) == [2], message="b's lock released with its stream")
+    assert lock("y", 3) == []  # c is still there
+
+
+def test_a_silent_clients_locks_lapse_after_60_s_and_a_release_spares_the_next_holder(
+        ) -> None:
+    """RebalanceLockManager's 60 s: a client that neither renews nor leaves loses its
+    locks then; releasing it later does not touch the locks others took meanwhile."""
+    from broker.clients import QueueLocks
+
+    now = [0]
+    locks = QueueLocks(lambda: now[0])
+    assert locks.try_lock_batch("G", "a", [("T", 0), ("T", 1)]) == [("T", 0), ("T", 1)]
+    now[0] = 60_000
+    assert locks.try_lock_batch("G", "b", [("T", 0)]) == []  # not lapsed yet
+    now[0] = 60_001
+    assert locks.try_lock_batch("G", "b", [("T", 0)]) == [("T", 0)]
+    locks.release_client("G", "a")  # a leaves late: only its queue 1 is freed
+    assert locks.try_lock_batch("G", "c", [("T", 0), ("T", 1)]) == [("T", 1)]
+    locks.release_client("G", "b")
+    assert locks.try_lock_batch("G", "c", [("T", 0)]) == [("T", 0)]
