@@ -33,6 +33,10 @@ RESTART_TIMEOUT_S = 60.0
 BALANCE_TIMEOUT_S = 45.0
 BALANCE_NUDGE_S = 2.0  # not balanced yet: ask the group's consumers to rebalance now
 POLL_S = 0.2
+AWAIT_POLL_S = 1.0  # an await step asks the name servers / the master this often
+# The committed offsets of the consumer groups are sampled from the masters this often
+# (scenarios with probe_offsets).
+OFFSETS_PROBE_S = 1.0
 ADMIN_TIMEOUT_S = 3.0
 
 PROGRESS_INTERVAL_S = 1.0  # on a terminal; else a line every PROGRESS_LOG_INTERVAL_S

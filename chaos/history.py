@@ -36,6 +36,8 @@ FINAL_READ = "final-read"
 START, END = "start", "end"
 NEMESIS = "nemesis"
 FALL_BEHIND = "fall-behind"  # probe kind: a master's view of its slave's replication
+CONSUMER_OFFSETS = "consumer-offsets"  # probe kind: a group's offsets committed on a master
+AWAIT = "await"  # probe kind: an await step of the nemesis (met or not, how long it took)
 RUNNER = "runner"
 
 Entry = dict[str, Any]

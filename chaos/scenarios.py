@@ -33,11 +33,17 @@ class ClusterShape:
 
 @dataclasses.dataclass(frozen=True)
 class Step:
-    at: float  # fraction of the send phase
-    action: str  # "start" or "heal"
-    fault: str  # faults.FAULTS
+    """At `at` (a fraction of the send phase): start or heal `fault` on `node`; or (action
+    "await") wait until the condition named by `fault` holds for `node` (nemesis.CONDITIONS:
+    unlisted, listed, caught-up), at most `timeout_s`. The steps after an await wait for
+    it, and the send phase lasts until the last step ran."""
+
+    at: float
+    action: str  # "start", "heal" or "await"
+    fault: str  # faults.FAULTS; for "await" the condition
     node: str
     probe_fall_behind: str | None = None  # group probed right before the fault starts
+    timeout_s: float = 0.0  # "await" only
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +60,9 @@ class Scenario:
     # still to consume (a message consumed from a master before it died counts as delivered,
     # whether or not its slave had it).
     consume_ratio: float = 0.7
+    # sample the plain group's committed offsets on the masters every second (checked:
+    # none goes backwards)
+    probe_offsets: bool = False
     # problems the result shows for this scenario (empty: as expected)
     expect: Callable[[Result], list[str]] = lambda result: []
 
