@@ -13,16 +13,22 @@ and recovery (RTO) checkers.
 - check_errors_outside_faults: failed / unknown sends that met no fault window.
 - check_loss_within_fall_behind: lost messages of a broker group against the replication
   fall-behind probed just before its master was killed.
+- check_awaits: what the nemesis waited for (a route gone, back, a slave caught up), and
+  when it came.
+- check_consumer_offsets: the consumer groups' offsets committed on the masters (sampled
+  every second when the scenario asks) never go backwards; messages read twice after a
+  master's kill lie beyond what was committed before it.
 """
 
 from __future__ import annotations
 
 import collections
+import itertools
 import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.history import FALL_BEHIND, RUN, RUNNER, Entry
+from chaos.history import AWAIT, CONSUMER_OFFSETS, FALL_BEHIND, RUN, RUNNER, Entry
 from chaos.operations import (
     SEND_OK,
     FaultWindow,
@@ -331,6 +337,95 @@ def check_loss_within_fall_behind(entries: Sequence[Entry]) -> dict[str, Any]:
     return {"probes": results, "valid": all(r["valid"] for r in results)}
 
 
+# -- await steps -------------------------------------------------------------------------------
+def check_awaits(entries: Sequence[Entry]) -> dict[str, Any]:
+    """What the nemesis waited for (a route gone after the expiry, back after the heal, a
+    slave caught up), whether it came and how long after the fault's start and end."""
+    awaits = [{k: v for k, v in p["value"].items() if k != "kind"} | {"time": p["time"]}
+              for p in probes(ordered_entries(entries), AWAIT)]
+    return {"awaits": awaits, "valid": all(a["met"] for a in awaits)}
+
+
+# -- committed consumer offsets -----------------------------------------------------------------
+def _offset_samples(entries: Sequence[Entry]
+                    ) -> dict[tuple[str, str, str, str], list[tuple[float, int]]]:
+    """(master addr, broker group, consumer group, topic/queue) -> [(time, offset)]."""
+    out: dict[tuple[str, str, str, str], list[tuple[float, int]]] = collections.defaultdict(list)
+    for p in probes(entries, CONSUMER_OFFSETS):
+        v = p["value"]
+        for group, offsets in (v.get("groups") or {}).items():
+            for queue, offset in offsets.items():
+                out[(v["addr"], v["broker"], group, queue)].append((p["time"], int(offset)))
+    return out
+
+
+def check_consumer_offsets(entries: Sequence[Entry]) -> dict[str, Any]:
+    """The consumer groups' offsets committed on the masters, sampled during the run: none
+    may go backwards (a restarted master that reloads older offsets than it had acked would
+    make consumers read again what they had done)."""
+    entries = ordered_entries(entries)
+    samples = _offset_samples(entries)
+    backwards = []
+    for (addr, broker, group, queue), series in sorted(samples.items()):
+        for (_, a), (t, b) in itertools.pairwise(series):
+            if b < a:
+                backwards.append({"addr": addr, "broker": broker, "group": group,
+                                  "queue": queue, "from": a, "to": b, "time": t})
+    redeliveries = _redeliveries_against_commits(entries, samples)
+    return {"samples": sum(len(s) for s in samples.values()), "queues": len(samples),
+            "backwards_count": len(backwards), "backwards": _examples(backwards),
+            "redeliveries": redeliveries,
+            "valid": not backwards and all(r["valid"] for r in redeliveries)}
+
+
+def _redeliveries_against_commits(entries: Sequence[Entry],
+                                  samples: dict[tuple[str, str, str, str],
+                                                list[tuple[float, int]]]
+                                  ) -> list[dict[str, Any]]:
+    """For each kill of a master: messages of its group consumed before the kill and again
+    after it must lie at or beyond the offset the group had committed on that master before
+    the kill (what a consumer may read twice is what it had not committed): the duplicates'
+    bound is the messages consumed beyond the committed offsets at the kill."""
+    out = []
+    consume_ops = consumes(entries)
+    for w in fault_windows(entries):
+        if w.fault not in ("kill", "stop") or not w.node.endswith("-0"):
+            continue
+        broker = w.node.rsplit("-", 1)[0]
+        committed: dict[str, int] = {}  # "topic/queue" -> offset (the consumers' group)
+        for (_, b, _, queue), series in samples.items():
+            before = [o for t, o in series if t < w.start]
+            if b == broker and before:
+                committed[queue] = max(committed.get(queue, -1), before[-1])
+        if not committed:
+            continue
+        first: dict[str, Operation] = {}
+        count: collections.Counter[str] = collections.Counter()
+        for op in consume_ops:
+            first.setdefault(op.id, op)
+            count[op.id] += 1
+        mine = [op for op in first.values() if op.value.get("broker") == broker
+                and op.invoke_time < w.start]
+        uncommitted = [op for op in mine
+                       if op.value.get("queue_offset", -1) >= committed.get(_queue(op), 0)]
+        twice = [op for op in mine if count[op.id] > 1]
+        below = [op.id for op in twice
+                 if op.value.get("queue_offset", -1) < committed.get(_queue(op), 0)]
+        out.append({"window": w.window, "node": w.node, "broker": broker,
+                    "queues_committed": len(committed),
+                    "consumed_before_fault": len(mine),
+                    "uncommitted_at_fault": len(uncommitted),
+                    "redelivered": len(twice),
+                    "redelivered_below_committed_count": len(below),
+                    "redelivered_below_committed": _examples(_sort_ids(below)),
+                    "valid": not below})
+    return out
+
+
+def _queue(op: Operation) -> str:
+    return f"{op.value.get('topic')}/{op.value.get('queue')}"
+
+
 # -- all ---------------------------------------------------------------------------------------
 def check(entries: Sequence[Entry]) -> dict[str, Any]:
     """Every checker over one history; `valid` when nothing acknowledged was lost, nothing
@@ -343,9 +438,12 @@ def check(entries: Sequence[Entry]) -> dict[str, Any]:
         "recovery": check_recovery(entries),
         "errors_outside_faults": check_errors_outside_faults(entries),
         "fall_behind": check_loss_within_fall_behind(entries),
+        "awaits": check_awaits(entries),
+        "consumer_offsets": check_consumer_offsets(entries),
     }
     result["valid"] = all(result[k]["valid"] for k in
-                          ("queue", "order", "errors_outside_faults", "fall_behind"))
+                          ("queue", "order", "errors_outside_faults", "fall_behind", "awaits",
+                           "consumer_offsets"))
     return result
 
 

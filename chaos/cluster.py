@@ -62,24 +62,25 @@ class ClusterObserver:
             return False
         return bool(fb["in_sync"]) and fb["fall_behind_bytes"] == 0
 
-    def committed_offsets(self, group: str) -> list[dict[str, Any]]:
-        """The consumer group's committed offsets as each reachable master reports them:
-        one record per master, {broker, addr, offsets: {"TOPIC/QUEUE": offset}}."""
-        out = []
+    def committed_offsets(self, groups: list[str]) -> list[dict[str, Any]]:
+        """The consumer groups' committed offsets as each reachable master reports them: one
+        record per master, {broker, addr, groups: {group: {"TOPIC/QUEUE": offset}}}."""
+        out: list[dict[str, Any]] = []
         try:
-            groups = self.groups()
+            broker_groups = self.groups()
         except AdminError:
             return out
-        for g in groups:
+        for g in broker_groups:
             if g.master_addr is None:
                 continue
             try:
                 _, progress = self.admin.broker_consume_stats(g.master_addr)
             except AdminError:
                 continue
-            offsets = {f"{q.topic}/{q.queue_id}": q.consumer_offset for p in progress
-                       if p.group == group for q in p.queues if q.consumer_offset >= 0}
-            out.append({"broker": g.broker_name, "addr": g.master_addr, "offsets": offsets})
+            offsets = {p.group: {f"{q.topic}/{q.queue_id}": q.consumer_offset
+                                 for q in p.queues if q.consumer_offset >= 0}
+                       for p in progress if p.group in groups}
+            out.append({"broker": g.broker_name, "addr": g.master_addr, "groups": offsets})
         return out
 
     def groups(self) -> list[BrokerGroup]:

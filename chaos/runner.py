@@ -187,11 +187,12 @@ def _sample_offsets(observer: ClusterObserver, history: HistoryWriter, groups: l
                     stop: threading.Event) -> None:
     """Every OFFSETS_PROBE_S until `stop`: the groups' committed offsets as each reachable
     master reports them (checker.check_consumer_offsets)."""
-    while not stop.wait(OFFSETS_PROBE_S):
-        for group in groups:
-            for record in observer.committed_offsets(group):
-                history.append(RUNNER, INFO, PROBE, {"kind": CONSUMER_OFFSETS, "group": group,
-                                                    **record})
+    try:
+        while not stop.wait(OFFSETS_PROBE_S):
+            for record in observer.committed_offsets(groups):
+                history.append(RUNNER, INFO, PROBE, {"kind": CONSUMER_OFFSETS, **record})
+    finally:
+        observer.close()
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -238,7 +239,7 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         consume_ratio=(scenario.consume_ratio if options.consume_ratio is None
                        else options.consume_ratio),
         consumers=options.consumers, max_messages=options.max_messages,
-        body_size=options.body_size)
+        body_size=options.body_size, send_timeout_s=scenario.send_timeout_s)
     if config.threads == 0:
         raise RunError("no producer thread: give --producers or --ordered-producers")
     try:
@@ -285,7 +286,7 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
             sampler = threading.Thread(
                 target=_sample_offsets, name="offsets-probe", daemon=True,
                 args=(ClusterObserver(namesrv_addr), history,
-                      [config.group("plain")], stop_sampling))
+                      [config.group(s) for s in ("plain", "ordered")], stop_sampling))
             sampler.start()
         workload.start_producers()
         phase_start = history.now()

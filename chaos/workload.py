@@ -61,6 +61,9 @@ class WorkloadConfig:
     # Consumers take at most this share of their stream's send rate during the send phase,
     # so that a backlog builds up and a fault finds messages still to consume (0: no limit).
     consume_ratio: float = 0.0
+    # the producers' send timeout (None: the client's, 3 s); longer than the broker's wait
+    # for a slave ack (3 s) to see FLUSH_SLAVE_TIMEOUT answered rather than a client timeout
+    send_timeout_s: float | None = None
 
     @property
     def plain_topic(self) -> str:
@@ -235,7 +238,8 @@ class Workload:
     # -- producers -----------------------------------------------------------------------------
     def start_producers(self) -> None:
         c = self.config
-        plain = Producer(f"chaos-producer-{c.run_id}", self.namesrv_addr).start()
+        timeout = {} if c.send_timeout_s is None else {"send_timeout_s": c.send_timeout_s}
+        plain = Producer(f"chaos-producer-{c.run_id}", self.namesrv_addr, **timeout).start()
         self._producers.append(plain)
         ordered = plain
         per_thread_rate = c.rate / c.threads if c.rate > 0 else 0.0
