@@ -202,6 +202,9 @@ def run(options: RunOptions) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cluster_dir = None
     started_cluster = False
+    if options.target == "local" and any(s.fault == "disconnect" for s in scenario.steps):
+        raise RunError(f"scenario {scenario.name} cuts a node off the network: only the "
+                       "compose target can (--target compose)")
     if options.target == "local":
         cluster_dir = (options.cluster_dir or out / CLUSTER_DIR).resolve()
         if _local_cluster_running(cluster_dir):
