@@ -7,6 +7,8 @@ import pytest
 
 from chaos.checker import (
     check,
+    check_awaits,
+    check_consumer_offsets,
     check_errors_outside_faults,
     check_loss_within_fall_behind,
     check_order,
@@ -14,11 +16,14 @@ from chaos.checker import (
     check_recovery,
 )
 from chaos.operations import fault_windows, operations
+from chaos.scenarios import expect_route_expiry, expect_weak_acks_then_catch_up
 from tests.chaos.histories import (
+    awaited,
     consume,
     failed,
     fault,
     invoke,
+    offsets,
     ok,
     probe,
     sent,
@@ -252,3 +257,60 @@ def test_redeliveries_are_told_apart_by_phase() -> None:
     assert q["duplicate_deliveries"] == 5
     assert q["duplicate_deliveries_by_phase"] == {"send phase": 1, "fault windows": 1,
                                                   "drain": 1, "shutdown": 2}
+
+
+def test_committed_offsets_going_backwards_are_found_per_master_and_queue() -> None:
+    h = [offsets(1.0, {"T/0": 5, "T/1": 3}), offsets(2.0, {"T/0": 7, "T/1": 3}),
+         offsets(2.0, {"T/0": 1}, broker="broker-b", addr="b:1"),  # another master
+         offsets(3.0, {"T/0": 6, "T/1": 4})]  # T/0 of broker-a: 7 -> 6
+    r = check_consumer_offsets(h)
+    assert (r["samples"], r["queues"], r["backwards_count"]) == (7, 3, 1)
+    assert r["backwards"][0] | {"time": 0} == {
+        "addr": "127.0.0.1:10911", "broker": "broker-a", "group": "G", "queue": "T/0",
+        "from": 7, "to": 6, "time": 0}
+    assert not r["valid"] and not check(h)["valid"]
+    assert check_consumer_offsets(h[:3])["valid"]
+
+
+def test_redeliveries_after_a_kill_must_lie_beyond_the_committed_offsets() -> None:
+    """Committed 2 on T/0 before the kill: k#2 and k#3 (offsets 2, 3) may come again, k#1
+    (offset 1) may not."""
+    before = [offsets(1.0, {"T/0": 2}),
+              *(consume(0.5 + i / 10, "k", i, queue_offset=i) for i in range(4))]
+    again = [fault(2.0, "start"), consume(3.0, "k", 3, queue_offset=3),
+             consume(3.1, "k", 2, queue_offset=2), fault(4.0, "end")]
+    [r] = check_consumer_offsets([*before, *again])["redeliveries"]
+    assert (r["consumed_before_fault"], r["uncommitted_at_fault"], r["redelivered"]) == (4, 2, 2)
+    assert r["valid"] and r["redelivered_below_committed_count"] == 0
+    [r] = check_consumer_offsets([*before, *again, consume(3.2, "k", 1, queue_offset=1)]
+                                 )["redeliveries"]
+    assert not r["valid"] and r["redelivered_below_committed"] == ["k#1"]
+
+
+def test_awaits_are_reported_and_scenario_3_judges_the_expiry_by_them() -> None:
+    h = [fault(10.0, "start", name="disconnect"), awaited(130.0, "unlisted", since_start=120.0),
+         fault(131.0, "end", name="disconnect"), awaited(150.0, "listed", since_end=19.0)]
+    result = check(h)
+    assert [a["condition"] for a in result["awaits"]["awaits"]] == ["unlisted", "listed"]
+    assert result["awaits"]["valid"]
+    too_soon = check([*h[:1], awaited(20.0, "unlisted", since_start=10.0), *h[2:]])
+    never_back = check([*h[:3], awaited(200.0, "listed", met=False)])
+    assert not never_back["awaits"]["valid"] and not never_back["valid"]
+    assert check_awaits(h)["valid"]
+    assert any("expected 80-150 s" in p for p in expect_route_expiry(too_soon))
+    assert any("did not come back" in p for p in expect_route_expiry(never_back))
+    assert not [p for p in expect_route_expiry(result) if "route" in p or "back" in p]
+
+
+def test_scenario_4_wants_weak_acks_and_the_slave_caught_up() -> None:
+    h = [*sent(1.0, 4.1, "p0", "k", 0, status="FLUSH_SLAVE_TIMEOUT"), consume(5.0, "k", 0),
+         *sent(0.1, 0.2, "p0", "k", 1), consume(0.3, "k", 1),
+         fault(0.5, "start", name="pause", node="broker-a-1"),
+         fault(6.0, "end", name="pause", node="broker-a-1"),
+         awaited(8.0, "caught-up", node="broker-a-1", since_end=2.0)]
+    assert expect_weak_acks_then_catch_up(check(h)) == []
+    plain = [*sent(1.0, 1.1, "p0", "k", 0), consume(5.0, "k", 0), *h[5:7],
+             awaited(60.0, "caught-up", node="broker-a-1", met=False)]
+    problems = expect_weak_acks_then_catch_up(check(plain))
+    assert any("FLUSH_SLAVE_TIMEOUT" in p for p in problems)
+    assert any("did not catch up" in p for p in problems)
