@@ -16,14 +16,15 @@ and recovery (RTO) checkers.
 - check_awaits: what the nemesis waited for (a route gone, back, a slave caught up), and
   when it came.
 - check_consumer_offsets: the consumer groups' offsets committed on the masters (sampled
-  every second when the scenario asks) never go backwards; messages read twice after a
-  master's kill lie beyond what was committed before it.
+  every second when the scenario asks): a regression (a restarted master's offsets older
+  than it had acknowledged) must be repaired, and how far and how long it went back is
+  reported; messages read twice after a master's kill lie beyond what was committed before
+  it.
 """
 
 from __future__ import annotations
 
 import collections
-import itertools
 import statistics
 from collections.abc import Sequence
 from typing import Any
@@ -360,22 +361,41 @@ def _offset_samples(entries: Sequence[Entry]
 
 
 def check_consumer_offsets(entries: Sequence[Entry]) -> dict[str, Any]:
-    """The consumer groups' offsets committed on the masters, sampled during the run: none
-    may go backwards (a restarted master that reloads older offsets than it had acked would
-    make consumers read again what they had done)."""
+    """The consumer groups' offsets committed on the masters, sampled during the run. A
+    sample below an earlier one of its queue is a regression (a master restarted after a
+    kill -9 reloads the offsets it last persisted, up to flushConsumerOffsetInterval = 5 s
+    old); it is repaired when the queue's offset is back where it had been (the consumers
+    commit their own position every 5 s). Valid when every regression was repaired: no
+    offset stays behind, and messages read twice after a master's kill lie beyond what was
+    committed before it."""
     entries = ordered_entries(entries)
     samples = _offset_samples(entries)
-    backwards = []
+    regressions = []
     for (addr, broker, group, queue), series in sorted(samples.items()):
-        for (_, a), (t, b) in itertools.pairwise(series):
-            if b < a:
-                backwards.append({"addr": addr, "broker": broker, "group": group,
-                                  "queue": queue, "from": a, "to": b, "time": t})
+        high, high_t = series[0][1], series[0][0]
+        open_: dict[str, Any] | None = None
+        for t, offset in series[1:]:
+            if open_ is not None and offset >= open_["from"]:
+                open_["repaired_after_s"] = round(t - open_["time"], 3)
+                open_ = None
+            if offset < high and open_ is None:
+                open_ = {"addr": addr, "broker": broker, "group": group, "queue": queue,
+                         "from": high, "to": offset, "time": t,
+                         "previous_sample_time": high_t, "repaired_after_s": None}
+                regressions.append(open_)
+            if offset >= high:
+                high, high_t = offset, t
+    unrepaired = [r for r in regressions if r["repaired_after_s"] is None]
     redeliveries = _redeliveries_against_commits(entries, samples)
     return {"samples": sum(len(s) for s in samples.values()), "queues": len(samples),
-            "backwards_count": len(backwards), "backwards": _examples(backwards),
+            "backwards_count": len(regressions), "backwards": _examples(regressions),
+            "max_backwards_messages": max((r["from"] - r["to"] for r in regressions),
+                                          default=0),
+            "longest_repair_s": max((r["repaired_after_s"] for r in regressions
+                                     if r["repaired_after_s"] is not None), default=None),
+            "unrepaired_count": len(unrepaired), "unrepaired": _examples(unrepaired),
             "redeliveries": redeliveries,
-            "valid": not backwards and all(r["valid"] for r in redeliveries)}
+            "valid": not unrepaired and all(r["valid"] for r in redeliveries)}
 
 
 def _redeliveries_against_commits(entries: Sequence[Entry],

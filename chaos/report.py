@@ -89,7 +89,11 @@ def summary(result: dict[str, Any]) -> str:
     offsets = result.get("consumer_offsets", {})
     if offsets.get("samples"):
         lines.append(f"committed consumer offsets: {offsets['samples']} samples of "
-                     f"{offsets['queues']} queues, {offsets['backwards_count']} went backwards")
+                     f"{offsets['queues']} queues, {offsets['backwards_count']} went backwards"
+                     + (f" (by at most {offsets['max_backwards_messages']} messages, back "
+                        f"within {_s(offsets['longest_repair_s'])}; "
+                        f"{offsets['unrepaired_count']} never back)"
+                        if offsets["backwards_count"] else ""))
         for r in offsets["redeliveries"]:
             lines.append(f"  kill of {r['node']} (window #{r['window']}): consumed before it "
                          f"{r['consumed_before_fault']}, of which uncommitted "

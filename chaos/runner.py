@@ -162,7 +162,12 @@ def _compose_injector(options: RunOptions) -> tuple[FaultInjector, str]:
         published_namesrv_addr,
         shape_problem,
     )
-    from chaos.docker_faults import COMPOSE_NETWORK_LABEL, DockerInjector, docker_client
+    from chaos.docker_faults import (
+        COMPOSE_NETWORK_LABEL,
+        COMPOSE_PROJECT_LABEL,
+        DockerInjector,
+        docker_client,
+    )
     project = options.compose_project or DEFAULT_PROJECT
     services = {**COMPOSE_SERVICES, **(options.compose_services or {})}
     client = docker_client()
@@ -171,7 +176,7 @@ def _compose_injector(options: RunOptions) -> tuple[FaultInjector, str]:
         if problem is not None:
             raise RunError(problem)
         has_registration = bool(client.networks.list(filters={"label": [
-            f"com.docker.compose.project={project}",
+            f"{COMPOSE_PROJECT_LABEL}={project}",
             f"{COMPOSE_NETWORK_LABEL}={REGISTRATION_NETWORK}"]}))
         injector = DockerInjector.from_compose(
             project, services, client,

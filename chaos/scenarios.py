@@ -193,16 +193,26 @@ def expect_weak_acks_then_catch_up(result: Result) -> list[str]:
     return out
 
 
+# A restarted master's committed offsets may be older than those it had acknowledged (it
+# persists them every 5 s); the consumers' next commit (every 5 s) repairs them.
+OFFSET_REPAIR_S = 15.0
+
+
 def expect_restart_without_loss(result: Result) -> list[str]:
     """Scenario 5: nothing lost after the master's restart; no committed consumer offset
-    goes backwards; duplicates reported, and only of what was not committed at the kill."""
+    stays behind where it had been (one the restarted master reloaded older is repaired by
+    the consumers' next commit within OFFSET_REPAIR_S); duplicates reported, and only of what
+    was not committed at the kill."""
     out = _queue_problems(result)
     offsets = result["consumer_offsets"]
     if not offsets["samples"]:
         out.append("no committed consumer offsets sampled")
-    if offsets["backwards_count"]:
-        out.append(f"{offsets['backwards_count']} committed consumer offsets went backwards "
-                   f"(first: {offsets['backwards'][:3]})")
+    if offsets["unrepaired_count"]:
+        out.append(f"{offsets['unrepaired_count']} committed consumer offsets went backwards "
+                   f"and stayed there (first: {offsets['unrepaired'][:3]})")
+    if (offsets["longest_repair_s"] or 0.0) > OFFSET_REPAIR_S:
+        out.append(f"a committed consumer offset stayed behind for "
+                   f"{offsets['longest_repair_s']} s (expected at most {OFFSET_REPAIR_S:.0f} s)")
     if not offsets["redeliveries"]:
         out.append("no offsets committed on the master before its kill")
     for r in offsets["redeliveries"]:

@@ -262,14 +262,21 @@ def test_redeliveries_are_told_apart_by_phase() -> None:
 def test_committed_offsets_going_backwards_are_found_per_master_and_queue() -> None:
     h = [offsets(1.0, {"T/0": 5, "T/1": 3}), offsets(2.0, {"T/0": 7, "T/1": 3}),
          offsets(2.0, {"T/0": 1}, broker="broker-b", addr="b:1"),  # another master
-         offsets(3.0, {"T/0": 6, "T/1": 4})]  # T/0 of broker-a: 7 -> 6
+         offsets(3.0, {"T/0": 6, "T/1": 4}),  # T/0 of broker-a: 7 -> 6
+         offsets(4.0, {"T/0": 6, "T/1": 4})]
     r = check_consumer_offsets(h)
-    assert (r["samples"], r["queues"], r["backwards_count"]) == (7, 3, 1)
-    assert r["backwards"][0] | {"time": 0} == {
+    assert (r["samples"], r["queues"], r["backwards_count"]) == (9, 3, 1)
+    assert r["backwards"][0] == {
         "addr": "127.0.0.1:10911", "broker": "broker-a", "group": "G", "queue": "T/0",
-        "from": 7, "to": 6, "time": 0}
+        "from": 7, "to": 6, "time": 3.0, "previous_sample_time": 2.0,
+        "repaired_after_s": None}
+    assert r["unrepaired_count"] == 1 and r["max_backwards_messages"] == 1
     assert not r["valid"] and not check(h)["valid"]
     assert check_consumer_offsets(h[:3])["valid"]
+    # The consumers' next commit puts it back: a regression reported, repaired after 2 s.
+    repaired = check_consumer_offsets([*h, offsets(5.0, {"T/0": 8, "T/1": 4})])
+    assert repaired["backwards_count"] == 1 and repaired["unrepaired_count"] == 0
+    assert repaired["longest_repair_s"] == 2.0 and repaired["valid"]
 
 
 def test_redeliveries_after_a_kill_must_lie_beyond_the_committed_offsets() -> None:

@@ -19,6 +19,7 @@ The image is built once per session (tests/compose's fixtures). Each test prints
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ import docker
 import pytest
 
 from chaos import report
+from chaos.cli import main
 from chaos.constants import CHART_FILE, HISTORY_FILE, RESULT_FILE
 from chaos.history import read_history
 from chaos.operations import consumes, fault_windows, sends
@@ -173,7 +175,7 @@ def test_scenario_1_kill_sync_master_loses_nothing_and_fails_over(
     assert w["consume"]["next_consume_by_group_s"].get("broker-a") is not None
 
 
-def test_scenario_5_restarted_master_loses_nothing_and_offsets_never_go_back(
+def test_scenario_5_restarted_master_loses_nothing_and_no_offset_stays_behind(
         sync_cluster: ComposeCluster, tmp_path: Path) -> None:
     """After scenario 1 (its master killed, restarted at the end): kill -9 it again, start
     it while the producers still send."""
@@ -189,7 +191,9 @@ def test_scenario_5_restarted_master_loses_nothing_and_offsets_never_go_back(
     assert any(op.acknowledged and op.value["broker"] == "broker-a"
                and op.invoke_time > window.end for op in sends(history))
     offsets = result["consumer_offsets"]
-    assert offsets["samples"] > 0 and offsets["backwards_count"] == 0
+    # The restarted master may serve offsets it persisted before the kill (up to 5 s old)
+    # until the consumers' next commit: reported, and none stays behind.
+    assert offsets["samples"] > 0 and offsets["unrepaired_count"] == 0
     [r] = offsets["redeliveries"]
     # Duplicates are reported and bounded by what was consumed but not committed at the kill.
     assert r["redelivered"] <= r["uncommitted_at_fault"]
@@ -209,9 +213,23 @@ def test_scenario_4_paused_slave_weak_acks_then_catch_up(
 
 
 def test_scenario_2_kill_a_name_server_clients_go_on(
-        sync_cluster: ComposeCluster, tmp_path: Path) -> None:
+        sync_cluster: ComposeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    """Through the command line, as a user runs it: the name servers' addresses are read
+    from their containers' published ports."""
     wait_whole(sync_cluster)
-    result, history = run_scenario(sync_cluster, "kill-namesrv", 12.0, tmp_path / "run")
+    out = tmp_path / "run"
+    with timed("chaos: scenario kill-namesrv on compose (mqchaos run, 12 s send phase)"):
+        code = main(["run", "--target", "compose", "--compose-project", sync_cluster.project,
+                     "--scenario", "kill-namesrv", "--duration", "12", "--out", str(out),
+                     "--quiet"])
+    printed = capsys.readouterr().out
+    print(printed)
+    assert code == 0, printed
+    assert "mqchaos: kill-namesrv on compose - PASSED" in printed
+    result = json.loads((out / RESULT_FILE).read_text())
+    history = read_history(out / HISTORY_FILE)
+    assert result["run"]["namesrv_addr"] == sync_cluster.namesrv_addr
     assert result["scenario"]["passed"], result["scenario"]["problems"]
     [window] = fault_windows(history)
     assert (window.fault, window.node) == ("kill", "namesrv-0")
@@ -219,6 +237,17 @@ def test_scenario_2_kill_a_name_server_clients_go_on(
     assert any(op.ok and op.invoke_time > window.start + 1 for op in sends(history))
     assert any(op.invoke_time > window.start + 1 for op in consumes(history))
     assert result["queue"]["lost_count"] == 0
+
+
+def test_a_project_of_the_wrong_role_is_refused(
+        sync_cluster: ComposeCluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+        ) -> None:
+    code = main(["run", "--target", "compose", "--compose-project", sync_cluster.project,
+                 "--scenario", "kill-master-async", "--out", str(tmp_path / "run"), "--quiet"])
+    assert code == 3
+    assert ("broker-a-0 of compose project " f"{sync_cluster.project} runs SYNC_MASTER + "
+            "SYNC_FLUSH; scenario kill-master-async needs ASYNC_MASTER + ASYNC_FLUSH "
+            "(compose/compose.sh --async)") in capsys.readouterr().err
 
 
 def test_scenario_6_kill_async_master_loss_within_reported_fall_behind(
