@@ -84,8 +84,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_scenarios(args: argparse.Namespace) -> int:
     for s in SCENARIOS.values():
         steps = "; ".join(f"{st.action} {st.fault} {st.node} at {st.at:.0%}" for st in s.steps)
-        print(f"{s.name:22} {s.description}\n{'':22} cluster: mqcluster up "
-              f"{' '.join(s.shape.mqcluster_args())}; {steps}; default {s.duration_s:.0f} s")
+        compose = ("compose/compose.sh --async up -d" if s.shape.role == "ASYNC_MASTER"
+                   else "compose/compose.sh up -d")
+        local = ("(local: none, it cuts the network)"
+                 if any(st.fault == "disconnect" for st in s.steps)
+                 else f"or mqcluster up {' '.join(s.shape.mqcluster_args())}")
+        print(f"{s.name:24} {s.description}\n{'':24} cluster: {compose} {local}; {steps}; "
+              f"default {s.duration_s:.0f} s")
     return 0
 
 

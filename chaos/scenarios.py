@@ -262,7 +262,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario(
         "kill-restart-master",
         "5. kill -9 broker-a's master, restart it while the producers still send: nothing "
-        "lost, no committed offset goes backwards, duplicates only of what was uncommitted",
+        "lost, no committed offset stays behind, duplicates only of what was uncommitted",
         ClusterShape(),
         (Step(0.25, "start", "kill", "broker-a-0", probe_fall_behind="broker-a"),
          Step(0.6, "heal", "kill", "broker-a-0")),
