@@ -29,7 +29,16 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.history import AWAIT, CONSUMER_OFFSETS, FALL_BEHIND, RUN, RUNNER, Entry
+from chaos.history import (
+    APPLIED,
+    AWAIT,
+    CONSUMER_OFFSETS,
+    FALL_BEHIND,
+    FAULT,
+    RUN,
+    RUNNER,
+    Entry,
+)
 from chaos.operations import (
     SEND_OK,
     FaultWindow,
@@ -302,14 +311,19 @@ def check_loss_within_fall_behind(entries: Sequence[Entry]) -> dict[str, Any]:
     entries = ordered_entries(entries)
     send_ops = sends(entries)
     delivered = {op.id for op in consumes(entries)} | final_reads(entries)
+    # A kill takes effect between its start and its `applied` entry (when the node was seen
+    # dead): the dying master may acknowledge sends until then.
     starts = {w.window: w.start for w in fault_windows(entries)}
+    starts |= {e["value"]["window"]: e["time"] for e in entries
+               if e["f"] == FAULT and e["value"].get("phase") == APPLIED}
     results = []
     for probe in probes(entries, FALL_BEHIND):
         v = probe["value"]
         if v.get("before_window") is None:
             continue
         group, ack, top = v.get("group"), int(v["slave_ack_offset"]), int(v["master_max_offset"])
-        # what the group acknowledged before the fault (a master restarted later writes on)
+        # what the group acknowledged before the fault took effect (a master restarted
+        # later writes on)
         fault_start = starts.get(v["before_window"], float("inf"))
         acked = [op for op in send_ops if op.acknowledged and op.value.get("broker") == group
                  and isinstance(op.value.get("commit_log_offset"), int)

@@ -13,6 +13,7 @@ from chaos.cluster import ClusterError, ClusterObserver
 from chaos.constants import AWAIT_POLL_S
 from chaos.faults import ALWAYS_HEALED, FaultInjector, heal_fault, start_fault
 from chaos.history import (
+    APPLIED,
     AWAIT,
     END,
     FALL_BEHIND,
@@ -73,7 +74,7 @@ class Nemesis:
                 return
             self.open[(step.fault, step.node)] = window
             self.started_at[step.node] = self.history.now()
-            self._note("applied", step.fault, step.node, window, detail=detail)
+            self._note(APPLIED, step.fault, step.node, window, detail=detail)
             if step.fault in ENDS_A_PAUSE:  # the frozen process is gone: its pause is over
                 paused = self.open.pop(("pause", step.node), None)
                 if paused is not None:

@@ -304,10 +304,16 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
             args=(scenario.steps, phase_start, duration, stop_sending), daemon=True)
         nemesis_thread.start()
         # The send phase lasts its duration, and until the nemesis ran its last step (an
-        # await step may take longer).
-        while ((history.now() - phase_start < duration or nemesis_thread.is_alive())
-               and workload.producing()):
-            progress.tick(history.now() - phase_start)
+        # await or a restart may take longer) and the scenario's tail after it.
+        nemesis_done: float | None = None
+        while workload.producing():
+            now = history.now()
+            if nemesis_done is None and not nemesis_thread.is_alive():
+                nemesis_done = now
+            if (nemesis_done is not None and now - phase_start >= duration
+                    and now - nemesis_done >= scenario.tail_s):
+                break
+            progress.tick(now - phase_start)
             time.sleep(0.2)
         stop_sending.set()
         nemesis_thread.join()

@@ -64,6 +64,9 @@ class Scenario:
     # none goes backwards; redeliveries after a master's kill lie beyond them)
     probe_offsets: bool = False
     send_timeout_s: float | None = None  # the producers' (None: the client's, 3 s)
+    # the send phase goes on at least this long after the nemesis's last step (a restart or
+    # an await may end later than its share of the duration)
+    tail_s: float = 0.0
     # problems the result shows for this scenario (empty: as expected)
     expect: Callable[[Result], list[str]] = lambda result: []
 
@@ -250,7 +253,7 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
          Step(0.25, "await", "unlisted", "broker-a-0", timeout_s=ROUTE_GONE_S[1] + 20),
          Step(0.3, "heal", "disconnect", "broker-a-0"),
          Step(0.35, "await", "listed", "broker-a-0", timeout_s=ROUTE_BACK_S + 15)),
-        duration_s=15.0, rate=40.0, expect=expect_route_expiry),
+        duration_s=15.0, rate=40.0, tail_s=5.0, expect=expect_route_expiry),
     Scenario(
         "pause-slave",
         "4. pause broker-a's slave (SIGSTOP / docker pause) for a third of the send phase: "
@@ -265,8 +268,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
         "lost, no committed offset stays behind, duplicates only of what was uncommitted",
         ClusterShape(),
         (Step(0.25, "start", "kill", "broker-a-0", probe_fall_behind="broker-a"),
-         Step(0.6, "heal", "kill", "broker-a-0")),
-        probe_offsets=True, expect=expect_restart_without_loss),
+         Step(0.5, "heal", "kill", "broker-a-0")),
+        probe_offsets=True, tail_s=5.0, expect=expect_restart_without_loss),
     Scenario(
         "kill-master-async",
         "6. kill -9 broker-a's master under ASYNC_MASTER + ASYNC_FLUSH under load; it stays "

@@ -237,6 +237,23 @@ def test_probes_not_taken_before_a_fault_are_ignored() -> None:
     assert check_loss_within_fall_behind(h)["probes"] == []
 
 
+def test_fall_behind_counts_what_the_dying_master_acknowledged_until_it_was_seen_dead(
+        ) -> None:
+    """k#1 was acknowledged after the kill began (docker kill takes a moment), before the
+    node was seen dead: written after the probe, lost, and within the rule."""
+    applied = {"time": 2.5, "process": "nemesis", "type": "info", "f": "fault",
+               "value": {"phase": "applied", "fault": "kill", "node": "broker-a-0",
+                         "window": 1}}
+    h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
+         fault(2.3, "start"), *sent(2.31, 2.4, "p0", "k", 1, offset=1000), applied,
+         consume(6.5, "k", 0)]
+    [p] = check_loss_within_fall_behind(h)["probes"]
+    assert (p["written_after_probe"], p["lost_messages"], p["lost_after_probe"]) == (1, 1, 1)
+    assert p["valid"] and check_queue(h)["lost"] == ["k#1"]
+    [p] = check_loss_within_fall_behind([e for e in h if e is not applied])["probes"]
+    assert p["lost_messages"] == 0  # without the applied entry: up to the fault's start
+
+
 def test_fall_behind_counts_only_what_was_acknowledged_before_the_fault() -> None:
     """A master restarted after the kill writes on at higher offsets: not 'after the probe'."""
     h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
