@@ -103,6 +103,11 @@ class Background:
                                        self.out)
         except BaseException as e:  # noqa: BLE001 - handed to the test
             self.error = e
+        finally:  # removed while the other scenarios still run
+            try:
+                down(self.cluster)
+            except BaseException as e:  # noqa: BLE001 - handed to the test
+                self.error = self.error or e
 
 
 @pytest.fixture(scope="module")
@@ -116,7 +121,8 @@ def scenario_3(docker_client: docker.DockerClient, compose_tool: list[str],  # n
         yield bg
     finally:
         bg.thread.join(SCENARIO_3_TIMEOUT_S)
-        down(bg.cluster)
+        if bg.thread.is_alive() or bg.cluster.leftovers():
+            down(bg.cluster)
 
 
 @pytest.fixture(scope="module")
