@@ -153,11 +153,15 @@ def _redeliveries_by_phase(entries: Sequence[Entry]) -> dict[str, int]:
 # -- order -------------------------------------------------------------------------------------
 def check_order(entries: Sequence[Entry]) -> dict[str, Any]:
     """Per key of the sends marked `ordered`, first deliveries must come in sequence order
-    (gaps are fine: lost and unknown sends are check_queue's business)."""
+    (gaps are fine: lost and unknown sends are check_queue's business). A violation is told
+    apart by where the two messages were stored: in the same queue (what RocketMQ orders),
+    or in two queues (the key moved: send_orderly picks a queue by the key's hash among the
+    queues of the route, so a route that lost or regained a broker's queues moves keys, and
+    RocketMQ orders nothing across queues)."""
     entries = ordered_entries(entries)
     ordered_keys = {op.value.get("key") for op in sends(entries) if op.value.get("ordered")}
     seen: dict[str, set[int]] = collections.defaultdict(set)
-    highest: dict[str, int] = {}
+    highest: dict[str, tuple[int, str]] = {}  # key -> (highest seq delivered, its queue)
     violations: list[dict[str, Any]] = []
     per_key: collections.Counter[str] = collections.Counter()
     for op in consumes(entries):
@@ -166,14 +170,19 @@ def check_order(entries: Sequence[Entry]) -> dict[str, Any]:
             continue
         if seq in seen[key]:
             continue  # a redelivery
-        if key in highest and seq < highest[key]:
+        queue = f"{op.value.get('broker')}-{op.value.get('queue')}"
+        if key in highest and seq < highest[key][0]:
             per_key[key] += 1
-            violations.append({"key": key, "seq": seq, "after_seq": highest[key],
+            violations.append({"key": key, "seq": seq, "after_seq": highest[key][0],
                                "time": op.invoke_time, "process": op.process,
-                               "queue": f"{op.value.get('broker')}-{op.value.get('queue')}"})
+                               "queue": queue, "after_queue": highest[key][1]})
         seen[key].add(seq)
-        highest[key] = max(highest.get(key, seq), seq)
+        if key not in highest or seq > highest[key][0]:
+            highest[key] = (seq, queue)
+    within = [v for v in violations if v["queue"] == v["after_queue"]]
     return {"keys_checked": len(ordered_keys), "violation_count": len(violations),
+            "within_queue_count": len(within),
+            "across_queues_count": len(violations) - len(within),
             "keys_with_violations": dict(sorted(per_key.items())),
             "violations": _examples(violations), "valid": not violations}
 

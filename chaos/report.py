@@ -54,7 +54,9 @@ def summary(result: dict[str, Any]) -> str:
         f"deliveries" + (f" ({dup_hist}; when: {q['duplicate_deliveries_by_phase']})"
                          if dup_hist else ""),
         f"order: {order['keys_checked']} ordered keys, {order['violation_count']} violations"
-        + (f" in {order['keys_with_violations']}" if order["violation_count"] else ""),
+        + (f" in {order['keys_with_violations']} ({order.get('within_queue_count', '?')} "
+           f"within a queue, {order.get('across_queues_count', '?')} across queues: the "
+           "key moved)" if order["violation_count"] else ""),
         f"errors outside fault windows: {result['errors_outside_faults']['count']}"
         + (f" {result['errors_outside_faults']['by_error']}"
            if result["errors_outside_faults"]["count"] else ""),

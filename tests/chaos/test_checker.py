@@ -105,9 +105,21 @@ def test_order_violation_is_a_first_delivery_after_a_later_one() -> None:
     assert o["violation_count"] == 1 and not o["valid"]
     assert o["violations"][0] | {"time": 0} == {
         "key": "k", "seq": 1, "after_seq": 2, "time": 0, "process": "consumer-0",
-        "queue": "broker-a-0"}
+        "queue": "broker-a-0", "after_queue": "broker-a-0"}
     assert o["keys_with_violations"] == {"k": 1}
+    assert (o["within_queue_count"], o["across_queues_count"]) == (1, 0)
     assert not check(h)["valid"]
+
+
+def test_order_violations_across_queues_are_told_apart() -> None:
+    """The key moved to broker-b's queue 3 (its route lost broker-a), then back: k#2 came
+    from broker-b before k#1, still waiting on broker-a, was consumed."""
+    h = [*(e for i in range(3) for e in sent(1.0 + i, 1.1 + i, "p0", "k", i, ordered=True)),
+         consume(2.0, "k", 0), consume(2.1, "k", 2, broker="broker-b", queue=3),
+         consume(2.2, "k", 1)]
+    o = check_order(h)
+    assert (o["violation_count"], o["within_queue_count"], o["across_queues_count"]) == (1, 0, 1)
+    assert o["violations"][0]["after_queue"] == "broker-b-3" and not o["valid"]
 
 
 def test_redeliveries_and_gaps_are_not_order_violations() -> None:
