@@ -150,7 +150,7 @@ def async_cluster(docker_client: docker.DockerClient, compose_tool: list[str],  
 
 def test_scenario_1_kill_sync_master_loses_nothing_and_fails_over(
         sync_cluster: ComposeCluster, tmp_path: Path) -> None:
-    result, history = run_scenario(sync_cluster, "kill-master-sync", 12.0, tmp_path / "run")
+    result, history = run_scenario(sync_cluster, "kill-master-sync", 15.0, tmp_path / "run")
     assert result["scenario"]["passed"], result["scenario"]["problems"]
     q = result["queue"]
     assert q["acknowledged"] >= 500 and q["lost_count"] == 0 and q["unexpected_count"] == 0
