@@ -10,6 +10,9 @@ PROPERTY_SEQ = "chaos_seq"
 # about twice this per queue (the client's defaults: 32 and 1000).
 THROTTLED_PULL_BATCH = 32
 
+# A consumer held back by its share of what was acknowledged looks again this often.
+SHARE_POLL_S = 0.01
+
 # Each client shutdown is waited for this long; one that hangs is reported, not waited on.
 SHUTDOWN_TIMEOUT_S = 30.0
 # Producer threads end within a send timeout (3 s) after the send phase; waited this long.

@@ -137,6 +137,23 @@ def test_a_network_cut_is_refused_on_the_local_target(
     assert "only the compose target can" in capsys.readouterr().err
 
 
+def test_throttle_limits_the_share_of_what_was_produced() -> None:
+    produced = [10]
+    throttle = Throttle(0.0, 0.5, lambda: produced[0])
+    taken = []
+    worker = threading.Thread(target=lambda: [throttle.acquire() or taken.append(1)
+                                              for _ in range(8)], daemon=True)
+    worker.start()
+    time.sleep(0.3)
+    assert len(taken) == 5  # half of 10
+    produced[0] = 12
+    time.sleep(0.3)
+    assert len(taken) == 6
+    throttle.off()
+    worker.join(2)
+    assert len(taken) == 8
+
+
 def test_throttle_limits_the_rate_until_switched_off() -> None:
     throttle = Throttle(50.0)
     started = time.monotonic()
