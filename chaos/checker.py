@@ -454,7 +454,13 @@ def _redeliveries_against_commits(entries: Sequence[Entry],
         twice = [op for op in mine if count[op.id] > 1]
         below = [op.id for op in twice
                  if op.value.get("queue_offset", -1) < committed.get(_queue(op), 0)]
+        broker_distinct = sum(1 for op in first.values() if op.value.get("broker") == broker)
+        broker_extra = sum(count[i] - 1 for i, op in first.items()
+                           if op.value.get("broker") == broker)
         out.append({"window": w.window, "node": w.node, "broker": broker,
+                    # every message of the group consumed in the run, and its extra
+                    # deliveries: a queue re-read from its start at most doubles it
+                    "broker_consumed": broker_distinct, "broker_extra_deliveries": broker_extra,
                     "queues_committed": len(committed),
                     "consumed_before_fault": len(mine),
                     "uncommitted_at_fault": len(uncommitted),

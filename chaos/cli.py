@@ -136,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=_positive(float), help="sends per second over all threads "
                    "(0: as fast as they go; default: the scenario's)")
     p.add_argument("--consume-ratio", type=_positive(float),
-                   help="consumers take at most this share of the send rate during the send "
-                        "phase, so a backlog builds up (0: no limit; default: the scenario's)")
+                   help="consumers take at most this share of the send rate and of the "
+                        "messages acknowledged so far during the send phase, so a backlog "
+                        "builds up (0: no limit; default: the scenario's)")
     p.add_argument("--max-messages", type=_positive(int), default=100_000,
                    help="the send phase ends after this many sends (default 100000)")
     p.add_argument("--body-size", type=_positive(int), default=256)

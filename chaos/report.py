@@ -101,7 +101,12 @@ def summary(result: dict[str, Any]) -> str:
                          f"{r['consumed_before_fault']}, of which uncommitted "
                          f"{r['uncommitted_at_fault']} (the bound), consumed again "
                          f"{r['redelivered']}, below the committed offsets "
-                         f"{r['redelivered_below_committed_count']}")
+                         f"{r['redelivered_below_committed_count']}"
+                         + (f" (e.g. {r['redelivered_below_committed'][:3]}: re-read from "
+                            "before what was committed)"
+                            if r["redelivered_below_committed_count"] else "")
+                         + f"; extra deliveries of {r['broker']}'s messages "
+                         f"{r['broker_extra_deliveries']} of {r['broker_consumed']}")
     if verdict is not None and verdict["problems"]:
         lines.append("problems:")
         lines += [f"  - {p}" for p in verdict["problems"]]
