@@ -13,6 +13,13 @@ and recovery (RTO) checkers.
 - check_errors_outside_faults: failed / unknown sends that met no fault window.
 - check_loss_within_fall_behind: lost messages of a broker group against the replication
   fall-behind probed just before its master was killed.
+- check_awaits: what the nemesis waited for (a route gone, back, a slave caught up), and
+  when it came.
+- check_consumer_offsets: the consumer groups' offsets committed on the masters (sampled
+  every second when the scenario asks): a regression (a restarted master's offsets older
+  than it had acknowledged) must be repaired, and how far and how long it went back is
+  reported; messages read twice after a master's kill lie beyond what was committed before
+  it.
 """
 
 from __future__ import annotations
@@ -22,7 +29,16 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from chaos.history import FALL_BEHIND, RUN, RUNNER, Entry
+from chaos.history import (
+    APPLIED,
+    AWAIT,
+    CONSUMER_OFFSETS,
+    FALL_BEHIND,
+    FAULT,
+    RUN,
+    RUNNER,
+    Entry,
+)
 from chaos.operations import (
     SEND_OK,
     FaultWindow,
@@ -137,11 +153,15 @@ def _redeliveries_by_phase(entries: Sequence[Entry]) -> dict[str, int]:
 # -- order -------------------------------------------------------------------------------------
 def check_order(entries: Sequence[Entry]) -> dict[str, Any]:
     """Per key of the sends marked `ordered`, first deliveries must come in sequence order
-    (gaps are fine: lost and unknown sends are check_queue's business)."""
+    (gaps are fine: lost and unknown sends are check_queue's business). A violation is told
+    apart by where the two messages were stored: in the same queue (what RocketMQ orders),
+    or in two queues (the key moved: send_orderly picks a queue by the key's hash among the
+    queues of the route, so a route that lost or regained a broker's queues moves keys, and
+    RocketMQ orders nothing across queues)."""
     entries = ordered_entries(entries)
     ordered_keys = {op.value.get("key") for op in sends(entries) if op.value.get("ordered")}
     seen: dict[str, set[int]] = collections.defaultdict(set)
-    highest: dict[str, int] = {}
+    highest: dict[str, tuple[int, str]] = {}  # key -> (highest seq delivered, its queue)
     violations: list[dict[str, Any]] = []
     per_key: collections.Counter[str] = collections.Counter()
     for op in consumes(entries):
@@ -150,14 +170,19 @@ def check_order(entries: Sequence[Entry]) -> dict[str, Any]:
             continue
         if seq in seen[key]:
             continue  # a redelivery
-        if key in highest and seq < highest[key]:
+        queue = f"{op.value.get('broker')}-{op.value.get('queue')}"
+        if key in highest and seq < highest[key][0]:
             per_key[key] += 1
-            violations.append({"key": key, "seq": seq, "after_seq": highest[key],
+            violations.append({"key": key, "seq": seq, "after_seq": highest[key][0],
                                "time": op.invoke_time, "process": op.process,
-                               "queue": f"{op.value.get('broker')}-{op.value.get('queue')}"})
+                               "queue": queue, "after_queue": highest[key][1]})
         seen[key].add(seq)
-        highest[key] = max(highest.get(key, seq), seq)
+        if key not in highest or seq > highest[key][0]:
+            highest[key] = (seq, queue)
+    within = [v for v in violations if v["queue"] == v["after_queue"]]
     return {"keys_checked": len(ordered_keys), "violation_count": len(violations),
+            "within_queue_count": len(within),
+            "across_queues_count": len(violations) - len(within),
             "keys_with_violations": dict(sorted(per_key.items())),
             "violations": _examples(violations), "valid": not violations}
 
@@ -295,14 +320,19 @@ def check_loss_within_fall_behind(entries: Sequence[Entry]) -> dict[str, Any]:
     entries = ordered_entries(entries)
     send_ops = sends(entries)
     delivered = {op.id for op in consumes(entries)} | final_reads(entries)
+    # A kill takes effect between its start and its `applied` entry (when the node was seen
+    # dead): the dying master may acknowledge sends until then.
     starts = {w.window: w.start for w in fault_windows(entries)}
+    starts |= {e["value"]["window"]: e["time"] for e in entries
+               if e["f"] == FAULT and e["value"].get("phase") == APPLIED}
     results = []
     for probe in probes(entries, FALL_BEHIND):
         v = probe["value"]
         if v.get("before_window") is None:
             continue
         group, ack, top = v.get("group"), int(v["slave_ack_offset"]), int(v["master_max_offset"])
-        # what the group acknowledged before the fault (a master restarted later writes on)
+        # what the group acknowledged before the fault took effect (a master restarted
+        # later writes on)
         fault_start = starts.get(v["before_window"], float("inf"))
         acked = [op for op in send_ops if op.acknowledged and op.value.get("broker") == group
                  and isinstance(op.value.get("commit_log_offset"), int)
@@ -331,6 +361,120 @@ def check_loss_within_fall_behind(entries: Sequence[Entry]) -> dict[str, Any]:
     return {"probes": results, "valid": all(r["valid"] for r in results)}
 
 
+# -- await steps -------------------------------------------------------------------------------
+def check_awaits(entries: Sequence[Entry]) -> dict[str, Any]:
+    """What the nemesis waited for (a route gone after the expiry, back after the heal, a
+    slave caught up), whether it came and how long after the fault's start and end."""
+    awaits = [{k: v for k, v in p["value"].items() if k != "kind"} | {"time": p["time"]}
+              for p in probes(ordered_entries(entries), AWAIT)]
+    return {"awaits": awaits, "valid": all(a["met"] for a in awaits)}
+
+
+# -- committed consumer offsets -----------------------------------------------------------------
+def _offset_samples(entries: Sequence[Entry]
+                    ) -> dict[tuple[str, str, str, str], list[tuple[float, int]]]:
+    """(master addr, broker group, consumer group, topic/queue) -> [(time, offset)]."""
+    out: dict[tuple[str, str, str, str], list[tuple[float, int]]] = collections.defaultdict(list)
+    for p in probes(entries, CONSUMER_OFFSETS):
+        v = p["value"]
+        for group, offsets in (v.get("groups") or {}).items():
+            for queue, offset in offsets.items():
+                out[(v["addr"], v["broker"], group, queue)].append((p["time"], int(offset)))
+    return out
+
+
+def check_consumer_offsets(entries: Sequence[Entry]) -> dict[str, Any]:
+    """The consumer groups' offsets committed on the masters, sampled during the run. A
+    sample below an earlier one of its queue is a regression (a master restarted after a
+    kill -9 reloads the offsets it last persisted, up to flushConsumerOffsetInterval = 5 s
+    old); it is repaired when the queue's offset is back where it had been (the consumers
+    commit their own position every 5 s). Valid when every regression was repaired: no
+    offset stays behind, and messages read twice after a master's kill lie beyond what was
+    committed before it."""
+    entries = ordered_entries(entries)
+    samples = _offset_samples(entries)
+    regressions = []
+    for (addr, broker, group, queue), series in sorted(samples.items()):
+        high, high_t = series[0][1], series[0][0]
+        open_: dict[str, Any] | None = None
+        for t, offset in series[1:]:
+            if open_ is not None and offset >= open_["from"]:
+                open_["repaired_after_s"] = round(t - open_["time"], 3)
+                open_ = None
+            if offset < high and open_ is None:
+                open_ = {"addr": addr, "broker": broker, "group": group, "queue": queue,
+                         "from": high, "to": offset, "time": t,
+                         "previous_sample_time": high_t, "repaired_after_s": None}
+                regressions.append(open_)
+            if offset >= high:
+                high, high_t = offset, t
+    unrepaired = [r for r in regressions if r["repaired_after_s"] is None]
+    redeliveries = _redeliveries_against_commits(entries, samples)
+    return {"samples": sum(len(s) for s in samples.values()), "queues": len(samples),
+            "backwards_count": len(regressions), "backwards": _examples(regressions),
+            "max_backwards_messages": max((r["from"] - r["to"] for r in regressions),
+                                          default=0),
+            "longest_repair_s": max((r["repaired_after_s"] for r in regressions
+                                     if r["repaired_after_s"] is not None), default=None),
+            "unrepaired_count": len(unrepaired), "unrepaired": _examples(unrepaired),
+            "redeliveries": redeliveries,
+            "valid": not unrepaired and all(r["valid"] for r in redeliveries)}
+
+
+def _redeliveries_against_commits(entries: Sequence[Entry],
+                                  samples: dict[tuple[str, str, str, str],
+                                                list[tuple[float, int]]]
+                                  ) -> list[dict[str, Any]]:
+    """For each kill of a master: messages of its group consumed before the kill and again
+    after it must lie at or beyond the offset the group had committed on that master before
+    the kill (what a consumer may read twice is what it had not committed): the duplicates'
+    bound is the messages consumed beyond the committed offsets at the kill."""
+    out = []
+    consume_ops = consumes(entries)
+    for w in fault_windows(entries):
+        if w.fault not in ("kill", "stop") or not w.node.endswith("-0"):
+            continue
+        broker = w.node.rsplit("-", 1)[0]
+        committed: dict[str, int] = {}  # "topic/queue" -> offset (the consumers' group)
+        for (_, b, _, queue), series in samples.items():
+            before = [o for t, o in series if t < w.start]
+            if b == broker and before:
+                committed[queue] = max(committed.get(queue, -1), before[-1])
+        if not committed:
+            continue
+        first: dict[str, Operation] = {}
+        count: collections.Counter[str] = collections.Counter()
+        for op in consume_ops:
+            first.setdefault(op.id, op)
+            count[op.id] += 1
+        mine = [op for op in first.values() if op.value.get("broker") == broker
+                and op.invoke_time < w.start]
+        uncommitted = [op for op in mine
+                       if op.value.get("queue_offset", -1) >= committed.get(_queue(op), 0)]
+        twice = [op for op in mine if count[op.id] > 1]
+        below = [op.id for op in twice
+                 if op.value.get("queue_offset", -1) < committed.get(_queue(op), 0)]
+        broker_distinct = sum(1 for op in first.values() if op.value.get("broker") == broker)
+        broker_extra = sum(count[i] - 1 for i, op in first.items()
+                           if op.value.get("broker") == broker)
+        out.append({"window": w.window, "node": w.node, "broker": broker,
+                    # every message of the group consumed in the run, and its extra
+                    # deliveries: a queue re-read from its start at most doubles it
+                    "broker_consumed": broker_distinct, "broker_extra_deliveries": broker_extra,
+                    "queues_committed": len(committed),
+                    "consumed_before_fault": len(mine),
+                    "uncommitted_at_fault": len(uncommitted),
+                    "redelivered": len(twice),
+                    "redelivered_below_committed_count": len(below),
+                    "redelivered_below_committed": _examples(_sort_ids(below)),
+                    "valid": not below})
+    return out
+
+
+def _queue(op: Operation) -> str:
+    return f"{op.value.get('topic')}/{op.value.get('queue')}"
+
+
 # -- all ---------------------------------------------------------------------------------------
 def check(entries: Sequence[Entry]) -> dict[str, Any]:
     """Every checker over one history; `valid` when nothing acknowledged was lost, nothing
@@ -343,9 +487,12 @@ def check(entries: Sequence[Entry]) -> dict[str, Any]:
         "recovery": check_recovery(entries),
         "errors_outside_faults": check_errors_outside_faults(entries),
         "fall_behind": check_loss_within_fall_behind(entries),
+        "awaits": check_awaits(entries),
+        "consumer_offsets": check_consumer_offsets(entries),
     }
     result["valid"] = all(result[k]["valid"] for k in
-                          ("queue", "order", "errors_outside_faults", "fall_behind"))
+                          ("queue", "order", "errors_outside_faults", "fall_behind", "awaits",
+                           "consumer_offsets"))
     return result
 
 

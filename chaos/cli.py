@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from chaos import report
+from chaos.compose_target import COMPOSE_SERVICES, DEFAULT_PROJECT
 from chaos.constants import CHART_FILE, RESULT_FILE, SUMMARY_FILE
 from chaos.faults import FaultError
 from chaos.history import HistoryError, read_history
@@ -30,17 +31,12 @@ PROG = "mqchaos"
 EXIT_FAILED = 1
 EXIT_CANNOT_RUN = 3
 DEFAULT_OUT_ROOT = "mqchaos-runs"
-# Node -> compose service when no --service is given: services named as mqcluster names its
-# nodes. The compose cluster's own names go here once compose/ is on main.
-DEFAULT_COMPOSE_SERVICES = {n: n for n in ("namesrv-0", "namesrv-1", "broker-a-0", "broker-a-1",
-                                           "broker-b-0", "broker-b-1")}
 
 
 def _services(items: Sequence[str] | None) -> dict[str, str]:
-    if not items:
-        return dict(DEFAULT_COMPOSE_SERVICES)
-    out = {}
-    for item in items:
+    """--service NODE=SERVICE items over compose/docker-compose.yml's services."""
+    out = dict(COMPOSE_SERVICES)
+    for item in items or ():
         node, sep, service = item.partition("=")
         if not sep or not node or not service:
             raise argparse.ArgumentTypeError(f"--service {item!r}: expected NODE=SERVICE")
@@ -88,8 +84,13 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_scenarios(args: argparse.Namespace) -> int:
     for s in SCENARIOS.values():
         steps = "; ".join(f"{st.action} {st.fault} {st.node} at {st.at:.0%}" for st in s.steps)
-        print(f"{s.name:22} {s.description}\n{'':22} cluster: mqcluster up "
-              f"{' '.join(s.shape.mqcluster_args())}; {steps}; default {s.duration_s:.0f} s")
+        compose = ("compose/compose.sh --async up -d" if s.shape.role == "ASYNC_MASTER"
+                   else "compose/compose.sh up -d")
+        local = ("(local: none, it cuts the network)"
+                 if any(st.fault == "disconnect" for st in s.steps)
+                 else f"or mqcluster up {' '.join(s.shape.mqcluster_args())}")
+        print(f"{s.name:24} {s.description}\n{'':24} cluster: {compose} {local}; {steps}; "
+              f"default {s.duration_s:.0f} s")
     return 0
 
 
@@ -119,12 +120,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-cluster", action="store_true",
                    help="local: leave the cluster mqchaos started running")
     p.add_argument("--namesrv", help="compose: name server addresses as the host reaches "
-                   "them, 'HOST:PORT;HOST:PORT'")
-    p.add_argument("--compose-project", default="compose",
-                   help="compose: the project name (default compose)")
+                   "them, 'HOST:PORT;HOST:PORT' (default: the name servers' published ports)")
+    p.add_argument("--compose-project", default=DEFAULT_PROJECT,
+                   help=f"compose: the project name (default {DEFAULT_PROJECT}, as "
+                        "compose/compose.sh)")
     p.add_argument("--service", action="append", metavar="NODE=SERVICE",
-                   help="compose: the service of a node, e.g. broker-a-0=broker-a-master "
-                        "(repeatable; default: services named like the nodes)")
+                   help="compose: the service of a node, e.g. namesrv-0=namesrv1 "
+                        "(repeatable; default: compose/docker-compose.yml's services)")
     p.add_argument("--producers", type=_positive(int), default=4, help="plain producer "
                    "threads (default 4)")
     p.add_argument("--ordered-producers", type=_positive(int),
@@ -134,8 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=_positive(float), help="sends per second over all threads "
                    "(0: as fast as they go; default: the scenario's)")
     p.add_argument("--consume-ratio", type=_positive(float),
-                   help="consumers take at most this share of the send rate during the send "
-                        "phase, so a backlog builds up (0: no limit; default: the scenario's)")
+                   help="consumers take at most this share of the send rate and of the "
+                        "messages acknowledged so far during the send phase, so a backlog "
+                        "builds up (0: no limit; default: the scenario's)")
     p.add_argument("--max-messages", type=_positive(int), default=100_000,
                    help="the send phase ends after this many sends (default 100000)")
     p.add_argument("--body-size", type=_positive(int), default=256)

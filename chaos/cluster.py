@@ -30,9 +30,58 @@ class ClusterObserver:
     def __init__(self, namesrv_addr: str) -> None:
         self.namesrv_addr = namesrv_addr
         self.admin = MQAdmin(namesrv_addr, timeout=ADMIN_TIMEOUT_S)
+        self._each: dict[str, MQAdmin] = {}  # one admin per name server (listed_by)
 
     def close(self) -> None:
         self.admin.close()
+        for admin in self._each.values():
+            admin.close()
+
+    # -- what each name server lists -----------------------------------------------------------
+    def listed_by(self, group: str, broker_id: int) -> tuple[int, int]:
+        """How many of the name servers list brokerId `broker_id` of `group`, of how many
+        (one that does not answer lists nothing)."""
+        addrs = [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+        count = 0
+        for addr in addrs:
+            admin = self._each.get(addr)
+            if admin is None:
+                admin = self._each[addr] = MQAdmin(addr, timeout=ADMIN_TIMEOUT_S)
+            try:
+                groups = admin.cluster_info().all_groups()
+            except AdminError:
+                continue
+            count += any(g.broker_name == group and broker_id in g.addrs for g in groups)
+        return count, len(addrs)
+
+    def caught_up(self, group: str) -> bool:
+        """The group's master reports a slave in sync with nothing left to copy."""
+        try:
+            fb = self.fall_behind(group)
+        except (ClusterError, AdminError):
+            return False
+        return bool(fb["in_sync"]) and fb["fall_behind_bytes"] == 0
+
+    def committed_offsets(self, groups: list[str]) -> list[dict[str, Any]]:
+        """The consumer groups' committed offsets as each reachable master reports them: one
+        record per master, {broker, addr, groups: {group: {"TOPIC/QUEUE": offset}}}."""
+        out: list[dict[str, Any]] = []
+        try:
+            broker_groups = self.groups()
+        except AdminError:
+            return out
+        for g in broker_groups:
+            if g.master_addr is None:
+                continue
+            try:
+                _, progress = self.admin.broker_consume_stats(g.master_addr)
+            except AdminError:
+                continue
+            offsets = {p.group: {f"{q.topic}/{q.queue_id}": q.consumer_offset
+                                 for q in p.queues if q.consumer_offset >= 0}
+                       for p in progress if p.group in groups}
+            out.append({"broker": g.broker_name, "addr": g.master_addr, "groups": offsets})
+        return out
 
     def groups(self) -> list[BrokerGroup]:
         return self.admin.cluster_info().all_groups()

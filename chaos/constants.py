@@ -10,6 +10,9 @@ PROPERTY_SEQ = "chaos_seq"
 # about twice this per queue (the client's defaults: 32 and 1000).
 THROTTLED_PULL_BATCH = 32
 
+# A consumer held back by its share of what was acknowledged looks again this often.
+SHARE_POLL_S = 0.01
+
 # Each client shutdown is waited for this long; one that hangs is reported, not waited on.
 SHUTDOWN_TIMEOUT_S = 30.0
 # Producer threads end within a send timeout (3 s) after the send phase; waited this long.
@@ -33,6 +36,10 @@ RESTART_TIMEOUT_S = 60.0
 BALANCE_TIMEOUT_S = 45.0
 BALANCE_NUDGE_S = 2.0  # not balanced yet: ask the group's consumers to rebalance now
 POLL_S = 0.2
+AWAIT_POLL_S = 1.0  # an await step asks the name servers / the master this often
+# The committed offsets of the consumer groups are sampled from the masters this often
+# (scenarios with probe_offsets).
+OFFSETS_PROBE_S = 1.0
 ADMIN_TIMEOUT_S = 3.0
 
 PROGRESS_INTERVAL_S = 1.0  # on a terminal; else a line every PROGRESS_LOG_INTERVAL_S

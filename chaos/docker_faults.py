@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from chaos.constants import POLL_S, RESTART_TIMEOUT_S
@@ -17,6 +17,13 @@ STOP_TIMEOUT_S = 30
 STATE_WAIT_S = 15.0
 COMPOSE_PROJECT_LABEL = "com.docker.compose.project"
 COMPOSE_SERVICE_LABEL = "com.docker.compose.service"
+COMPOSE_NETWORK_LABEL = "com.docker.compose.network"
+
+
+def compose_containers(client: Any, project: str, service: str) -> list[Any]:
+    """The containers of one service of a compose project (found by compose's labels)."""
+    return list(client.containers.list(all=True, filters={"label": [
+        f"{COMPOSE_PROJECT_LABEL}={project}", f"{COMPOSE_SERVICE_LABEL}={service}"]}))
 
 
 def docker_client() -> Any:
@@ -50,28 +57,39 @@ def _api(node: str, what: str) -> Iterator[None]:
 class DockerInjector(FaultInjector):
     target = "compose"
 
-    def __init__(self, containers: Mapping[str, str], client: Any | None = None) -> None:
-        """`containers`: node name -> container name or id."""
+    def __init__(self, containers: Mapping[str, str], client: Any | None = None,
+                 cut_networks: Sequence[str] | None = None) -> None:
+        """`containers`: node name -> container name or id. `cut_networks`: the networks
+        disconnect cuts a node off (None: every network it is on)."""
         self.client = client if client is not None else docker_client()
         self.containers = dict(containers)
+        self.cut_networks = list(cut_networks) if cut_networks is not None else None
         # node -> the networks it was cut from, with its aliases there (for reconnect)
         self._cut: dict[str, list[tuple[str, list[str]]]] = {}
 
     @classmethod
     def from_compose(cls, project: str, services: Mapping[str, str],
-                     client: Any | None = None) -> DockerInjector:
+                     client: Any | None = None, cut_network: str | None = None
+                     ) -> DockerInjector:
         """`services`: node name -> compose service; each service must have exactly one
-        container in the project (scale 1)."""
+        container in the project (scale 1). `cut_network`: the compose network (its name
+        in the compose file) disconnect cuts; None: every network."""
         client = client if client is not None else docker_client()
         containers = {}
         for node, service in services.items():
-            found = client.containers.list(all=True, filters={"label": [
-                f"{COMPOSE_PROJECT_LABEL}={project}", f"{COMPOSE_SERVICE_LABEL}={service}"]})
+            found = compose_containers(client, project, service)
             if len(found) != 1:
                 raise FaultError(f"compose project {project}: service {service} (node {node}) "
                                  f"has {len(found)} containers, expected 1")
             containers[node] = found[0].id
-        return cls(containers, client)
+        cut = None
+        if cut_network is not None:
+            networks = client.networks.list(filters={"label": [
+                f"{COMPOSE_PROJECT_LABEL}={project}", f"{COMPOSE_NETWORK_LABEL}={cut_network}"]})
+            if len(networks) != 1:
+                raise FaultError(f"compose project {project} has no network {cut_network}")
+            cut = [networks[0].name]
+        return cls(containers, client, cut)
 
     def nodes(self) -> list[str]:
         return list(self.containers)
@@ -149,12 +167,17 @@ class DockerInjector(FaultInjector):
         return self._detail(c, started)
 
     def disconnect(self, node: str) -> Detail:
-        """Cuts the container off every network it is on (keeping each one's aliases, so
-        that reconnect restores the names other containers dial)."""
+        """Cuts the container off every network it is on, or off those of `cut_networks`
+        (keeping each one's aliases, so that reconnect restores the names other
+        containers dial)."""
         c, started = self._container(node), time.monotonic()
         networks = c.attrs["NetworkSettings"]["Networks"] or {}
+        if self.cut_networks is not None:
+            networks = {n: e for n, e in networks.items() if n in self.cut_networks}
         if not networks:
-            raise FaultError(f"{node} ({c.name}) is on no network")
+            raise FaultError(f"{node} ({c.name}) is on no network to cut"
+                             + (f" (of {', '.join(self.cut_networks)})"
+                                if self.cut_networks is not None else ""))
         cut = []
         for name, endpoint in networks.items():
             aliases = [a for a in (endpoint.get("Aliases") or []) if a != c.id[:12]]

@@ -34,8 +34,11 @@ TYPES = frozenset({INVOKE, OK, FAIL, INFO})
 SEND, CONSUME, READ, FAULT, PROBE, RUN = "send", "consume", "read", "fault", "probe", "run"
 FINAL_READ = "final-read"
 START, END = "start", "end"
+APPLIED = "applied"  # a fault entry's phase: the fault took effect (the node seen dead...)
 NEMESIS = "nemesis"
 FALL_BEHIND = "fall-behind"  # probe kind: a master's view of its slave's replication
+CONSUMER_OFFSETS = "consumer-offsets"  # probe kind: a group's offsets committed on a master
+AWAIT = "await"  # probe kind: an await step of the nemesis (met or not, how long it took)
 RUNNER = "runner"
 
 Entry = dict[str, Any]

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from chaos.cluster import ClusterError, ClusterObserver
+from chaos.constants import AWAIT_POLL_S
 from chaos.faults import ALWAYS_HEALED, FaultInjector, heal_fault, start_fault
 from chaos.history import (
+    APPLIED,
+    AWAIT,
     END,
     FALL_BEHIND,
     FAULT,
@@ -25,6 +29,9 @@ from mqclient.admin import AdminError
 
 log = logging.getLogger(__name__)
 ENDS_A_PAUSE = frozenset({"kill", "stop"})
+# what an await step can wait for, about its node
+UNLISTED, LISTED, CAUGHT_UP = "unlisted", "listed", "caught-up"
+CONDITIONS = frozenset({UNLISTED, LISTED, CAUGHT_UP})
 
 
 class Nemesis:
@@ -37,6 +44,9 @@ class Nemesis:
         self._windows = 0
         self._lock = threading.Lock()
         self.errors: list[str] = []
+        # node -> history time of the latest start / end of a fault on it (for awaits)
+        self.started_at: dict[str, float] = {}
+        self.ended_at: dict[str, float] = {}
 
     def _note(self, phase: str, fault: str, node: str, window: int, **extra: Any) -> None:
         self.history.append(NEMESIS, INFO, FAULT, {"phase": phase, "fault": fault,
@@ -63,7 +73,8 @@ class Nemesis:
                 self._note(END, step.fault, step.node, window, error=str(e))
                 return
             self.open[(step.fault, step.node)] = window
-            self._note("applied", step.fault, step.node, window, detail=detail)
+            self.started_at[step.node] = self.history.now()
+            self._note(APPLIED, step.fault, step.node, window, detail=detail)
             if step.fault in ENDS_A_PAUSE:  # the frozen process is gone: its pause is over
                 paused = self.open.pop(("pause", step.node), None)
                 if paused is not None:
@@ -83,6 +94,7 @@ class Nemesis:
                 self._note("heal-failed", fault, node, window, error=str(e))
                 return
             del self.open[(fault, node)]
+            self.ended_at[node] = self.history.now()
             self._note(END, fault, node, window, detail=detail)
 
     def heal_all(self, *, everything: bool) -> None:
@@ -113,5 +125,46 @@ class Nemesis:
                 return
             if step.action == START:
                 self.start(step)
+            elif step.action == AWAIT:
+                self.await_condition(step.fault, step.node, step.timeout_s, stop)
             else:
                 self.heal(step.fault, step.node)
+
+    def _met(self, condition: str, node: str) -> bool:
+        group, _, broker_id = node.rpartition("-")
+        if condition == CAUGHT_UP:
+            return self.observer.caught_up(group)
+        listed, of = self.observer.listed_by(group, int(broker_id))
+        return listed == 0 if condition == UNLISTED else listed == of
+
+    def await_condition(self, condition: str, node: str, timeout_s: float,
+                        stop: threading.Event | None = None) -> bool:
+        """Waits until `condition` holds for `node` (unlisted: no name server lists it;
+        listed: every one does; caught-up: its group's master reports a slave in sync with
+        nothing to copy), at most `timeout_s`; writes an `await` probe: whether it was met,
+        how long it took, and how long after the latest fault on the node started and
+        ended."""
+        if condition not in CONDITIONS:
+            self._error(f"unknown await condition {condition!r}")
+            return False
+        began = self.history.now()
+        met = False
+        while True:
+            try:
+                met = self._met(condition, node)
+            except Exception as e:  # noqa: BLE001 - an answer we could not read: not met
+                log.debug("await %s %s: %s", condition, node, e)
+            if met or self.history.now() - began > timeout_s or (stop and stop.is_set()):
+                break
+            time.sleep(AWAIT_POLL_S)
+        now = self.history.now()
+        started, ended = self.started_at.get(node), self.ended_at.get(node)
+        self.history.append(NEMESIS, INFO, PROBE, {
+            "kind": AWAIT, "condition": condition, "node": node, "met": met,
+            "waited_s": round(now - began, 3), "timeout_s": timeout_s,
+            "since_fault_start_s": round(now - started, 3) if started is not None else None,
+            "since_fault_end_s": (round(now - ended, 3) if ended is not None
+                                  and (started is None or ended >= started) else None)})
+        if not met:
+            self._error(f"{node} not {condition} after {timeout_s:.0f} s")
+        return met

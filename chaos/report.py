@@ -54,7 +54,9 @@ def summary(result: dict[str, Any]) -> str:
         f"deliveries" + (f" ({dup_hist}; when: {q['duplicate_deliveries_by_phase']})"
                          if dup_hist else ""),
         f"order: {order['keys_checked']} ordered keys, {order['violation_count']} violations"
-        + (f" in {order['keys_with_violations']}" if order["violation_count"] else ""),
+        + (f" in {order['keys_with_violations']} ({order.get('within_queue_count', '?')} "
+           f"within a queue, {order.get('across_queues_count', '?')} across queues: the "
+           "key moved)" if order["violation_count"] else ""),
         f"errors outside fault windows: {result['errors_outside_faults']['count']}"
         + (f" {result['errors_outside_faults']['by_error']}"
            if result["errors_outside_faults"]["count"] else ""),
@@ -79,6 +81,32 @@ def summary(result: dict[str, Any]) -> str:
             f"{p['written_after_probe']} written after the probe); lost {p['lost_messages']} "
             f"({p['lost_within_reported']} inside the reported range, {p['lost_after_probe']}"
             f" after it, {p['lost_below_slave_ack_count']} below the slave's ack)")
+    for a in result.get("awaits", {}).get("awaits", []):
+        since = (f"{_s(a['since_fault_end_s'])} after the heal"
+                 if a.get("since_fault_end_s") is not None else
+                 f"{_s(a.get('since_fault_start_s'))} after the fault")
+        lines.append(f"await {a['node']} {a['condition']}: "
+                     + (f"at {a['time']:.1f} s, {since}" if a["met"]
+                        else f"not met after {a['waited_s']:.0f} s"))
+    offsets = result.get("consumer_offsets", {})
+    if offsets.get("samples"):
+        lines.append(f"committed consumer offsets: {offsets['samples']} samples of "
+                     f"{offsets['queues']} queues, {offsets['backwards_count']} went backwards"
+                     + (f" (by at most {offsets['max_backwards_messages']} messages, back "
+                        f"within {_s(offsets['longest_repair_s'])}; "
+                        f"{offsets['unrepaired_count']} never back)"
+                        if offsets["backwards_count"] else ""))
+        for r in offsets["redeliveries"]:
+            lines.append(f"  kill of {r['node']} (window #{r['window']}): consumed before it "
+                         f"{r['consumed_before_fault']}, of which uncommitted "
+                         f"{r['uncommitted_at_fault']} (the bound), consumed again "
+                         f"{r['redelivered']}, below the committed offsets "
+                         f"{r['redelivered_below_committed_count']}"
+                         + (f" (e.g. {r['redelivered_below_committed'][:3]}: re-read from "
+                            "before what was committed)"
+                            if r["redelivered_below_committed_count"] else "")
+                         + f"; extra deliveries of {r['broker']}'s messages "
+                         f"{r['broker_extra_deliveries']} of {r['broker_consumed']}")
     if verdict is not None and verdict["problems"]:
         lines.append("problems:")
         lines += [f"  - {p}" for p in verdict["problems"]]

@@ -34,6 +34,7 @@ from chaos.constants import (
     DRAIN_MAX_S,
     DRAIN_QUIET_S,
     HISTORY_FILE,
+    OFFSETS_PROBE_S,
     PREPARE_TIMEOUT_S,
     PRODUCER_JOIN_TIMEOUT_S,
     RESULT_FILE,
@@ -41,10 +42,12 @@ from chaos.constants import (
 )
 from chaos.faults import FaultError, FaultInjector
 from chaos.history import (
+    CONSUMER_OFFSETS,
     END,
     FINAL_READ,
     INFO,
     OK,
+    PROBE,
     READ,
     RUN,
     RUNNER,
@@ -144,13 +147,57 @@ def _injector(options: RunOptions, cluster_dir: Path | None) -> tuple[FaultInjec
         injector = LocalInjector(cluster_dir)
         return injector, injector.namesrv_addr
     if options.target == "compose":
-        from chaos.docker_faults import DockerInjector
-        if not (options.namesrv_addr and options.compose_project and options.compose_services):
-            raise RunError("the compose target needs the name server addresses, the compose "
-                           "project and the node -> service map")
-        return (DockerInjector.from_compose(options.compose_project, options.compose_services),
-                options.namesrv_addr)
+        return _compose_injector(options)
     raise RunError(f"unknown target {options.target!r} (local or compose)")
+
+
+def _compose_injector(options: RunOptions) -> tuple[FaultInjector, str]:
+    """The project's containers (a disconnect cuts a node off the registration network when
+    the project has one, as compose/docker-compose.yml does) and the name servers' published
+    addresses; RunError when the project cannot run the scenario."""
+    from chaos.compose_target import (
+        COMPOSE_SERVICES,
+        DEFAULT_PROJECT,
+        REGISTRATION_NETWORK,
+        published_namesrv_addr,
+        shape_problem,
+    )
+    from chaos.docker_faults import (
+        COMPOSE_NETWORK_LABEL,
+        COMPOSE_PROJECT_LABEL,
+        DockerInjector,
+        docker_client,
+    )
+    project = options.compose_project or DEFAULT_PROJECT
+    services = {**COMPOSE_SERVICES, **(options.compose_services or {})}
+    client = docker_client()
+    try:
+        problem = shape_problem(client, project, services, options.scenario)
+        if problem is not None:
+            raise RunError(problem)
+        has_registration = bool(client.networks.list(filters={"label": [
+            f"{COMPOSE_PROJECT_LABEL}={project}",
+            f"{COMPOSE_NETWORK_LABEL}={REGISTRATION_NETWORK}"]}))
+        injector = DockerInjector.from_compose(
+            project, services, client,
+            cut_network=REGISTRATION_NETWORK if has_registration else None)
+        namesrv = options.namesrv_addr or published_namesrv_addr(client, project, services)
+    except BaseException:
+        client.close()
+        raise
+    return injector, namesrv
+
+
+def _sample_offsets(observer: ClusterObserver, history: HistoryWriter, groups: list[str],
+                    stop: threading.Event) -> None:
+    """Every OFFSETS_PROBE_S until `stop`: the groups' committed offsets as each reachable
+    master reports them (checker.check_consumer_offsets)."""
+    try:
+        while not stop.wait(OFFSETS_PROBE_S):
+            for record in observer.committed_offsets(groups):
+                history.append(RUNNER, INFO, PROBE, {"kind": CONSUMER_OFFSETS, **record})
+    finally:
+        observer.close()
 
 
 # -- the run -----------------------------------------------------------------------------------
@@ -160,6 +207,9 @@ def run(options: RunOptions) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     cluster_dir = None
     started_cluster = False
+    if options.target == "local" and any(s.fault == "disconnect" for s in scenario.steps):
+        raise RunError(f"scenario {scenario.name} cuts a node off the network: only the "
+                       "compose target can (--target compose)")
     if options.target == "local":
         cluster_dir = (options.cluster_dir or out / CLUSTER_DIR).resolve()
         if _local_cluster_running(cluster_dir):
@@ -197,7 +247,7 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         consume_ratio=(scenario.consume_ratio if options.consume_ratio is None
                        else options.consume_ratio),
         consumers=options.consumers, max_messages=options.max_messages,
-        body_size=options.body_size)
+        body_size=options.body_size, send_timeout_s=scenario.send_timeout_s)
     if config.threads == 0:
         raise RunError("no producer thread: give --producers or --ordered-producers")
     try:
@@ -228,6 +278,8 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         "heal_at_end": scenario.heal_at_end, "workload": dataclasses.asdict(config),
         "steps": [dataclasses.asdict(s) for s in scenario.steps]})
     nemesis_thread: threading.Thread | None = None
+    stop_sampling = threading.Event()
+    sampler: threading.Thread | None = None
     try:
         try:
             observer.prepare_topics(config.topics, config.queues, PREPARE_TIMEOUT_S)
@@ -238,6 +290,12 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         balanced = workload.wait_balanced(BALANCE_TIMEOUT_S)
         note(RUNNER, "consumers balanced" if balanced else "consumers not balanced",
              {"took_s": round(time.monotonic() - started, 3), "timeout_s": BALANCE_TIMEOUT_S})
+        if scenario.probe_offsets:
+            sampler = threading.Thread(
+                target=_sample_offsets, name="offsets-probe", daemon=True,
+                args=(ClusterObserver(namesrv_addr), history,
+                      [config.group(s) for s in ("plain", "ordered")], stop_sampling))
+            sampler.start()
         workload.start_producers()
         phase_start = history.now()
         note(RUNNER, "send-phase", {"duration_s": duration})
@@ -245,8 +303,17 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
             target=nemesis.run_steps, name="nemesis",
             args=(scenario.steps, phase_start, duration, stop_sending), daemon=True)
         nemesis_thread.start()
-        while history.now() - phase_start < duration and workload.producing():
-            progress.tick(history.now() - phase_start)
+        # The send phase lasts its duration, and until the nemesis ran its last step (an
+        # await or a restart may take longer) and the scenario's tail after it.
+        nemesis_done: float | None = None
+        while workload.producing():
+            now = history.now()
+            if nemesis_done is None and not nemesis_thread.is_alive():
+                nemesis_done = now
+            if (nemesis_done is not None and now - phase_start >= duration
+                    and now - nemesis_done >= scenario.tail_s):
+                break
+            progress.tick(now - phase_start)
             time.sleep(0.2)
         stop_sending.set()
         nemesis_thread.join()
@@ -261,6 +328,9 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
         _final_read(workload, observer, history)
     finally:
         stop_sending.set()
+        stop_sampling.set()
+        if sampler is not None:
+            sampler.join()
         if nemesis_thread is not None:
             nemesis_thread.join()
         nemesis.heal_all(everything=False)  # nothing stays frozen or cut off

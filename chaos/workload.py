@@ -14,6 +14,7 @@ carried in the properties `chaos_key` / `chaos_seq` and at the head of the body.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import logging
@@ -26,6 +27,7 @@ from chaos.constants import (
     BALANCE_NUDGE_S,
     PROPERTY_KEY,
     PROPERTY_SEQ,
+    SHARE_POLL_S,
     SHUTDOWN_TIMEOUT_S,
     THROTTLED_PULL_BATCH,
 )
@@ -61,6 +63,9 @@ class WorkloadConfig:
     # Consumers take at most this share of their stream's send rate during the send phase,
     # so that a backlog builds up and a fault finds messages still to consume (0: no limit).
     consume_ratio: float = 0.0
+    # the producers' send timeout (None: the client's, 3 s); longer than the broker's wait
+    # for a slave ack (3 s) to see FLUSH_SLAVE_TIMEOUT answered rather than a client timeout
+    send_timeout_s: float | None = None
 
     @property
     def plain_topic(self) -> str:
@@ -84,25 +89,39 @@ class WorkloadConfig:
 
 class Throttle:
     """At most `rate` calls of acquire() per second over all threads (a token bucket of one
-    second's worth); off() lets everything through from then on."""
+    second's worth; rate 0: no limit), and, with `produced`, at most `share` of what
+    `produced()` counts (the messages of the stream acknowledged so far: the limit holds
+    whatever rate the producers reach); off() lets everything through from then on."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, share: float = 0.0,
+                 produced: Callable[[], int] | None = None) -> None:
         self.rate = rate
+        self._share = share if produced is not None else 0.0
+        self._produced = produced
+        self._taken = 0
         self._lock = threading.Lock()
         self._next = time.monotonic()
         self._off = threading.Event()
-        if rate <= 0:
+        if rate <= 0 and self._share <= 0:
             self._off.set()
 
     def acquire(self) -> None:
         if self._off.is_set():
             return
-        with self._lock:
-            now = time.monotonic()
-            self._next = max(self._next + 1.0 / self.rate, now - 1.0)
-            delay = self._next - now
-        if delay > 0:
-            self._off.wait(delay)
+        if self.rate > 0:
+            with self._lock:
+                now = time.monotonic()
+                self._next = max(self._next + 1.0 / self.rate, now - 1.0)
+                delay = self._next - now
+            if delay > 0:
+                self._off.wait(delay)
+        if self._share > 0 and self._produced is not None:
+            while not self._off.is_set():
+                with self._lock:
+                    if self._taken < self._share * self._produced():
+                        self._taken += 1
+                        return
+                self._off.wait(SHARE_POLL_S)
 
     def off(self) -> None:
         self._off.set()
@@ -119,6 +138,7 @@ class Counters:
         # acknowledged message -> where it was stored: (topic, broker group, queue, offset)
         self.acked: dict[str, tuple[str, str, int, int]] = {}
         self.delivered: set[str] = set()
+        self.acked_by_stream: collections.Counter[str] = collections.Counter()  # any status
 
     def missing(self) -> int:
         """Acknowledged messages not consumed yet."""
@@ -160,7 +180,9 @@ class Workload:
         for stream, topic, orderly in streams:
             threads = c.ordered_producers if orderly else c.producers
             share = c.rate * threads / c.threads if c.rate > 0 else 0.0
-            throttle = Throttle(share * c.consume_ratio if c.consume_ratio > 0 else 0.0)
+            ratio = c.consume_ratio if c.consume_ratio > 0 else 0.0
+            throttle = Throttle(share * ratio, ratio,
+                                lambda stream=stream: self.counters.acked_by_stream[stream])
             self._throttles.append(throttle)
             for i in range(self.config.consumers):
                 process = f"consumer-{stream}-{i}"
@@ -235,7 +257,8 @@ class Workload:
     # -- producers -----------------------------------------------------------------------------
     def start_producers(self) -> None:
         c = self.config
-        plain = Producer(f"chaos-producer-{c.run_id}", self.namesrv_addr).start()
+        timeout = {} if c.send_timeout_s is None else {"send_timeout_s": c.send_timeout_s}
+        plain = Producer(f"chaos-producer-{c.run_id}", self.namesrv_addr, **timeout).start()
         self._producers.append(plain)
         ordered = plain
         per_thread_rate = c.rate / c.threads if c.rate > 0 else 0.0
@@ -292,6 +315,7 @@ class Workload:
                 latency=round(latency, 6))
             with self.counters.lock:
                 self.counters.sent_ok += 1
+                self.counters.acked_by_stream["ordered" if ordered else "plain"] += 1
                 if r.status.value == "SEND_OK":
                     mq = r.message_queue
                     self.counters.acked[mid] = (topic, mq.broker_name, mq.queue_id,

@@ -7,6 +7,8 @@ import pytest
 
 from chaos.checker import (
     check,
+    check_awaits,
+    check_consumer_offsets,
     check_errors_outside_faults,
     check_loss_within_fall_behind,
     check_order,
@@ -14,11 +16,14 @@ from chaos.checker import (
     check_recovery,
 )
 from chaos.operations import fault_windows, operations
+from chaos.scenarios import expect_route_expiry, expect_weak_acks_then_catch_up
 from tests.chaos.histories import (
+    awaited,
     consume,
     failed,
     fault,
     invoke,
+    offsets,
     ok,
     probe,
     sent,
@@ -100,9 +105,21 @@ def test_order_violation_is_a_first_delivery_after_a_later_one() -> None:
     assert o["violation_count"] == 1 and not o["valid"]
     assert o["violations"][0] | {"time": 0} == {
         "key": "k", "seq": 1, "after_seq": 2, "time": 0, "process": "consumer-0",
-        "queue": "broker-a-0"}
+        "queue": "broker-a-0", "after_queue": "broker-a-0"}
     assert o["keys_with_violations"] == {"k": 1}
+    assert (o["within_queue_count"], o["across_queues_count"]) == (1, 0)
     assert not check(h)["valid"]
+
+
+def test_order_violations_across_queues_are_told_apart() -> None:
+    """The key moved to broker-b's queue 3 (its route lost broker-a), then back: k#2 came
+    from broker-b before k#1, still waiting on broker-a, was consumed."""
+    h = [*(e for i in range(3) for e in sent(1.0 + i, 1.1 + i, "p0", "k", i, ordered=True)),
+         consume(2.0, "k", 0), consume(2.1, "k", 2, broker="broker-b", queue=3),
+         consume(2.2, "k", 1)]
+    o = check_order(h)
+    assert (o["violation_count"], o["within_queue_count"], o["across_queues_count"]) == (1, 0, 1)
+    assert o["violations"][0]["after_queue"] == "broker-b-3" and not o["valid"]
 
 
 def test_redeliveries_and_gaps_are_not_order_violations() -> None:
@@ -232,6 +249,23 @@ def test_probes_not_taken_before_a_fault_are_ignored() -> None:
     assert check_loss_within_fall_behind(h)["probes"] == []
 
 
+def test_fall_behind_counts_what_the_dying_master_acknowledged_until_it_was_seen_dead(
+        ) -> None:
+    """k#1 was acknowledged after the kill began (docker kill takes a moment), before the
+    node was seen dead: written after the probe, lost, and within the rule."""
+    applied = {"time": 2.5, "process": "nemesis", "type": "info", "f": "fault",
+               "value": {"phase": "applied", "fault": "kill", "node": "broker-a-0",
+                         "window": 1}}
+    h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
+         fault(2.3, "start"), *sent(2.31, 2.4, "p0", "k", 1, offset=1000), applied,
+         consume(6.5, "k", 0)]
+    [p] = check_loss_within_fall_behind(h)["probes"]
+    assert (p["written_after_probe"], p["lost_messages"], p["lost_after_probe"]) == (1, 1, 1)
+    assert p["valid"] and check_queue(h)["lost"] == ["k#1"]
+    [p] = check_loss_within_fall_behind([e for e in h if e is not applied])["probes"]
+    assert p["lost_messages"] == 0  # without the applied entry: up to the fault's start
+
+
 def test_fall_behind_counts_only_what_was_acknowledged_before_the_fault() -> None:
     """A master restarted after the kill writes on at higher offsets: not 'after the probe'."""
     h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
@@ -252,3 +286,67 @@ def test_redeliveries_are_told_apart_by_phase() -> None:
     assert q["duplicate_deliveries"] == 5
     assert q["duplicate_deliveries_by_phase"] == {"send phase": 1, "fault windows": 1,
                                                   "drain": 1, "shutdown": 2}
+
+
+def test_committed_offsets_going_backwards_are_found_per_master_and_queue() -> None:
+    h = [offsets(1.0, {"T/0": 5, "T/1": 3}), offsets(2.0, {"T/0": 7, "T/1": 3}),
+         offsets(2.0, {"T/0": 1}, broker="broker-b", addr="b:1"),  # another master
+         offsets(3.0, {"T/0": 6, "T/1": 4}),  # T/0 of broker-a: 7 -> 6
+         offsets(4.0, {"T/0": 6, "T/1": 4})]
+    r = check_consumer_offsets(h)
+    assert (r["samples"], r["queues"], r["backwards_count"]) == (9, 3, 1)
+    assert r["backwards"][0] == {
+        "addr": "127.0.0.1:10911", "broker": "broker-a", "group": "G", "queue": "T/0",
+        "from": 7, "to": 6, "time": 3.0, "previous_sample_time": 2.0,
+        "repaired_after_s": None}
+    assert r["unrepaired_count"] == 1 and r["max_backwards_messages"] == 1
+    assert not r["valid"] and not check(h)["valid"]
+    assert check_consumer_offsets(h[:3])["valid"]
+    # The consumers' next commit puts it back: a regression reported, repaired after 2 s.
+    repaired = check_consumer_offsets([*h, offsets(5.0, {"T/0": 8, "T/1": 4})])
+    assert repaired["backwards_count"] == 1 and repaired["unrepaired_count"] == 0
+    assert repaired["longest_repair_s"] == 2.0 and repaired["valid"]
+
+
+def test_redeliveries_after_a_kill_must_lie_beyond_the_committed_offsets() -> None:
+    """Committed 2 on T/0 before the kill: k#2 and k#3 (offsets 2, 3) may come again, k#1
+    (offset 1) may not."""
+    before = [offsets(1.0, {"T/0": 2}),
+              *(consume(0.5 + i / 10, "k", i, queue_offset=i) for i in range(4))]
+    again = [fault(2.0, "start"), consume(3.0, "k", 3, queue_offset=3),
+             consume(3.1, "k", 2, queue_offset=2), fault(4.0, "end")]
+    [r] = check_consumer_offsets([*before, *again])["redeliveries"]
+    assert (r["consumed_before_fault"], r["uncommitted_at_fault"], r["redelivered"]) == (4, 2, 2)
+    assert r["valid"] and r["redelivered_below_committed_count"] == 0
+    [r] = check_consumer_offsets([*before, *again, consume(3.2, "k", 1, queue_offset=1)]
+                                 )["redeliveries"]
+    assert not r["valid"] and r["redelivered_below_committed"] == ["k#1"]
+
+
+def test_awaits_are_reported_and_scenario_3_judges_the_expiry_by_them() -> None:
+    h = [fault(10.0, "start", name="disconnect"), awaited(130.0, "unlisted", since_start=120.0),
+         fault(131.0, "end", name="disconnect"), awaited(150.0, "listed", since_end=19.0)]
+    result = check(h)
+    assert [a["condition"] for a in result["awaits"]["awaits"]] == ["unlisted", "listed"]
+    assert result["awaits"]["valid"]
+    too_soon = check([*h[:1], awaited(20.0, "unlisted", since_start=10.0), *h[2:]])
+    never_back = check([*h[:3], awaited(200.0, "listed", met=False)])
+    assert not never_back["awaits"]["valid"] and not never_back["valid"]
+    assert check_awaits(h)["valid"]
+    assert any("expected 80-150 s" in p for p in expect_route_expiry(too_soon))
+    assert any("did not come back" in p for p in expect_route_expiry(never_back))
+    assert not [p for p in expect_route_expiry(result) if "route" in p or "back" in p]
+
+
+def test_scenario_4_wants_weak_acks_and_the_slave_caught_up() -> None:
+    h = [*sent(1.0, 4.1, "p0", "k", 0, status="FLUSH_SLAVE_TIMEOUT"), consume(5.0, "k", 0),
+         *sent(0.1, 0.2, "p0", "k", 1), consume(0.3, "k", 1),
+         fault(0.5, "start", name="pause", node="broker-a-1"),
+         fault(6.0, "end", name="pause", node="broker-a-1"),
+         awaited(8.0, "caught-up", node="broker-a-1", since_end=2.0)]
+    assert expect_weak_acks_then_catch_up(check(h)) == []
+    plain = [*sent(1.0, 1.1, "p0", "k", 0), consume(5.0, "k", 0), *h[5:7],
+             awaited(60.0, "caught-up", node="broker-a-1", met=False)]
+    problems = expect_weak_acks_then_catch_up(check(plain))
+    assert any("FLUSH_SLAVE_TIMEOUT" in p for p in problems)
+    assert any("did not catch up" in p for p in problems)

@@ -165,6 +165,40 @@ def test_disconnect_cuts_it_off_and_reconnect_restores_its_alias(
         injector.reconnect(NODE)
 
 
+def test_disconnect_from_one_compose_network_keeps_the_others(
+        docker: Any, container: Any) -> None:
+    """As compose/docker-compose.yml's registration network: the node is cut off that
+    network only and still answers on its first one."""
+    from chaos.docker_faults import COMPOSE_NETWORK_LABEL
+    second = docker.networks.create(
+        f"{container.project}_registration", driver="bridge", internal=True,
+        labels={COMPOSE_PROJECT_LABEL: container.project,
+                COMPOSE_NETWORK_LABEL: "registration"})
+    try:
+        second.connect(container, aliases=["tiny-reg"])
+        injector = DockerInjector.from_compose(container.project, {NODE: SERVICE}, docker,
+                                               cut_network="registration")
+        assert injector.cut_networks == [second.name]
+        detail = start_fault(injector, "disconnect", NODE)
+        assert detail["networks"] == [second.name]
+        container.reload()
+        assert set(container.attrs["NetworkSettings"]["Networks"]) == {container.network_name}
+        assert answers(ip_of(container))
+        heal_fault(injector, "disconnect", NODE)
+        container.reload()
+        networks = container.attrs["NetworkSettings"]["Networks"]
+        assert set(networks) == {container.network_name, second.name}
+        assert "tiny-reg" in networks[second.name]["Aliases"]
+        with pytest.raises(FaultError, match="has no network nothing"):
+            DockerInjector.from_compose(container.project, {NODE: SERVICE}, docker,
+                                        cut_network="nothing")
+        second.disconnect(container)
+        with pytest.raises(FaultError, match="no network to cut"):
+            injector.disconnect(NODE)
+    finally:
+        second.remove()
+
+
 def test_containers_found_by_compose_labels(docker: Any, container: Any) -> None:
     injector = DockerInjector.from_compose(container.project, {NODE: SERVICE}, docker)
     assert injector.nodes() == [NODE] and injector.containers[NODE] == container.id

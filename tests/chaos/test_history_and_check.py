@@ -122,8 +122,36 @@ def test_chart_of_a_history_without_sends(tmp_path: Path) -> None:
 def test_scenarios_command_lists_them(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["scenarios"]) == 0
     text = capsys.readouterr().out
-    for name in ("kill-master-sync", "kill-master-async", "pause-slave", "kill-namesrv"):
+    for name in ("kill-master-sync", "kill-master-async", "pause-slave", "kill-namesrv",
+                 "cut-master-registration", "kill-restart-master"):
         assert name in text
+    assert "compose/compose.sh --async up -d or mqcluster up" in text
+    assert "compose/compose.sh up -d (local: none, it cuts the network)" in text
+
+
+def test_a_network_cut_is_refused_on_the_local_target(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["run", "--scenario", "cut-master-registration", "--out", str(tmp_path),
+                 "--quiet"])
+    assert code == 3
+    assert "only the compose target can" in capsys.readouterr().err
+
+
+def test_throttle_limits_the_share_of_what_was_produced() -> None:
+    produced = [10]
+    throttle = Throttle(0.0, 0.5, lambda: produced[0])
+    taken = []
+    worker = threading.Thread(target=lambda: [throttle.acquire() or taken.append(1)
+                                              for _ in range(8)], daemon=True)
+    worker.start()
+    time.sleep(0.3)
+    assert len(taken) == 5  # half of 10
+    produced[0] = 12
+    time.sleep(0.3)
+    assert len(taken) == 6
+    throttle.off()
+    worker.join(2)
+    assert len(taken) == 8
 
 
 def test_throttle_limits_the_rate_until_switched_off() -> None:

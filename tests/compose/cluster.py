@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import shutil
 import socket
@@ -61,8 +62,10 @@ def compose_command() -> list[str] | None:
     return None
 
 
+@functools.cache
 def build_images(python: str) -> str:
-    """compose/build-images.sh; returns the project image's tag (its last line)."""
+    """compose/build-images.sh; returns the project image's tag (its last line). Once per
+    test session: the compose and chaos tests share the image."""
     done = subprocess.run([str(COMPOSE_DIR / "build-images.sh"), "--quiet"],
                           env={**os.environ, "PYTHON": python}, capture_output=True,
                           text=True, timeout=BUILD_TIMEOUT_S)
