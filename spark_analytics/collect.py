@@ -45,6 +45,7 @@ log = logging.getLogger("spark_analytics.collect")
 
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_TIMEOUT_S = 5.0
+FORGET_UNLISTED_MS = 3_600_000  # a broker gone from the name servers is asked for an hour
 MASTER_ID = 0
 Row = dict[str, Any]
 
@@ -84,6 +85,10 @@ class Collector:
         self.clock_ms = clock_ms
         self.cluster: ClusterInfo | None = None
         self._pool = concurrent.futures.ThreadPoolExecutor(16, thread_name_prefix="collect")
+        # (broker name, id) -> (address, cluster, when last listed): a broker the name servers
+        # stop listing (a process that exited is dropped at once) is still asked, and written
+        # unreachable while it does not answer, for FORGET_UNLISTED_MS.
+        self.seen: dict[tuple[str, int], tuple[str, str | None, int]] = {}
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -110,6 +115,19 @@ class Collector:
         cluster_of = {name: c for c, names in cluster.clusters.items() for name in names}
         brokers = [(g.broker_name, broker_id, addr) for g in cluster.all_groups()
                    for broker_id, addr in sorted(g.addrs.items())]
+        listed = {(name, broker_id) for name, broker_id, _ in brokers}
+        for name, broker_id, addr in brokers:
+            self.seen[(name, broker_id)] = (addr, cluster_of.get(name), snap.snapshot_ms)
+        unlisted = set()
+        for (name, broker_id), (addr, cluster_name, listed_ms) in list(self.seen.items()):
+            if (name, broker_id) in listed:
+                continue
+            if snap.snapshot_ms - listed_ms > FORGET_UNLISTED_MS:
+                del self.seen[(name, broker_id)]
+                continue
+            brokers.append((name, broker_id, addr))
+            unlisted.add((name, broker_id, addr))
+            cluster_of.setdefault(name, cluster_name)
         runtimes = dict(zip(brokers, self._ask_all(
             [(self.admin.broker_runtime, addr) for _, _, addr in brokers]), strict=True))
         for (name, broker_id, addr), runtime in runtimes.items():
@@ -117,8 +135,10 @@ class Collector:
                     "broker_id": broker_id, "broker_addr": addr}
             if isinstance(runtime, AdminError):
                 snap.unreachable.append(f"{name}/{broker_id} {addr}")
-                snap.add({**base, "kind": KIND_BROKER, "reachable": False,
-                          "error": str(runtime)})
+                error = str(runtime)
+                if (name, broker_id, addr) in unlisted:
+                    error = f"no longer listed by the name servers; {error}"
+                snap.add({**base, "kind": KIND_BROKER, "reachable": False, "error": error})
                 continue
             _add_broker(snap, base, runtime)
         for name, group_brokers, stats in self._consume_stats(brokers, runtimes):
@@ -226,7 +246,7 @@ def run(collector: Collector, out_dir: Path, interval_s: float, once: bool,
             snap = collector.snapshot()
             path = write_snapshot(snap.table(), out_dir, snap.snapshot_ms)
         except (AdminError, OSError) as e:
-            print(f"snapshot failed: {e}", file=sys.stderr, flush=True)
+            print(f"mqcollect: snapshot failed: {e}", file=sys.stderr, flush=True)
             if once:
                 return 1
         else:
