@@ -333,6 +333,13 @@ class MQAdmin:
                     common_pb2.SUCCESS, common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST)
         return r
 
+    def _has_offsets(self, addr: str | None, group: str, topic: str) -> bool:
+        """Whether the group committed an offset on some queue of the topic at `addr`."""
+        assert addr is not None
+        r = self._consume_stats(addr, group, topic)
+        return r.status.code == common_pb2.SUCCESS and any(
+            w.consumer_offset >= 0 for s in r.consume_stats for w in s.offset_table)
+
     def update_consumer_offset(self, addr: str, group: str, topic: str, queue_id: int,
                                offset: int) -> None:
         """Commits a group's offset on one broker, as a consumer does."""
@@ -448,7 +455,7 @@ class MQAdmin:
             target, timestamp = admin_pb2.RESET_TO_EARLIEST, 0
         elif when == RESET_LATEST:
             target, timestamp = admin_pb2.RESET_TO_LATEST, 0
-        elif isinstance(when, int) and when >= 0:
+        elif isinstance(when, int) and 0 <= when < 2**63:
             target, timestamp = admin_pb2.RESET_TO_TIMESTAMP, when
         else:
             raise AdminError(f"reset to {when!r}: expected epoch ms, {RESET_EARLIEST!r} or "
@@ -470,6 +477,10 @@ class MQAdmin:
                         f"{len(online)} consumer(s) of group {group} are online at {name}: "
                         "stop them first, or force the reset (they then drop their queues "
                         "and continue from the new offsets); nothing reset")
+            if not any(self._has_offsets(addr, group, topic) for addr in masters.values()):
+                raise AdminError(
+                    f"group {group} has no committed offset on topic {topic} on any broker "
+                    "(a typo?): nothing reset; force the reset to create its offsets")
         out: list[QueueOffsetReset] = []
         for name, addr in masters.items():
             assert addr is not None

@@ -55,6 +55,7 @@ def run(directory: str, messages: int) -> int:
     _title(f"creating {TOPIC} (8 queues on each master)")
     mqadmin.main(["updateTopic", "-n", namesrv, "-t", TOPIC, "-c", state[0].cluster_name,
                   "-r", "8", "-w", "8"])
+    _wait_for_route(namesrv, state[0].shape[0])
 
     _title(f"producing {messages} messages of 1 KiB: half sync sends, half async sends")
     producer = Producer(PRODUCER_GROUP, namesrv).start()
@@ -152,6 +153,21 @@ def _lag_analytics(namesrv: str, analytics: Path) -> bool:
             print(f"lag job done in {time.monotonic() - started:.1f} s; its report:", flush=True)
     print(f"Open the page in a browser: file://{page.resolve()}")
     return True
+
+
+def _wait_for_route(namesrv: str, groups: int) -> None:
+    """Until the name server's route of TOPIC lists every broker group (at most
+    SLAVE_WAIT_S): each master registers the new topic on its own, and a producer that
+    fetched the route before the last one did would send to the others only."""
+    deadline = time.monotonic() + SLAVE_WAIT_S
+    with MQAdmin(namesrv) as admin:
+        while time.monotonic() < deadline:
+            try:
+                if len({q.broker_name for q in admin.topic_route(TOPIC).queue_datas}) >= groups:
+                    return
+            except AdminError:
+                pass
+            time.sleep(0.2)
 
 
 def _wait_for_slaves(namesrv: str, cluster: str) -> None:

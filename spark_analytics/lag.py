@@ -190,6 +190,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.window < 1:
         parser.error("--window must be at least 1")
+    if args.shuffle_partitions is not None and args.shuffle_partitions < 1:
+        parser.error("--shuffle-partitions must be at least 1")
     if args.follow and args.remote:
         parser.error("--follow needs a JVM driver here (--master or local), not --remote")
     return args
@@ -200,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.remote and not under_spark_submit() and (problem := java_problem()):
         print(f"{PROG}: {problem}", file=sys.stderr)
         return 2
+    if not args.remote and not Path(args.in_dir).is_dir() and not args.follow:
+        print(f"{PROG}: --in {args.in_dir}: no such directory", file=sys.stderr)
+        return 1
     if not args.remote and not args.follow and not has_snapshot_files(
             snapshots_path(args.in_dir)):
         print(f"{PROG}: no snapshot files (*.parquet) under {args.in_dir}", file=sys.stderr)

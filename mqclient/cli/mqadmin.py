@@ -338,6 +338,8 @@ def _reset_time(text: str) -> int | str:
     if text in (RESET_EARLIEST, RESET_LATEST):
         return text
     if text.isdigit():
+        if int(text) >= 2**63:
+            raise argparse.ArgumentTypeError(f"{text}: epoch ms out of range")
         return int(text)
     for parse in (lambda t: datetime.datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"),
                   datetime.datetime.fromisoformat):

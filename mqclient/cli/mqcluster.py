@@ -325,7 +325,9 @@ def down(args: argparse.Namespace) -> int:
              + f" of the cluster in {directory}")
     if args.clean:
         _clean(directory)
-        _out(f"removed the data, configs and logs in {directory}")
+        left = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        _out(f"removed the data, configs and logs in {directory}"
+             + (f" (kept what mqcluster did not create: {', '.join(left)})" if left else ""))
     return 0
 
 

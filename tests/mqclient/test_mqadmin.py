@@ -19,6 +19,7 @@ import pytest
 
 from mqclient import PushConsumer
 from mqclient.admin import MQAdmin
+from mqclient.admin_types import AdminError
 from mqclient.cli import mqadmin
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 from tests.broker.conftest import wait_until
@@ -332,6 +333,18 @@ def test_reset_offset_by_time(capsys: pytest.CaptureFixture[str],
     assert rows(table, "broker-a") == [["broker-a", "0", "6", "0"]]
     progress = ok_json(capsys, running, "consumerProgress", "-g", group, "-t", topic)
     assert [(q["consumer_offset"], q["diff"]) for q in progress["queues"]] == [(0, 6)]
+
+    # A group that never committed on the topic (a typo): refused, nothing created, unless
+    # forced; an epoch beyond int64 is a usage error, not a traceback.
+    code, out, err = run(capsys, running, "resetOffsetByTime", "-g", "NoSuchGroup", "-t",
+                         topic, "-s", "now")
+    assert code == 1 and "no committed offset" in err and "nothing reset" in err
+    with MQAdmin(running.namesrv) as admin, pytest.raises(AdminError, match="not exist"):
+        admin.consumer_progress("NoSuchGroup", topic)
+    with pytest.raises(SystemExit) as usage:
+        run(capsys, running, "resetOffsetByTime", "-g", group, "-t", topic,
+            "-s", "99999999999999999999")
+    assert usage.value.code == 2 and "out of range" in capsys.readouterr().err
 
     # A consumer of the group online: refused (nothing changed) unless forced.
     release = threading.Event()
