@@ -74,8 +74,8 @@ def queue_status(recent: DataFrame) -> DataFrame:
     REWIND if the committed offset went backwards between two snapshots of the window (a
     never-committed queue counts as offset -1); else OK if the lag was 0 at any of them
     (Burrow's rule 1); else STOP if the broker saw no commit for longer than the window's
-    span (broker clock at the newest - at the oldest, but at least STOP_MIN_SILENCE_MS), or,
-    with no commit time known, the offset did not move and no consumer is online; else STALL
+    span (broker clock at the newest - at the oldest, but at least STOP_MIN_SILENCE_MS), or
+    the offset did not move and no consumer is online at the newest snapshot; else STALL
     if the offset did not move (lag > 0 throughout); else WARN if the lag never decreased
     between two snapshots and is higher at the newest than at the oldest; else OK. STALL and
     WARN need two snapshots at least. With the newest row's figures (QUEUE_STATUS_COLUMNS)."""
@@ -101,9 +101,9 @@ def queue_status(recent: DataFrame) -> DataFrame:
     several = F.col("window_snapshots") >= 2
     span_ms = F.greatest(F.col("clock_ms") - F.col("_oldest.clock_ms"),
                          F.lit(STOP_MIN_SILENCE_MS))
-    stopped = F.when(F.col("last_commit_ms").isNotNull(),
-                     F.col("clock_ms") - F.col("last_commit_ms") > span_ms) \
-        .otherwise(unmoved & (F.coalesce(F.col("online_consumers"), F.lit(0)) == 0))
+    nobody_online = F.coalesce(F.col("online_consumers"), F.lit(0)) == 0
+    stopped = (unmoved & nobody_online) | F.coalesce(
+        F.col("clock_ms") - F.col("last_commit_ms") > span_ms, F.lit(False))
     status = (F.when(F.col("_rewound") > 0, F.lit(STATUS_REWIND))
               .when(F.col("_min_lag") == 0, F.lit(STATUS_OK))
               .when(stopped, F.lit(STATUS_STOP))

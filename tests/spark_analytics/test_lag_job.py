@@ -218,10 +218,12 @@ def test_a_single_snapshot_is_ok_unless_stop_applies(spark) -> None:
         row("fresh_commit", ms(0, -3_000), 1),  # 3 s ago: within two commit intervals
         row("old_commit", ms(0, -11_000), 1),  # 11 s: longer than the 10 s floor of the span
         row("no_commit_time_no_consumer", None, 0),
-        row("no_commit_time_consumer_online", None, 1)], schema)
+        row("no_commit_time_consumer_online", None, 1),
+        row("fresh_commit_nobody_online", ms(0, -3_000), 0)], schema)  # its consumers left
     statuses = queue_status(recent).select("group", "status", "window_snapshots")
     assertDataFrameEqual(statuses, spark.createDataFrame(
         [("fresh_commit", "OK", 1), ("old_commit", "STOP", 1),
          ("no_commit_time_no_consumer", "STOP", 1),
-         ("no_commit_time_consumer_online", "OK", 1)],
+         ("no_commit_time_consumer_online", "OK", 1),
+         ("fresh_commit_nobody_online", "STOP", 1)],
         "`group` string, status string, window_snapshots long"))
