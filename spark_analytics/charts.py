@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import itertools
+import statistics
+import zlib
 from collections.abc import Sequence
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
@@ -13,6 +16,7 @@ WIDTH, HEIGHT = 760, 300
 LEFT, RIGHT, TOP, BOTTOM = 70, 190, 30, 40
 Y_TICKS = 5
 X_TICKS = 6
+GAP_FACTOR = 2.5  # a series missing for this many typical intervals is drawn broken there
 
 Point = tuple[dt.datetime, float]
 
@@ -33,6 +37,28 @@ def _nice_max(value: float) -> float:
         if step * magnitude >= value:
             return step * magnitude
     return 10 * magnitude
+
+
+def colour_of(name: str) -> str:
+    """A series' colour from its name, so a group keeps its colour from page to page."""
+    return PALETTE[zlib.crc32(name.encode()) % len(PALETTE)]
+
+
+def _typical_interval(times: Sequence[float]) -> float:
+    """The median time between the chart's snapshots (infinite with fewer than two)."""
+    steps = [b - a for a, b in itertools.pairwise(times)]
+    return statistics.median(steps) if steps else float("inf")
+
+
+def _segments(ordered: Sequence[Point], gap: float) -> list[list[Point]]:
+    """The points split where two neighbours are more than `gap` seconds apart: a series
+    with no value there (a broker that did not answer) is not drawn across the hole."""
+    segments: list[list[Point]] = []
+    for point in ordered:
+        if not segments or point[0].timestamp() - segments[-1][-1][0].timestamp() > gap:
+            segments.append([])
+        segments[-1].append(point)
+    return segments
 
 
 def line_chart(title: str, series: dict[str, Sequence[Point]], y_label: str) -> str:
@@ -63,8 +89,12 @@ def line_chart(title: str, series: dict[str, Sequence[Point]], y_label: str) -> 
         parts.append(f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                      f'class="grid"/><text x="{LEFT - 6}" y="{y(v) + 4:.1f}" '
                      f'text-anchor="end">{human(v)}</text>')
+    labels: set[str] = set()
     for i in range(X_TICKS + 1):
         t = dt.datetime.fromtimestamp(t0 + span * i / X_TICKS, dt.UTC)
+        if f"{t:%H:%M:%S}" in labels:  # a span of a few seconds
+            continue
+        labels.add(f"{t:%H:%M:%S}")
         parts.append(f'<text x="{x(t):.1f}" y="{TOP + plot_h + 16}" text-anchor="middle">'
                      f'{t:%H:%M:%S}</text>')
     parts.append(f'<text x="14" y="{TOP + plot_h / 2}" transform="rotate(-90 14 '
@@ -72,15 +102,17 @@ def line_chart(title: str, series: dict[str, Sequence[Point]], y_label: str) -> 
     parts.append(f'<line x1="{LEFT}" x2="{LEFT}" y1="{TOP}" y2="{TOP + plot_h}" class="axis"/>'
                  f'<line x1="{LEFT}" x2="{LEFT + plot_w}" y1="{TOP + plot_h}" '
                  f'y2="{TOP + plot_h}" class="axis"/>')
+    gap = GAP_FACTOR * _typical_interval(sorted({p[0].timestamp() for p in points}))
     for n, (name, values) in enumerate(series.items()):
-        colour = PALETTE[n % len(PALETTE)]
-        ordered = sorted(values)
-        path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in ordered)
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
-                     f'points="{path}"><title>{esc(name)}</title></polyline>')
-        if len(ordered) == 1:
-            t, v = ordered[0]
-            parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"/>')
+        colour = colour_of(name)
+        for segment in _segments(sorted(values), gap):
+            path = " ".join(f"{x(t):.1f},{y(v):.1f}" for t, v in segment)
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" '
+                         f'points="{path}"><title>{esc(name)}</title></polyline>')
+            if len(segment) == 1:
+                t, v = segment[0]
+                parts.append(f'<circle cx="{x(t):.1f}" cy="{y(v):.1f}" r="3" '
+                             f'fill="{colour}"/>')
         ly = TOP + 14 * n + 6
         parts.append(f'<rect x="{WIDTH - RIGHT + 12}" y="{ly - 8}" width="10" height="10" '
                      f'fill="{colour}"/><text x="{WIDTH - RIGHT + 26}" y="{ly + 1}">'

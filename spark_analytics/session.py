@@ -70,6 +70,8 @@ def configure(session: SparkSession, shuffle_partitions: int | None = None) -> N
     session.conf.set("spark.sql.session.timeZone", "UTC")
     session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MICROS")
     session.conf.set("spark.sql.adaptive.enabled", "true")
+    # The job's plans are wide; Spark warns when it shortens their text (log noise only).
+    session.conf.set("spark.sql.debug.maxToStringFields", "500")
     if shuffle_partitions is not None or not under_spark_submit():
         session.conf.set("spark.sql.shuffle.partitions",
                          str(shuffle_partitions or DEFAULT_SHUFFLE_PARTITIONS))

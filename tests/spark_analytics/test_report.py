@@ -48,3 +48,22 @@ def test_report_without_outputs_says_so(tmp_path: Path) -> None:
                            str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
                           timeout=60)
     assert done.returncode == 1 and "no lag job outputs" in done.stderr
+
+
+def test_a_series_with_a_hole_is_drawn_broken_and_keeps_its_colour() -> None:
+    """A slave whose master did not answer for a while has no points there: its line stops
+    and starts again instead of crossing the hole; a series' colour follows its name."""
+    import datetime as dt
+
+    from spark_analytics.charts import colour_of, line_chart
+
+    def at(s: int) -> dt.datetime:
+        return dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(seconds=s)
+
+    holed = [(at(10 * i), 5.0) for i in [*range(5), *range(30, 33)]]
+    steady = [(at(10 * i), 1.0) for i in range(33)]
+    page = line_chart("fall-behind", {"broker-b/1": holed, "broker-a/1": steady}, "bytes")
+    assert page.count("<polyline") == 3  # two pieces of the holed line, one steady line
+    alone = line_chart("fall-behind", {"broker-b/1": holed}, "bytes")
+    assert f'stroke="{colour_of("broker-b/1")}"' in page and \
+        f'stroke="{colour_of("broker-b/1")}"' in alone
