@@ -249,6 +249,12 @@ def is_alive(record: ProcessRecord) -> bool:
     return stat is not None and stat[0] not in "ZX" and is_ours(record)
 
 
+def is_stopped(record: ProcessRecord) -> bool:
+    """Alive but stopped by a signal (SIGSTOP / SIGTSTP): it holds its ports, answers nothing."""
+    stat = _proc_stat(record.pid)
+    return stat is not None and stat[0] in "Tt" and is_ours(record)
+
+
 def _reap(pid: int) -> None:
     """Collects the exit status when the process is our child (mqcluster used in-process)."""
     try:

@@ -40,6 +40,7 @@ from mqclient.cli.local_cluster import (
     check_ports_free,
     free_ports,
     is_alive,
+    is_stopped,
     plan_layout,
     ports_needed,
     read_json,
@@ -251,7 +252,7 @@ def _status_rows(directory: Path, layout: Layout, records: list[ProcessRecord]
         node = nodes[r.name]
         rows.append({
             "name": r.name, "kind": node.kind, "pid": r.pid, "address": node.address,
-            "ha_port": node.ha_port or None, "alive": is_alive(r),
+            "ha_port": node.ha_port or None, "alive": is_alive(r), "stopped": is_stopped(r),
             "role": (layout.role if node.broker_id == 0 else "SLAVE")
             if node.kind == BROKER else None,
             "registered": (node.address in registered if registered is not None else None)
@@ -269,7 +270,8 @@ def _print_status(directory: Path, layout: Layout, records: list[ProcessRecord])
     _out(f"cluster {layout.cluster_name} in {directory}")
     _out(table(["Process", "Role", "PID", "Address", "HA Port", "State", "Registered", "Log"],
                [[r["name"], r["role"] or "NAMESRV", r["pid"], r["address"], r["ha_port"] or "-",
-                 "alive" if r["alive"] else "DEAD", registered(r["registered"], r["kind"]),
+                 ("stopped" if r["stopped"] else "alive") if r["alive"] else "DEAD",
+                 registered(r["registered"], r["kind"]),
                  Path(r["log"]).relative_to(directory)] for r in rows]))
     return all(r["alive"] for r in rows)
 

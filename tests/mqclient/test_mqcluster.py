@@ -26,6 +26,7 @@ from mqclient.cli.local_cluster import (
     plan_layout,
     records_to_json,
 )
+from tests.broker.conftest import wait_until
 from tests.processes import LocalCluster
 
 SMALL_STORE = ("--set", "mappedFileSizeCommitLog=1048576", "--set", "maxHashSlotNum=1000",
@@ -104,6 +105,13 @@ def test_default_shape_up_status_down(tmp_path: Path) -> None:
         table = cluster.mqcluster("status").stdout
         assert "broker-a-0" in table and "alive" in table and "DEAD" not in table
         assert broker in table
+        frozen = cluster.processes[1]["pid"]
+        os.kill(frozen, signal.SIGSTOP)  # alive, holding its ports, answering nothing
+        try:
+            wait_until(lambda: "stopped" in cluster.mqcluster("status", check=False).stdout,
+                       timeout=10, message="status shows the stopped broker")
+        finally:
+            os.kill(frozen, signal.SIGCONT)
 
         stopped = cluster.down()
         assert stopped is not None and "stopped 2 process(es)" in stopped.stdout
