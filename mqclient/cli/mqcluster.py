@@ -189,9 +189,7 @@ def up(args: argparse.Namespace) -> int:
                  f"NAMESRV_ADDR={layout.namesrv_addr}")
             return 0
         if alive:
-            raise LocalClusterError(f"the cluster in {directory} runs only in part "
-                                    f"({len(alive)} of {len(records)} processes alive); "
-                                    f"run `{PROG} down --dir {args.dir}` first")
+            return _restart_dead(args, directory, layout, records)
         (directory / STATE_FILE).unlink()  # left by a cluster that is gone
     layout = resolve_layout(args, directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -229,6 +227,31 @@ def up(args: argparse.Namespace) -> int:
          f"server(s).\nNAMESRV_ADDR={layout.namesrv_addr}\n"
          f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
+    return 0
+
+
+def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
+                  records: list[ProcessRecord]) -> int:
+    """`up` on a cluster that runs in part: starts its dead processes again, as they were
+    (same configs, ports and data), and waits until every broker is registered again."""
+    nodes = {n.name: n for n in layout.nodes}
+    dead = [r for r in records if not is_alive(r)]
+    _out(f"{PROG}: restarting {', '.join(r.name for r in dead)} of the cluster in {directory}")
+    deadline = time.monotonic() + args.timeout
+    for group, boot_line in (([r for r in dead if nodes[r.name].kind != BROKER],
+                              BOOT_SUCCESS_MESSAGE),
+                             ([r for r in dead if nodes[r.name].kind == BROKER],
+                              BOOT_SUCCESS_PREFIX)):
+        started = []
+        for old in group:
+            record, offset = spawn(nodes[old.name], directory)
+            records[records.index(old)] = record
+            save_state(directory, layout, records)
+            started.append((record, offset, boot_line))
+        _wait_booted(directory, started, deadline)
+    _wait_registered(layout, deadline)
+    _print_status(directory, layout, records)
+    _out(f"NAMESRV_ADDR={layout.namesrv_addr}")
     return 0
 
 

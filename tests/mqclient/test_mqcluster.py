@@ -156,7 +156,7 @@ def test_full_shape_registers_two_masters_and_two_slaves(tmp_path: Path) -> None
         assert roles == [("broker-a", 0, "ASYNC_MASTER"), ("broker-a", 1, "SLAVE"),
                          ("broker-b", 0, "ASYNC_MASTER"), ("broker-b", 1, "SLAVE")]
 
-        # A process that died shows as DEAD; up refuses a half-running cluster.
+        # A process that died shows as DEAD; up starts it again as it was.
         victim = brokers["broker-b-1"]
         os.kill(victim["pid"], signal.SIGKILL)
         wait_gone([victim["pid"]])
@@ -164,11 +164,15 @@ def test_full_shape_registers_two_masters_and_two_slaves(tmp_path: Path) -> None
         assert status.returncode == 1
         dead_line = next(line for line in status.stdout.splitlines() if "broker-b-1" in line)
         assert "DEAD" in dead_line
-        refused = cluster.mqcluster("up", check=False)
-        assert refused.returncode == 1 and "runs only in part" in refused.stderr
+        restarted = cluster.mqcluster("up")
+        assert "restarting broker-b-1" in restarted.stdout and "DEAD" not in restarted.stdout
+        now = {p["name"]: p for p in json.loads(cluster.mqcluster("status", "--json").stdout)}
+        assert now["broker-b-1"]["pid"] != victim["pid"] and now["broker-b-1"]["alive"]
+        assert now["broker-b-1"]["address"] == victim["address"]
+        assert now["broker-a-0"]["pid"] == brokers["broker-a-0"]["pid"]  # the others untouched
 
         cluster.down("--clean")
-        wait_gone([p["pid"] for p in cluster.processes])
+        wait_gone([p["pid"] for p in now.values()])
         assert not directory.exists()
 
 
