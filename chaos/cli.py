@@ -103,6 +103,15 @@ def _positive(kind: type) -> object:
     return parse
 
 
+def _above_zero(kind: type) -> object:
+    def parse(text: str) -> object:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+        return value
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Runs a workload against a "
                                      "cluster while breaking it, then checks what survived.")
@@ -112,7 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=("local", "compose"), default="local",
                    help="local: an mqcluster (faults by signals); compose: the compose "
                         "cluster (faults through the Docker API)")
-    p.add_argument("--duration", type=_positive(float), help="send phase in seconds "
+    p.add_argument("--duration", type=_above_zero(float), help="send phase in seconds "
                    "(default: the scenario's)")
     p.add_argument("--out", help=f"run directory (default {DEFAULT_OUT_ROOT}/NAME-TIME)")
     p.add_argument("--cluster-dir", help="local: a running mqcluster directory to use (left "

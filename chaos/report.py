@@ -25,7 +25,7 @@ def _send_line(name: str, r: dict[str, Any]) -> str:
                  f"settled {_s(r['settled_s'])}")
     if r.get("keys_failed"):
         line += (f", keys failed {r['keys_failed']} (not recovered {r['keys_not_recovered']},"
-                 f" longest outage {r['longest_key_outage_s']} s)")
+                 f" longest outage {_s(r['longest_key_outage_s'])})")
     if r.get("max_ok_latency_s") is not None:
         line += f", max ok latency {r['max_ok_latency_s']:.3f} s"
     return line
@@ -43,7 +43,9 @@ def summary(result: dict[str, Any]) -> str:
     dup_hist = ", ".join(f"x{k}: {v}" for k, v in q["duplicate_histogram"].items())
     lines += [
         f"sends: attempted {q['attempted']}, acknowledged {q['acknowledged']}, weak acks "
-        f"{q['acknowledged_weak']}" + (f" {q['weak_statuses']}" if q["weak_statuses"] else "")
+        f"{q['acknowledged_weak']}"
+        + (" (" + ", ".join(f"{k} {v}" for k, v in q["weak_statuses"].items()) + ")"
+           if q["weak_statuses"] else "")
         + f", unknown {q['unknown']} (consumed anyway {q['recovered_count']})",
         f"consumed: {q['consumed_distinct']} messages in {q['deliveries']} deliveries",
         f"lost: {q['lost_count']}" + (f" {q['lost'][:5]}" if q["lost_count"] else "")

@@ -165,3 +165,14 @@ def test_throttle_limits_the_rate_until_switched_off() -> None:
     for _ in range(1000):
         throttle.acquire()
     assert time.monotonic() - started < 0.5
+
+
+@pytest.mark.parametrize("duration", ["0", "-5", "abc"])
+def test_a_send_phase_that_is_not_above_zero_is_a_usage_error(
+        duration: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--duration 0` used to run the scenario's default 30 s instead."""
+    with pytest.raises(SystemExit) as usage:
+        main(["run", "--scenario", "kill-master-sync", "--duration", duration, "--out",
+              str(tmp_path / "run")])
+    assert usage.value.code == 2 and "--duration" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
