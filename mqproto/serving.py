@@ -109,28 +109,23 @@ class _DecodeGuard:
                 response_serializer=_passing_bytes(handler.response_serializer))
         safe = _safe_deserializer(handler.request_deserializer)
         refuse = self.refuse
-        if handler.unary_unary is not None:
-            unary = handler.unary_unary
 
-            async def unary_unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def guarded(call: Any) -> Any:
+            """`call` (returning a value or an awaitable), refusing an undecodable request."""
+            async def run(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 if type(request) is Undecodable:
                     await refuse(method, request, context)
-                result = unary(request, context)
+                result = call(request, context)
                 return (await result) if inspect.isawaitable(result) else result
+            return run
 
+        if handler.unary_unary is not None:
             return handler._replace(request_deserializer=safe,  # type: ignore[attr-defined]
-                                    unary_unary=unary_unary)
+                                    unary_unary=guarded(handler.unary_unary))
         streaming = handler.unary_stream
         if not inspect.isasyncgenfunction(streaming):  # writes with context.write()
-
-            async def unary_writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                if type(request) is Undecodable:
-                    await refuse(method, request, context)
-                result = streaming(request, context)
-                return (await result) if inspect.isawaitable(result) else result
-
             return handler._replace(request_deserializer=safe,  # type: ignore[attr-defined]
-                                    unary_stream=unary_writer)
+                                    unary_stream=guarded(streaming))
 
         async def unary_stream(request: Any, context: grpc.aio.ServicerContext
                                ) -> AsyncIterator[Any]:
