@@ -17,9 +17,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-import grpc
-
-from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from nameserver.healthcheck import cluster_info
 
 DEFAULT_TIMEOUT_S = 3.0
 
@@ -28,14 +26,9 @@ def registration_problem(namesrv_addr: str, broker_name: str, broker_id: int, ad
                          timeout_s: float) -> str:
     """"" when the name server at `namesrv_addr` lists `addr` as `broker_name`/`broker_id`;
     else what it lists instead, or why it could not be asked."""
-    with grpc.insecure_channel(namesrv_addr) as channel:
-        stub = namesrv_pb2_grpc.NamesrvServiceStub(channel)
-        try:
-            r = stub.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=timeout_s)
-        except grpc.RpcError as e:
-            return f"{namesrv_addr}: {e.code().name}"  # type: ignore[attr-defined]
-    if r.status.code != common_pb2.SUCCESS:
-        return f"{namesrv_addr}: {common_pb2.ResponseCode.Name(r.status.code)}"
+    r, problem = cluster_info(namesrv_addr, timeout_s)
+    if r is None:
+        return f"{namesrv_addr}: {problem}"
     group = r.cluster_info.broker_addr_table.get(broker_name)
     registered = group.broker_addrs.get(broker_id, "") if group is not None else ""
     if registered != addr:

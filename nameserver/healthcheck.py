@@ -21,17 +21,24 @@ DEFAULT_ADDR = "127.0.0.1:9876"
 DEFAULT_TIMEOUT_S = 3.0
 
 
-def check(addr: str, timeout_s: float) -> str:
-    """"" when the name server at `addr` answers; else what went wrong."""
+def cluster_info(addr: str, timeout_s: float
+                 ) -> tuple[namesrv_pb2.GetClusterInfoResponse | None, str]:
+    """The name server's cluster info, or None and why it could not be had."""
     with grpc.insecure_channel(addr) as channel:
         stub = namesrv_pb2_grpc.NamesrvServiceStub(channel)
         try:
             r = stub.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=timeout_s)
         except grpc.RpcError as e:
-            return f"name server {addr}: {e.code().name}"  # type: ignore[attr-defined]
+            return None, e.code().name  # type: ignore[attr-defined]
     if r.status.code != common_pb2.SUCCESS:
-        return f"name server {addr}: {common_pb2.ResponseCode.Name(r.status.code)}"
-    return ""
+        return None, common_pb2.ResponseCode.Name(r.status.code)
+    return r, ""
+
+
+def check(addr: str, timeout_s: float) -> str:
+    """"" when the name server at `addr` answers; else what went wrong."""
+    _, problem = cluster_info(addr, timeout_s)
+    return f"name server {addr}: {problem}" if problem else ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
