@@ -17,6 +17,7 @@ from typing import Any
 
 from broker.constants import (
     DEFAULT_CLUSTER_NAME,
+    DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS,
     DEFAULT_LISTEN_PORT,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
@@ -63,6 +64,12 @@ class BrokerConfig:
     # listenPort is 0; 0 = a free port. sendChannelEnable=false: gRPC sends only.
     send_listen_port: int = -1
     send_channel_enable: bool = True
+    # RocketMQ 5's gRPC endpoint (apache.rocketmq.v2.MessagingService, package proxy/):
+    # -1 (unset) = listenPort + 3, or a free port when listenPort is 0; 0 = off.
+    grpc_proxy_port: int = -1
+    # A message received through v2 and never acked is delivered at most this many times,
+    # then moved to %DLQ%{group}.
+    grpc_proxy_max_delivery_attempts: int = DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS
     # Send channel limits (broker/send_channel.py): connections, idle and frame timeouts.
     send_channel_max_connections: int = DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS
     send_channel_idle_timeout_mills: int = DEFAULT_SEND_CHANNEL_IDLE_MS
@@ -210,6 +217,11 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
     if not -1 <= c.send_listen_port <= 65535:
         raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
+    if not -1 <= c.grpc_proxy_port <= 65535:
+        raise ConfigError(f"grpcProxyPort: {c.grpc_proxy_port} is not a port (-1 = listenPort "
+                          "+ 3, 0 = off)")
+    if c.grpc_proxy_max_delivery_attempts < 1:
+        raise ConfigError("grpcProxyMaxDeliveryAttempts: must be >= 1")
     if c.ha_master_address:
         host, sep, port = c.ha_master_address.rpartition(":")
         if not sep or not host or not port.isdigit():

@@ -111,6 +111,8 @@ class BrokerController:
         self.messaging: MessagingServicer | None = None
         self.send_channel: SendChannelServer | None = None
         self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
+        # RocketMQ 5's gRPC endpoint, once proxy/ serves it (broker/startup.py); empty: none.
+        self.grpc_proxy_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._lock_fd: int | None = None

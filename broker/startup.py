@@ -27,6 +27,7 @@ from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
 from mqproto.serving import raise_nofile_limit
+from proxy.server import GrpcProxy
 
 log = logging.getLogger("broker")
 
@@ -82,11 +83,16 @@ async def serve(loaded: LoadedConfig) -> None:
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     controller = BrokerController(loaded)
+    v2: GrpcProxy | None = None
     try:
         await controller.start()
+        # RocketMQ 5's gRPC protocol for the official SDKs (grpcProxyPort; 0 = off).
+        v2 = await GrpcProxy.start_for(controller)
         print(boot_message(controller), flush=True)
         await stop.wait()
     finally:
+        if v2 is not None:
+            await v2.stop()
         await controller.shutdown()
         for signum in handled:
             loop.remove_signal_handler(signum)
