@@ -54,6 +54,11 @@ class GrpcProxy:
     async def start(self, port: int) -> str:
         broker = self.broker
         await asyncio.to_thread(self.state.load)
+        # consumerOffset.json is written every few seconds: after a kill it may lag behind
+        # the pop state's log, which has every ack. The log wins (a later difference is an
+        # admin's reset).
+        for (group, topic, queue_id), queue in self.state.items():
+            self._commit(group, topic, queue_id, queue.commit)
         max_receive = 2 * broker.store_config.max_message_size + (1 << 20)
         server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),

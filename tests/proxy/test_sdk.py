@@ -1,0 +1,129 @@
+"""The unmodified official Python SDK (rocketmq-python-client, pinned) against a broker's
+v2 endpoint: Producer sends (normal, keys and properties, FIFO, delayed), SimpleConsumer
+receive / ack / change invisible duration / redelivery, the DLQ after the max attempts, a
+broker killed with messages in flight, and the group's lag in mqadmin."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from tests.broker.conftest import wait_until
+from tests.proxy.conftest import MAX_ATTEMPTS, Sdk, V2Cluster
+
+TOPIC = "V2Topic"
+
+
+def specs(n: int, prefix: str = "m", **extra: object) -> list[dict[str, object]]:
+    return [{"body": f"{prefix}{i}", **extra} for i in range(n)]
+
+
+def test_send_receive_ack_keeps_tags_keys_properties_ids(sdk: Sdk, v2_cluster: V2Cluster
+                                                         ) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 4)
+    sent = sdk.send(broker.endpoint, TOPIC, [
+        {"body": f"b{i}", "tag": "TagA", "keys": [f"key-{i}", f"other-{i}"],
+         "props": {"color": "red", "n": str(i)}} for i in range(6)])
+    assert all("error" not in s for s in sent), sent
+    got = sdk.receive(broker.endpoint, TOPIC, "GroupA", count=6, ack="all", timeout_s=30)
+    assert sorted(m["body"] for m in got) == [f"b{i}" for i in range(6)]
+    ids = {s["body"]: s["id"] for s in sent}
+    for m in got:
+        i = m["body"][1:]
+        assert m["id"] == ids[m["body"]]
+        assert m["tag"] == "TagA"
+        assert m["keys"] == sorted([f"key-{i}", f"other-{i}"])
+        assert m["props"] == {"color": "red", "n": i}
+        assert m["attempt"] == 1
+    # Acked: nothing again, even after the invisible duration.
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupA", count=1, timeout_s=3) == []
+    # The group's lag as any group's: consumerProgress shows its offsets, diff 0.
+    progress = subprocess.run(
+        [sys.executable, "-m", "mqclient.cli.mqadmin", "consumerProgress",
+         "-n", v2_cluster.namesrv.address, "-g", "GroupA"],
+        capture_output=True, text=True, timeout=60)
+    assert progress.returncode == 0, progress.stderr
+    assert TOPIC in progress.stdout
+    assert "Diff Total: 0" in progress.stdout.replace("diff total", "Diff Total"), \
+        progress.stdout
+
+
+def test_tag_filter(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 2)
+    sdk.send(broker.endpoint, TOPIC, specs(3, "a", tag="TagA") + specs(3, "b", tag="TagB"))
+    got = sdk.receive(broker.endpoint, TOPIC, "GroupTag", count=3, ack="all", tag="TagB")
+    assert sorted(m["body"] for m in got) == ["b0", "b1", "b2"]
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupTag", count=1, tag="TagB",
+                       timeout_s=3) == []
+
+
+def test_redelivery_after_invisible_duration_then_dlq(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 2)
+    sent = sdk.send(broker.endpoint, TOPIC, specs(2, keys=["dead"]))
+    ids = sorted(s["id"] for s in sent)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        got = sdk.receive(broker.endpoint, TOPIC, "GroupRe", count=2, invisible_s=1,
+                          timeout_s=20)
+        assert sorted(m["id"] for m in got) == ids
+        assert {m["attempt"] for m in got} == {attempt}
+    # Out of attempts: both move to %DLQ%GroupRe, and are not delivered again.
+    wait_until(lambda: broker.node.max_offset("%DLQ%GroupRe", 0) == 2, timeout=15,
+               message="2 messages in %DLQ%GroupRe")
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupRe", count=1, timeout_s=3) == []
+
+
+def test_change_invisible_duration(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 1)
+    sdk.send(broker.endpoint, TOPIC, specs(1))
+    got = sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, invisible_s=1, change_s=8)
+    assert got[0]["changed"]
+    started = time.monotonic()
+    # Invisible 8 s from the change, not 1 s: a receive for 4 s finds nothing.
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, timeout_s=4) == []
+    again = sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, ack="all", timeout_s=20)
+    assert again[0]["body"] == "m0" and again[0]["attempt"] == 2
+    assert time.monotonic() - started >= 4
+
+
+def test_fifo_and_delayed_sends(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 4)
+    fifo = sdk.send(broker.endpoint, TOPIC, specs(8, "f", group="order-1"))
+    assert all("error" not in s for s in fifo), fifo
+    got = sdk.receive(broker.endpoint, TOPIC, "GroupFifo", count=8, ack="all")
+    assert [m["body"] for m in got] == [f"f{i}" for i in range(8)]  # one queue, in order
+    assert {m["group"] for m in got} == {"order-1"}
+
+    broker.node.create_topic("V2Delay", 1)
+    delayed = sdk.send(broker.endpoint, "V2Delay", specs(1, "d", delay_s=3))
+    assert "error" not in delayed[0], delayed
+    got = sdk.receive(broker.endpoint, "V2Delay", "GroupDelay", count=1, ack="all",
+                      timeout_s=30)
+    assert got[0]["body"] == "d0"
+    assert got[0]["received_at_ms"] - delayed[0]["sent_at_ms"] >= 2900
+    assert got[0]["delivery_ts"] is not None
+
+
+def test_unacked_messages_survive_broker_sigkill(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 4)
+    sent = sdk.send(broker.endpoint, TOPIC, specs(10, "k"))
+    ids = sorted(s["id"] for s in sent)
+    # 6 acked, 4 received and not acked when the broker is killed.
+    first = sdk.receive(broker.endpoint, TOPIC, "GroupKill", count=10, invisible_s=3)
+    assert sorted(m["id"] for m in first) == ids
+    acked = sdk.receive(broker.endpoint, TOPIC, "GroupKill", count=6, invisible_s=3,
+                        ack="all", timeout_s=20)
+    acked_ids = {m["id"] for m in acked}
+    assert len(acked_ids) == 6
+    broker.restart(kill=True)
+    after = sdk.receive(broker.endpoint, TOPIC, "GroupKill", count=4, ack="all",
+                        timeout_s=30)
+    assert sorted(m["id"] for m in after) == sorted(set(ids) - acked_ids)
+    assert all(m["attempt"] >= 2 for m in after)
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupKill", count=1, timeout_s=5) == []
