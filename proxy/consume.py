@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import random
 from typing import TYPE_CHECKING
 
 from broker.constants import DEADLINE_MARGIN_S, PERM_READ
@@ -25,11 +26,14 @@ log = logging.getLogger(__name__)
 
 DEFAULT_BATCH_SIZE = 32
 MAX_BATCH_SIZE = 1024
-DEFAULT_INVISIBLE_MS = 30_000
+# A receive without an invisible duration (the PushConsumer's, auto-renew) gets RocketMQ's
+# default invisible time; the proxy does not renew it: a listener must finish within it.
+DEFAULT_INVISIBLE_MS = 60_000
 MIN_INVISIBLE_MS = 1_000  # shorter ones are raised to this
 MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ's maxInvisibleTime: 12 h
 MAX_LONG_POLLING_MS = 30_000
-SWEEP_INTERVAL_S = 1.0  # dead-lettering of messages out of attempts
+SWEEP_INTERVAL_S = 1.0
+MIN_POLL_INTERVAL_S = 0.01  # dead-lettering of messages out of attempts
 
 
 @dataclasses.dataclass
@@ -106,7 +110,9 @@ class PopService:
         queues = self._read_queues(topic)
         if not queues:
             return []
-        start = first_queue % len(queues) if first_queue >= 0 else 0
+        # Queue -1 (an assignment: every queue of this broker) starts at a random one.
+        start = first_queue if first_queue >= 0 else random.randrange(len(queues))
+        start %= len(queues)
         queues = queues[start:] + queues[:start]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_s)
@@ -117,7 +123,10 @@ class PopService:
             remaining = deadline - loop.time()
             if remaining <= 0 or self.broker.pull_hold.closed:
                 return []
+            started = loop.time()
             await self._wait_any(group, topic, queues, min(remaining, 1.0))
+            if loop.time() - started < MIN_POLL_INTERVAL_S:  # woken for nothing it can take
+                await asyncio.sleep(MIN_POLL_INTERVAL_S)
 
     async def _wait_any(self, group: str, topic: str, queues: list[int],
                         timeout_s: float) -> None:

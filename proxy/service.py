@@ -52,8 +52,6 @@ PRODUCER_BACKOFF_MAX_MS = 1000
 PRODUCER_BACKOFF_MULTIPLIER = 2.0
 CONSUMER_RECEIVE_BATCH_SIZE = 32
 CONSUMER_LONG_POLLING_MS = 20_000
-CONSUMER_RETRY_INITIAL_MS = 1000
-CONSUMER_RETRY_MAX_MS = 60_000
 
 
 def v2_rpc(response: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
@@ -194,11 +192,11 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             sub.receive_batch_size = CONSUMER_RECEIVE_BATCH_SIZE
             if not sub.HasField("long_polling_timeout"):
                 sub.long_polling_timeout.CopyFrom(to_duration(CONSUMER_LONG_POLLING_MS))
+            # RocketMQ's default group retry policy: the delay levels, one per attempt.
             policy = out.backoff_policy
             policy.max_attempts = self.pop.max_attempts
-            policy.exponential_backoff.CopyFrom(D.ExponentialBackoff(
-                initial=to_duration(CONSUMER_RETRY_INITIAL_MS),
-                max=to_duration(CONSUMER_RETRY_MAX_MS), multiplier=2.0))
+            policy.customized_backoff.CopyFrom(D.CustomizedBackoff(next=[
+                to_duration(ms) for ms in self.broker.store_config.delay_levels_ms]))
         return out
 
     async def Telemetry(self, request_iterator: AsyncIterator[D.TelemetryCommand],

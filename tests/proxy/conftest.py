@@ -94,6 +94,9 @@ class Sdk:
                 ) -> list[dict[str, Any]]:
         return self.run("receive", endpoint, topic, group, json.dumps(opts))
 
+    def push(self, endpoint: str, topic: str, group: str, **opts: Any) -> list[dict[str, Any]]:
+        return self.run("push", endpoint, topic, group, json.dumps(opts))
+
 
 @pytest.fixture(scope="session")
 def sdk(tmp_path_factory: pytest.TempPathFactory) -> Sdk:

@@ -4,6 +4,7 @@ generated `apache.rocketmq.v2` modules clash with ours in one process).
 
     python sdk_client.py send ENDPOINT TOPIC MESSAGES_JSON
     python sdk_client.py receive ENDPOINT TOPIC GROUP OPTIONS_JSON
+    python sdk_client.py push ENDPOINT TOPIC GROUP OPTIONS_JSON
     python sdk_client.py bench ENDPOINT TOPIC COUNT BODY_SIZE
 
 Prints one JSON object per line: a send result or error per message, a received message,
@@ -14,15 +15,19 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
 )
 
@@ -111,6 +116,46 @@ def receive(endpoint: str, topic: str, group: str, opts: dict[str, Any]) -> None
     out({"done": "receive", "count": got})
 
 
+class Listener(MessageListener):
+    """Consumes; the bodies in `fail` fail their first `fail_times` deliveries."""
+
+    def __init__(self, fail: set[str], fail_times: int) -> None:
+        self.fail = fail
+        self.fail_times = fail_times
+        self.lock = threading.Lock()
+        self.done: set[str] = set()
+
+    def consume(self, message: Any) -> Any:
+        record = message_json(message)
+        body = record["body"]
+        ok = body not in self.fail or (message.delivery_attempt or 1) > self.fail_times
+        record["result"] = "SUCCESS" if ok else "FAILURE"
+        with self.lock:
+            out(record)
+            if ok:
+                self.done.add(body)
+        return ConsumeResult.SUCCESS if ok else ConsumeResult.FAILURE
+
+
+def push(endpoint: str, topic: str, group: str, opts: dict[str, Any]) -> None:
+    """A PushConsumer until `count` distinct bodies were consumed or `timeout_s` passed."""
+    listener = Listener(set(opts.get("fail", ())), opts.get("fail_times", 1))
+    consumer = PushConsumer(config(endpoint), group, listener, {topic: FilterExpression()},
+                            consumption_thread_count=4)
+    consumer.startup()
+    deadline = time.monotonic() + opts.get("timeout_s", 60)
+    try:
+        while time.monotonic() < deadline:
+            with listener.lock:
+                if len(listener.done) >= opts["count"]:
+                    break
+            time.sleep(0.1)
+        time.sleep(opts.get("linger_s", 0.5))  # acks on their way
+    finally:
+        consumer.shutdown()
+    out({"done": "push", "count": len(listener.done)})
+
+
 def bench(endpoint: str, topic: str, count: int, size: int) -> None:
     producer = Producer(config(endpoint), (topic,))
     producer.startup()
@@ -138,6 +183,8 @@ def main(argv: list[str]) -> int:
         send(argv[1], argv[2], json.loads(argv[3]))
     elif command == "receive":
         receive(argv[1], argv[2], argv[3], json.loads(argv[4]))
+    elif command == "push":
+        push(argv[1], argv[2], argv[3], json.loads(argv[4]))
     elif command == "bench":
         bench(argv[1], argv[2], int(argv[3]), int(argv[4]))
     else:

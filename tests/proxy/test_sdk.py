@@ -127,3 +127,18 @@ def test_unacked_messages_survive_broker_sigkill(sdk: Sdk, v2_cluster: V2Cluster
     assert sorted(m["id"] for m in after) == sorted(set(ids) - acked_ids)
     assert all(m["attempt"] >= 2 for m in after)
     assert sdk.receive(broker.endpoint, TOPIC, "GroupKill", count=1, timeout_s=5) == []
+
+
+def test_push_consumer_retries_a_failed_message(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic(TOPIC, 2)
+    sent = sdk.send(broker.endpoint, TOPIC, specs(4, "p"))
+    assert all("error" not in s for s in sent), sent
+    # p1 fails its first delivery: the SDK changes its invisible duration (the first retry
+    # delay, 1 s) and it comes again as delivery 2.
+    got = sdk.push(broker.endpoint, TOPIC, "GroupPush", count=4, fail=["p1"], timeout_s=60)
+    done = {m["body"] for m in got if m["result"] == "SUCCESS"}
+    assert done == {"p0", "p1", "p2", "p3"}
+    p1 = [(m["attempt"], m["result"]) for m in got if m["body"] == "p1"]
+    assert p1 == [(1, "FAILURE"), (2, "SUCCESS")]
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupPush", count=1, timeout_s=3) == []
