@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 
+import grpc
+
+from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from tests.broker.conftest import wait_until
 from tests.proxy.conftest import MAX_ATTEMPTS, Sdk, V2Cluster
 
@@ -142,3 +145,22 @@ def test_push_consumer_retries_a_failed_message(sdk: Sdk, v2_cluster: V2Cluster)
     p1 = [(m["attempt"], m["result"]) for m in got if m["body"] == "p1"]
     assert p1 == [(1, "FAILURE"), (2, "SUCCESS")]
     assert sdk.receive(broker.endpoint, TOPIC, "GroupPush", count=1, timeout_s=3) == []
+
+
+def test_two_brokers_one_endpoint(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    """The SDK is pointed at one broker; the route names both brokers' v2 endpoints (the
+    other's learnt from its runtime table) and it sends to and receives from both."""
+    a = v2_cluster.start_broker("broker-a")
+    b = v2_cluster.start_broker("broker-b")
+    a.node.create_topic(TOPIC, 2)
+    b.node.create_topic(TOPIC, 2)
+    with grpc.insecure_channel(v2_cluster.namesrv.address) as channel:
+        namesrv = namesrv_pb2_grpc.NamesrvServiceStub(channel)
+        wait_until(lambda: len(namesrv.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoByTopicRequest(
+            topic=TOPIC), timeout=5).topic_route_data.queue_datas) == 2,
+            message="the route lists both brokers")
+    sent = sdk.send(a.endpoint, TOPIC, specs(12, "two"))
+    assert all("error" not in s for s in sent), sent
+    assert sum(b.node.max_offset(TOPIC, q) for q in range(2)) > 0  # some went to b
+    got = sdk.receive(a.endpoint, TOPIC, "GroupTwo", count=12, ack="all", timeout_s=40)
+    assert sorted(m["body"] for m in got) == sorted(f"two{i}" for i in range(12))
