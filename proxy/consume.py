@@ -8,9 +8,9 @@ import contextlib
 import dataclasses
 import logging
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from broker.constants import DEADLINE_MARGIN_S, PERM_READ
+from broker.constants import DEADLINE_MARGIN_S, PERM_READ, PROPERTY_SHARDING_KEY
 from broker.status import STORED_STATUSES, RequestError
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
@@ -51,6 +51,12 @@ class PopService:
         self.broker_name = broker.config.broker_name
         self._sweeper: asyncio.Task[None] | None = None
         self.dead_lettered = 0
+        self._released = asyncio.Event()  # set (and replaced) when messages leave flight
+        self._blocked: set[QueueKey] = set()  # queues waiting for a FIFO group's ack
+
+    def _release(self) -> None:
+        self._released.set()
+        self._released = asyncio.Event()
 
     def start(self) -> None:
         self._sweeper = asyncio.create_task(self._sweep_loop(), name="popDeadLetters")
@@ -135,13 +141,24 @@ class PopService:
         now = self.broker.clock_ms()
         for queue_id in queues:
             state = self.state.existing(group, topic, queue_id)
-            if state is not None and state.inflight:
-                due = min(f.deadline_ms for f in state.inflight.values())
+            if state is None:
+                continue
+            # Out of attempts: the sweeper moves them (and wakes this wait).
+            due = min((f.deadline_ms for f in state.inflight.values()
+                       if f.attempt < self.max_attempts), default=None)
+            if due is not None:
                 timeout_s = min(timeout_s, max(0.01, (due - now) / 1000))
-        waits = []
+        # Nothing could be taken: wait for a message past each queue's end, or for an ack
+        # (it may free a FIFO message group).
+        store = self.broker.store
+        waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._released.wait())]
         for queue_id in queues:
-            state = self.state.existing(group, topic, queue_id)
-            offset = state.next if state is not None else 0
+            key = (group, topic, queue_id)
+            state = self.state.existing(*key)
+            if key in self._blocked or state is None:
+                offset = store.get_max_offset_in_queue(topic, queue_id)
+            else:
+                offset = state.next
             waits.append(asyncio.ensure_future(hold.wait(topic, queue_id, offset, timeout_s)))
         try:
             await asyncio.wait(waits, timeout=timeout_s + 0.1,
@@ -154,6 +171,8 @@ class PopService:
                  batch: int, invisible_ms: int) -> list[D.Message]:
         out: list[D.Message] = []
         now = self.broker.clock_ms()
+        for queue_id in queues:
+            self._blocked.discard((group, topic, queue_id))
         store = self.broker.store
         for queue_id in queues:
             if len(out) >= batch:
@@ -183,12 +202,21 @@ class PopService:
             start = state.next
             result = store.get_message(group, topic, queue_id, start, batch - len(out),
                                        tag_filter)
+            # FIFO: one message of a message group in flight at a time.
+            busy = {f.message_group for f in state.inflight.values() if f.message_group}
             delivered_offsets: list[int] = []
+            end = max(result.next_begin_offset, start)
             for record, offset in zip(result.messages, result.queue_offsets, strict=False):
                 ext = decode_record(record, 0, check_crc=False)
+                message_group = ext.properties.get(PROPERTY_SHARDING_KEY, "")
+                if message_group and message_group in busy:
+                    end = offset  # the queue waits here for the group's ack
+                    self._blocked.add(key)
+                    break
                 out.append(self._deliver(key, ext, 1, now, invisible_ms))
                 delivered_offsets.append(offset)
-            end = max(result.next_begin_offset, start)
+                if message_group:
+                    busy.add(message_group)
             # Offsets read past and not delivered (filtered out) count as consumed.
             skip_from = start
             for offset in delivered_offsets:
@@ -202,8 +230,9 @@ class PopService:
     def _deliver(self, key: QueueKey, ext: MessageExt, attempt: int, now: int,
                  invisible_ms: int) -> D.Message:
         deadline = now + invisible_ms
-        self.state.delivered(key, ext.queue_offset,
-                             InFlight(attempt, deadline, ext.commit_log_offset))
+        self.state.delivered(key, ext.queue_offset, InFlight(
+            attempt, deadline, ext.commit_log_offset,
+            ext.properties.get(PROPERTY_SHARDING_KEY, "")))
         handle = ReceiptHandle(self.broker_name, key[2], ext.queue_offset, attempt, deadline)
         return message_to_v2(ext, receipt_handle=handle.encode(), attempt=attempt,
                              invisible_ms=invisible_ms)
@@ -240,6 +269,8 @@ class PopService:
         key, handle, flight = self._in_flight(group, topic, text)
         if flight is not None:
             self.state.acked(key, handle.offset, handle.offset + 1)
+            if flight.message_group:
+                self._release()
 
     def change_invisible(self, group: str, topic: str, text: str, invisible_ms: int) -> str:
         if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
@@ -278,6 +309,7 @@ class PopService:
         current = state.inflight.get(offset) if state is not None else None
         if current is not None and current.attempt == flight.attempt:
             self.state.acked(key, offset, offset + 1)
+            self._release()
         self.dead_lettered += 1
         log.info("message %s-%d@%d delivered %d times to group %s: moved to %%DLQ%%%s",
                  topic, queue_id, offset, flight.attempt, group, group)

@@ -6,13 +6,15 @@ Per (group, topic, queue) the proxy keeps:
   broker (consumerOffset.json), so `mqadmin consumerProgress` and the lag analytics see the
   group's lag like any other group's;
 - `next`: the first offset never delivered;
-- `inflight`: offset -> (delivery attempt, deadline, commitlog offset) of the messages
-  received and not acked;
+- `inflight`: offset -> (delivery attempt, deadline, commitlog offset, message group) of
+  the messages received and not acked;
 - `acked`: offsets at or past `commit` that were acked (or skipped by the filter).
 
 Every offset in [commit, next) is in flight or acked. A receive first hands out again the
 in-flight messages whose deadline passed (attempt + 1), then new ones. A message whose
-deadline passed after its last allowed attempt moves to `%DLQ%{group}`.
+deadline passed after its last allowed attempt moves to `%DLQ%{group}`. A FIFO message
+(one with a message group) is not handed out while an earlier message of its group is in
+flight: the queue waits there until that one is acked or dead-lettered.
 
 Each change is appended (one line, one write) to `popState.log` before the reply: a broker
 killed at any point finds, after its restart, every message received and not acked still in
@@ -44,6 +46,7 @@ class InFlight:
     attempt: int
     deadline_ms: int
     commit_log_offset: int
+    message_group: str = ""  # a FIFO message's group: none of it is delivered meanwhile
 
 
 @dataclasses.dataclass
@@ -66,14 +69,15 @@ class QueueState:
 
     def to_json(self) -> dict[str, Any]:
         return {"c": self.commit, "n": self.next,
-                "i": [[o, f.attempt, f.deadline_ms, f.commit_log_offset]
+                "i": [[o, f.attempt, f.deadline_ms, f.commit_log_offset, f.message_group]
                       for o, f in sorted(self.inflight.items())],
                 "a": sorted(self.acked)}
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> QueueState:
         return cls(int(data["c"]), int(data["n"]),
-                   {int(o): InFlight(int(a), int(d), int(p)) for o, a, d, p in data["i"]},
+                   {int(o): InFlight(int(a), int(d), int(p), str(m))
+                    for o, a, d, p, m in data["i"]},
                    {int(o) for o in data["a"]})
 
 
@@ -127,7 +131,8 @@ class PopStateStore:
         state = self.queues[key]
         if kind == "d":  # delivered (again): offset, attempt, deadline, commitlog offset
             offset = int(rec["o"])
-            state.inflight[offset] = InFlight(int(rec["a"]), int(rec["d"]), int(rec["p"]))
+            state.inflight[offset] = InFlight(int(rec["a"]), int(rec["d"]), int(rec["p"]),
+                                              str(rec.get("m", "")))
             state.next = max(state.next, offset + 1)
         elif kind == "ack":  # acked / skipped / moved to the DLQ: offsets [o, e)
             for offset in range(int(rec["o"]), int(rec["e"])):
@@ -191,8 +196,11 @@ class PopStateStore:
         state.inflight[offset] = flight
         state.next = max(state.next, offset + 1)
         g, t, q = key
-        self._append({"k": "d", "g": g, "t": t, "q": q, "o": offset, "a": flight.attempt,
-                      "d": flight.deadline_ms, "p": flight.commit_log_offset})
+        rec = {"k": "d", "g": g, "t": t, "q": q, "o": offset, "a": flight.attempt,
+               "d": flight.deadline_ms, "p": flight.commit_log_offset}
+        if flight.message_group:
+            rec["m"] = flight.message_group
+        self._append(rec)
 
     def acked(self, key: QueueKey, start: int, end: int) -> None:
         """Offsets [start, end) acked, skipped or dead-lettered."""

@@ -1,15 +1,12 @@
 """Fixtures of the v2 endpoint tests: the official RocketMQ 5 Python SDK in its own
-virtualenv, and a real name server + broker (processes) serving v2.
-
-The SDK's virtualenv is made once and reused between runs: `$MQ_SDK_VENV`, else
-`.venv-sdk/` in the repository (git-ignored). Without a network it cannot be made: the
-tests skip, saying why.
+virtualenv (sdk_venv.py: made once, reused between runs), and a real name server + broker
+(processes) serving v2. Without a network the SDK cannot be installed: the tests that need
+it skip, saying why.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import json
 import os
 import subprocess
@@ -21,51 +18,16 @@ from typing import Any
 import pytest
 
 from tests.broker.conftest import (
-    REPO_ROOT,
     Node,
     Process,
     Processes,
     broker_props,
     write_conf,
 )
+from tests.proxy.sdk_venv import SDK_PACKAGE, SDK_SCRIPT, SDK_VERSION, sdk_python
 
-SDK_PACKAGE = "rocketmq-python-client"
-SDK_VERSION = "5.1.2"  # pinned: the tests run this exact, unmodified release
-SDK_SCRIPT = Path(__file__).with_name("sdk_client.py")
-SDK_INSTALL_TIMEOUT_S = 600
 SDK_RUN_TIMEOUT_S = 120
 MAX_ATTEMPTS = 3  # grpcProxyMaxDeliveryAttempts of the test brokers
-
-
-def sdk_venv_dir() -> Path:
-    return Path(os.environ.get("MQ_SDK_VENV") or REPO_ROOT / ".venv-sdk")
-
-
-def _make_sdk_venv(venv: Path) -> Path:
-    """The SDK's python, installing it when the venv lacks it; RuntimeError saying why not."""
-    python = venv / "bin" / "python"
-    stamp = venv / f".installed-{SDK_PACKAGE}-{SDK_VERSION}"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two sessions at once: one installs
-        if stamp.exists() and python.exists():
-            return python
-        steps = [
-            [sys.executable, "-m", "venv", "--clear", str(venv)],
-            [str(python), "-m", "pip", "install", "-q", "--upgrade", "pip"],
-            [str(python), "-m", "pip", "install", "-q", f"{SDK_PACKAGE}=={SDK_VERSION}"],
-        ]
-        for step in steps:
-            try:
-                result = subprocess.run(step, capture_output=True, text=True,
-                                        timeout=SDK_INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"{' '.join(step)} timed out") from None
-            if result.returncode != 0:
-                tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-                raise RuntimeError(f"{' '.join(step[-2:])} failed: {' / '.join(tail)}")
-        stamp.touch()
-        return python
 
 
 @dataclasses.dataclass
@@ -101,7 +63,7 @@ class Sdk:
 @pytest.fixture(scope="session")
 def sdk(tmp_path_factory: pytest.TempPathFactory) -> Sdk:
     try:
-        python = _make_sdk_venv(sdk_venv_dir())
+        python = sdk_python()
     except (OSError, RuntimeError) as e:
         reason = f"the official SDK ({SDK_PACKAGE}=={SDK_VERSION}) cannot be installed: {e}"
         print(reason, file=sys.stderr)

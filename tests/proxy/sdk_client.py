@@ -90,9 +90,11 @@ def receive(endpoint: str, topic: str, group: str, opts: dict[str, Any]) -> None
                               await_duration=opts.get("await_s", 2))
     consumer.startup()
     got = 0
+    calls = opts.get("calls", 1 << 30)  # at most this many receive calls
     deadline = time.monotonic() + timeout_s
     try:
-        while got < count and time.monotonic() < deadline:
+        while got < count and time.monotonic() < deadline and calls > 0:
+            calls -= 1
             try:
                 msgs = consumer.receive(opts.get("batch", 16), invisible_s)
             except Exception as e:

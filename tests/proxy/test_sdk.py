@@ -98,8 +98,12 @@ def test_fifo_and_delayed_sends(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     broker.node.create_topic(TOPIC, 4)
     fifo = sdk.send(broker.endpoint, TOPIC, specs(8, "f", group="order-1"))
     assert all("error" not in s for s in fifo), fifo
+    # One message of a group in flight at a time: a batch of 16 brings f0 only.
+    first = sdk.receive(broker.endpoint, TOPIC, "GroupFifo", count=8, invisible_s=2, calls=1)
+    assert [m["body"] for m in first] == ["f0"]
     got = sdk.receive(broker.endpoint, TOPIC, "GroupFifo", count=8, ack="all")
     assert [m["body"] for m in got] == [f"f{i}" for i in range(8)]  # one queue, in order
+    assert [m["attempt"] for m in got] == [2] + [1] * 7
     assert {m["group"] for m in got} == {"order-1"}
 
     broker.node.create_topic("V2Delay", 1)
