@@ -3,8 +3,8 @@
 A v2 message sent through the proxy becomes the broker's own send request (mqcluster.v1
 Message), so it is stored exactly as an mqclient send: tag -> TAGS, keys -> KEYS, message id
 -> UNIQ_KEY, message group -> SHARDING_KEY, user properties as they are. A delivery
-timestamp is kept in TIMER_DELIVER_MS (RocketMQ 5's property) beside the delay level it maps
-to. Stored messages go back out as v2 messages with the same fields.
+timestamp is kept in TIMER_DELIVER_MS (RocketMQ 5's property); proxy/timer.py delivers the
+message then. Stored messages go back out as v2 messages with the same fields.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import zlib
-from collections.abc import Sequence
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
@@ -96,25 +95,13 @@ def to_duration(ms: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def delay_level_for(delay_ms: int, levels_ms: Sequence[int]) -> int:
-    """The delay level a delivery `delay_ms` away maps to: the shortest level not shorter
-    (never delivered early), the longest level past the table; 0 when due already."""
-    if delay_ms <= 0:
-        return 0
-    for level, level_ms in enumerate(levels_ms, start=1):
-        if level_ms >= delay_ms:
-            return level
-    return len(levels_ms)
-
-
 # -- send --------------------------------------------------------------------------------
 def _check_name(code: int, what: str, value: str) -> None:
     if "\x01" in value or "\x02" in value:
         raise V2Error(code, f"{what} {value!r} contains a \\x01 or \\x02 separator")
 
 
-def message_from_v2(pb: D.Message, *, now_ms: int, levels_ms: Sequence[int]
-                    ) -> messaging_pb2.Message:
+def message_from_v2(pb: D.Message, *, now_ms: int) -> messaging_pb2.Message:
     """The broker's send message for a v2 one; V2Error with the precise v2 code when it
     cannot be stored."""
     sp = pb.system_properties
@@ -160,9 +147,7 @@ def message_from_v2(pb: D.Message, *, now_ms: int, levels_ms: Sequence[int]
             raise V2Error(D.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                           "a message has a message group or a delivery timestamp, not both")
         deliver_ms = timestamp_ms(sp.delivery_timestamp)
-        level = delay_level_for(deliver_ms - now_ms, levels_ms)
-        if level:
-            out_sp.delay_time_level = level
+        if deliver_ms > now_ms:  # proxy/timer.py delivers it then
             out.user_properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
     if sp.message_type == D.TRANSACTION:
         raise V2Error(D.NOT_IMPLEMENTED,

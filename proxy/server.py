@@ -17,6 +17,7 @@ from proxy.consume import PopService
 from proxy.pop import PopStateStore
 from proxy.route import RouteService
 from proxy.service import MessagingServiceV2
+from proxy.timer import TimerService
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ class GrpcProxy:
         self.state = PopStateStore(broker.root / "config", self._commit)
         self.pop = PopService(broker, self.state, broker.config.grpc_proxy_max_delivery_attempts)
         self.route = RouteService(broker)
-        self.service = MessagingServiceV2(broker, self.route, self.pop)
+        self.timer = TimerService(broker)
+        self.service = MessagingServiceV2(broker, self.route, self.pop, self.timer)
         self.server: grpc.aio.Server | None = None
         self.addr = ""
 
@@ -79,6 +81,7 @@ class GrpcProxy:
         self.addr = format_host((host, bound))
         broker.grpc_proxy_addr = self.addr
         self.pop.start()
+        self.timer.start()
         log.info("broker %s serves apache.rocketmq.v2 (RocketMQ 5 SDKs) on %s",
                  broker.config.broker_name, self.addr)
         return self.addr
@@ -86,6 +89,7 @@ class GrpcProxy:
     async def stop(self) -> None:
         self.service.closed.set()
         await self.pop.stop()
+        await self.timer.stop()
         if self.server is not None:
             await self.server.stop(STOP_GRACE_S)
             self.server = None

@@ -26,6 +26,7 @@ from mqproto.v2 import service_pb2_grpc
 from proxy.consume import PopService, polling_wait_s
 from proxy.convert import (
     ACCEPTED_MESSAGE_TYPES,
+    PROPERTY_TIMER_DELIVER_MS,
     V2Error,
     duration_ms,
     endpoints_of,
@@ -36,6 +37,7 @@ from proxy.convert import (
     v2_status,
 )
 from proxy.route import RouteService, permission
+from proxy.timer import TimerService
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -101,10 +103,12 @@ def _check_topic_name(name: str) -> None:
 
 
 class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: BrokerController, route: RouteService, pop: PopService) -> None:
+    def __init__(self, broker: BrokerController, route: RouteService, pop: PopService,
+                 timer: TimerService) -> None:
         self.broker = broker
         self.route = route
         self.pop = pop
+        self.timer = timer
         self.settings: dict[str, D.Settings] = {}  # client id -> its last settings
         self.closed = asyncio.Event()
 
@@ -247,7 +251,6 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         messaging = self.broker.messaging
         assert messaging is not None
         born_host = peer_host(context.peer())
-        levels = self.broker.store_config.delay_levels_ms
         limit = self.broker.store_config.max_message_size
         entries = []
         for pb in request.messages:
@@ -257,7 +260,13 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                     raise V2Error(D.MESSAGE_BODY_TOO_LARGE,
                                   f"the message body is {len(pb.body)} bytes, over the "
                                   f"broker's maxMessageSize {limit}")
-                message = message_from_v2(pb, now_ms=self.broker.clock_ms(), levels_ms=levels)
+                message = message_from_v2(pb, now_ms=self.broker.clock_ms())
+                deliver = message.user_properties.get(PROPERTY_TIMER_DELIVER_MS)
+                if deliver is not None:
+                    message_id, offset = await self.timer.send(message, int(deliver), born_host)
+                    entries.append(S.SendResultEntry(status=ok(), message_id=message_id,
+                                                     offset=offset))
+                    continue
                 queue_id = self._queue_for(message)
                 answer = await messaging.send.send_message(messaging_pb2.SendMessageRequest(
                     message=message, queue_id=queue_id), born_host)

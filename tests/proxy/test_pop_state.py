@@ -1,5 +1,5 @@
 """The pop state and its log (proxy/pop.py), pure: replay after a restart, compaction, a
-torn last line; receipt handles and delay levels (proxy/convert.py)."""
+torn last line; receipt handles (proxy/convert.py); the delivery timer's hops."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from mqproto.v2 import definition_pb2 as D
-from proxy.convert import ReceiptHandle, V2Error, delay_level_for
+from proxy.convert import ReceiptHandle, V2Error
 from proxy.pop import LOG_NAME, InFlight, PopStateStore
+from proxy.timer import hop_level
 
 KEY = ("G", "T", 0)
 
@@ -83,12 +84,11 @@ def test_receipt_handles() -> None:
         assert e.value.code == D.INVALID_RECEIPT_HANDLE
 
 
-def test_delay_levels_never_early() -> None:
+def test_timer_hops_never_pass_the_delivery_time() -> None:
     levels = [1_000, 5_000, 10_000, 30_000]
-    assert delay_level_for(0, levels) == 0
-    assert delay_level_for(-5, levels) == 0
-    assert delay_level_for(1, levels) == 1
-    assert delay_level_for(1_000, levels) == 1
-    assert delay_level_for(3_000, levels) == 2
-    assert delay_level_for(10_001, levels) == 4
-    assert delay_level_for(10**9, levels) == 4
+    assert hop_level(0, levels) == 0
+    assert hop_level(999, levels) == 0
+    assert hop_level(1_000, levels) == 1
+    assert hop_level(4_999, levels) == 1
+    assert hop_level(12_000, levels) == 3
+    assert hop_level(10**9, levels) == 4
