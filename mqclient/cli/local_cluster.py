@@ -38,6 +38,7 @@ SLAVE_ROLE = "SLAVE"
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
 # Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
 # of use, and a laptop running four brokers should not write 8 GiB for that.
+BROKER_PORTS = 3
 LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
@@ -56,6 +57,7 @@ class Node:
     ha_port: int = 0
     broker_name: str = ""
     broker_id: int = 0
+    v2_port: int = 0  # grpcProxyPort (RocketMQ 5 SDKs); 0 in layouts from before it
 
     @property
     def address(self) -> str:
@@ -94,7 +96,8 @@ class Layout:
 
 
 def ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
-    return namesrvs + 2 * groups * (1 + slaves)  # a broker has a gRPC and an HA port
+    # A broker has a gRPC, an HA and a v2 (grpcProxyPort) port.
+    return namesrvs + BROKER_PORTS * groups * (1 + slaves)
 
 
 def group_name(index: int) -> str:
@@ -110,7 +113,7 @@ def group_name(index: int) -> str:
 def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
                 role: str, broker_props: dict[str, str],
                 cluster_name: str = DEFAULT_CLUSTER_NAME) -> Layout:
-    """Name servers take the first ports, then each broker its gRPC port and its HA port."""
+    """Name servers take the first ports, then each broker its gRPC, HA and v2 ports."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
     free = iter(ports)
@@ -119,7 +122,7 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id))
+                              broker_id, next(free)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -150,7 +153,7 @@ def free_ports(count: int) -> list[int]:
 
 def check_ports_free(layout: Layout) -> None:
     for node in layout.nodes:
-        for port in (node.port, node.ha_port):
+        for port in (node.port, node.ha_port, node.v2_port):
             if port and not port_is_free(port):
                 raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
                                         "--base-port (or omit it to use free ports)")
@@ -169,6 +172,8 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "brokerIP1": LOOPBACK,
         "listenPort": str(node.port),
         "haListenPort": str(node.ha_port),
+        # Its own planned port: listenPort + 3 may be another node's port in this layout.
+        "grpcProxyPort": str(node.v2_port),
         # Any free port: producers ask each broker where its send channel is (GetSendChannel),
         # and listenPort + 2 may be the next broker's port in this layout.
         "sendListenPort": "0",

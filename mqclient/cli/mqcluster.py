@@ -116,9 +116,10 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         if args.base_port + count - 1 > 65535:
             raise LocalClusterError(f"--base-port {args.base_port}: {count} ports do not fit")
         ports = list(range(args.base_port, args.base_port + count))
-    elif previous and previous.shape == (shape["groups"], shape["slaves"], shape["namesrvs"]):
-        ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
-                                                     else (n.port,))]
+    elif (previous and previous.shape == (shape["groups"], shape["slaves"], shape["namesrvs"])
+          and all(n.v2_port for n in previous.brokers)):
+        ports = [p for n in previous.nodes for p in ((n.port, n.ha_port, n.v2_port)
+                                                     if n.kind == BROKER else (n.port,))]
     else:
         ports = free_ports(count)
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
