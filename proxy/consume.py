@@ -11,7 +11,7 @@ import random
 from typing import TYPE_CHECKING, Any
 
 from broker.constants import DEADLINE_MARGIN_S, PERM_READ, PROPERTY_SHARDING_KEY
-from broker.status import STORED_STATUSES, RequestError
+from broker.status import RequestError
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import ReceiptHandle, V2Error, message_to_v2
@@ -348,4 +348,4 @@ def polling_wait_s(requested_ms: int, time_remaining: float | None) -> float:
     return max(0.0, wait)
 
 
-__all__ = ["PopService", "polling_wait_s", "STORED_STATUSES"]
+__all__ = ["PopService", "polling_wait_s"]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 
+from broker.constants import CHANNEL_EXPIRED_TIMEOUT_MS
 from broker.convert import peer_host
 from broker.status import RequestError
 from broker.topic_config import send_topic_problem
@@ -54,6 +56,7 @@ PRODUCER_BACKOFF_MAX_MS = 1000
 PRODUCER_BACKOFF_MULTIPLIER = 2.0
 CONSUMER_RECEIVE_BATCH_SIZE = 32
 CONSUMER_LONG_POLLING_MS = 20_000
+SETTINGS_PRUNE_INTERVAL_S = 60.0
 
 
 def v2_rpc(response: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
@@ -110,6 +113,8 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self.pop = pop
         self.timer = timer
         self.settings: dict[str, D.Settings] = {}  # client id -> its last settings
+        self._seen: dict[str, float] = {}  # client id -> when it last spoke (monotonic)
+        self._next_prune = 0.0
         self.closed = asyncio.Event()
 
     # -- route -----------------------------------------------------------------------------
@@ -156,11 +161,25 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                              for e in settings.subscription.subscriptions}
         self.broker.clients.heartbeat(client_id, "", group, subscriptions)
 
+    def _seen_now(self, client_id: str) -> None:
+        """Notes a client alive; forgets the settings of clients silent for 120 s (gone
+        without NotifyClientTermination)."""
+        now = time.monotonic()
+        self._seen[client_id] = now
+        if now < self._next_prune:
+            return
+        self._next_prune = now + SETTINGS_PRUNE_INTERVAL_S
+        expired = now - CHANNEL_EXPIRED_TIMEOUT_MS / 1000
+        for cid in [c for c, t in self._seen.items() if t < expired]:
+            self._seen.pop(cid, None)
+            self.settings.pop(cid, None)
+
     @v2_rpc(S.HeartbeatResponse)
     async def Heartbeat(self, request: S.HeartbeatRequest, context: Context) -> Any:
         client_id = client_id_of(context)
         if not client_id:
             raise V2Error(D.CLIENT_ID_REQUIRED, f"the {CLIENT_ID_HEADER} header is missing")
+        self._seen_now(client_id)
         if request.HasField("group") and request.group.name and request.client_type in (
                 D.PUSH_CONSUMER, D.SIMPLE_CONSUMER):
             self._register(client_id, request.group.name)
@@ -171,6 +190,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                                       context: Context) -> Any:
         client_id = client_id_of(context)
         self.settings.pop(client_id, None)
+        self._seen.pop(client_id, None)
         if request.HasField("group") and request.group.name:
             self.broker.clients.unregister(client_id, "", request.group.name)
         return S.NotifyClientTerminationResponse(status=ok())
@@ -230,6 +250,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                             message=f"the {CLIENT_ID_HEADER} header is missing"))
                         continue
                     self.settings[client_id] = command.settings
+                    self._seen_now(client_id)
                     sub = command.settings.subscription
                     if command.settings.HasField("subscription") and sub.group.name:
                         self._register(client_id, sub.group.name)

@@ -95,12 +95,12 @@ def test_change_invisible_duration(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     broker = v2_cluster.start_broker()
     broker.node.create_topic(TOPIC, 1)
     sdk.send(broker.endpoint, TOPIC, specs(1))
-    got = sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, invisible_s=1, change_s=8)
+    got = sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, invisible_s=1, change_s=12)
     assert got[0]["changed"]
     started = time.monotonic()
-    # Invisible 8 s from the change, not 1 s: a receive for 4 s finds nothing.
+    # Invisible 12 s from the change, not 1 s: a receive for 4 s finds nothing.
     assert sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, timeout_s=4) == []
-    again = sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, ack="all", timeout_s=20)
+    again = sdk.receive(broker.endpoint, TOPIC, "GroupInv", count=1, ack="all", timeout_s=30)
     assert again[0]["body"] == "m0" and again[0]["attempt"] == 2
     assert time.monotonic() - started >= 4
 
