@@ -10,6 +10,7 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
+from mqproto import messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from mqproto.v2 import service_pb2 as S
 from mqproto.v2 import service_pb2_grpc
@@ -146,3 +147,37 @@ def test_telemetry_answers_publishing_settings(
     assert answer.status.code == D.OK
     assert answer.settings.publishing.max_body_size == 4096  # the broker's maxMessageSize
     assert answer.settings.backoff_policy.max_attempts == 3
+
+
+def test_consumer_settings_and_membership(stub: service_pb2_grpc.MessagingServiceStub,
+                                          broker: V2Broker) -> None:
+    """A consumer's settings answer its retry policy (the delay levels, the max attempts) and
+    its heartbeat makes it an online consumer of its group, until it terminates."""
+    group = D.Resource(name="MemberGroup")
+    settings = D.Settings(client_type=D.SIMPLE_CONSUMER, subscription=D.Subscription(
+        group=group, subscriptions=[D.SubscriptionEntry(
+            topic=D.Resource(name=TOPIC),
+            expression=D.FilterExpression(type=D.TAG, expression="TagA"))]))
+    call = stub.Telemetry(iter([S.TelemetryCommand(settings=settings)]), timeout=TIMEOUT_S,
+                          metadata=META)
+    answer = next(call)
+    call.cancel()
+    policy = answer.settings.backoff_policy
+    assert policy.max_attempts == 3
+    assert [d.seconds for d in policy.customized_backoff.next][:4] == [1, 5, 10, 30]
+    assert answer.settings.subscription.receive_batch_size == 32
+    assert stub.Heartbeat(S.HeartbeatRequest(group=group, client_type=D.SIMPLE_CONSUMER),
+                          timeout=TIMEOUT_S, metadata=META).status.code == D.OK
+
+    def members() -> list[str]:
+        r = broker.node.messaging.GetConsumerListByGroup(
+            messaging_pb2.GetConsumerListByGroupRequest(consumer_group="MemberGroup"),
+            timeout=TIMEOUT_S)
+        return list(r.consumer_id_list)
+
+    assert members() == ["status-test-client"]
+    assert stub.NotifyClientTermination(S.NotifyClientTerminationRequest(group=group),
+                                        timeout=TIMEOUT_S, metadata=META).status.code == D.OK
+    assert members() == []
+    anonymous = stub.Heartbeat(S.HeartbeatRequest(group=group), timeout=TIMEOUT_S)
+    assert anonymous.status.code == D.CLIENT_ID_REQUIRED
