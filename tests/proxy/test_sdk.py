@@ -11,6 +11,7 @@ import sys
 import time
 
 import grpc
+import pytest
 
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from tests.broker.conftest import wait_until
@@ -132,7 +133,9 @@ def test_fifo_and_delayed_sends(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     assert due_ms <= got[0]["received_at_ms"] < due_ms + 1000
 
 
-def test_unacked_messages_survive_broker_sigkill(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+@pytest.mark.parametrize("kill", [True, False], ids=["SIGKILL", "SIGTERM"])
+def test_unacked_messages_survive_a_broker_restart(sdk: Sdk, v2_cluster: V2Cluster,
+                                                   kill: bool) -> None:
     broker = v2_cluster.start_broker()
     broker.node.create_topic(TOPIC, 4)
     sent = sdk.send(broker.endpoint, TOPIC, specs(10, "k"))
@@ -144,7 +147,7 @@ def test_unacked_messages_survive_broker_sigkill(sdk: Sdk, v2_cluster: V2Cluster
                         ack="all", timeout_s=20)
     acked_ids = {m["id"] for m in acked}
     assert len(acked_ids) == 6
-    broker.restart(kill=True)
+    broker.restart(kill=kill)
     after = sdk.receive(broker.endpoint, TOPIC, "GroupKill", count=4, ack="all",
                         timeout_s=30)
     assert sorted(m["id"] for m in after) == sorted(set(ids) - acked_ids)
