@@ -187,3 +187,15 @@ def test_two_brokers_one_endpoint(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     assert sum(b.node.max_offset(TOPIC, q) for q in range(2)) > 0  # some went to b
     got = sdk.receive(a.endpoint, TOPIC, "GroupTwo", count=12, ack="all", timeout_s=40)
     assert sorted(m["body"] for m in got) == sorted(f"two{i}" for i in range(12))
+
+
+def test_delayed_message_survives_a_broker_kill(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker()
+    broker.node.create_topic("V2DelayKill", 1)
+    sent = sdk.send(broker.endpoint, "V2DelayKill", specs(1, "late", delay_s=4))
+    assert "error" not in sent[0], sent
+    broker.restart(kill=True)
+    got = sdk.receive(broker.endpoint, "V2DelayKill", "GroupDelayKill", count=1, ack="all",
+                      timeout_s=40)
+    assert [m["body"] for m in got] == ["late0"]
+    assert got[0]["received_at_ms"] >= got[0]["delivery_ts"]
