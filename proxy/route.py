@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import grpc
 
 from broker.constants import MASTER_ID, PERM_READ, PERM_WRITE
+from broker.registration import CHANNEL_OPTIONS
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import V2Error
@@ -62,7 +63,9 @@ class RouteService:
     def _channel(self, addr: str) -> grpc.aio.Channel:
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.aio.insecure_channel(addr)
+            # The broker's reconnect backoff (200 ms - 2 s) for name servers and brokers.
+            channel = self._channels[addr] = grpc.aio.insecure_channel(
+                addr, options=CHANNEL_OPTIONS)
         return channel
 
     async def close(self) -> None:
