@@ -54,7 +54,7 @@ def bench_sdk(python: Path, endpoint: str, n: int, size: int, home: Path) -> flo
 def bench_mqclient(namesrv: str, n: int, size: int) -> float:
     body = os.urandom(size)
     with Producer("BenchV2Producer", namesrv) as producer:
-        producer.send(Message(TOPIC, body))  # warm-up: route and connection
+        producer.send(Message(TOPIC, body), timeout_s=30)  # warm-up: route and connection
         started = time.perf_counter()
         for _ in range(n):
             producer.send(Message(TOPIC, body))
@@ -71,7 +71,8 @@ def main() -> None:
         work = Path(tmp)
         with cluster(work, {"defaultTopicQueueNums": str(QUEUES)}) as namesrv:
             with Producer("BenchV2Create", namesrv) as producer:
-                producer.send(Message(TOPIC, b"create"))  # auto-created, 8 queues
+                # Auto-created with 8 queues (a long timeout: the broker may be just up).
+                producer.send(Message(TOPIC, b"create"), timeout_s=30)
             endpoint = v2_endpoint(namesrv)
             sdk_rate = bench_sdk(python, endpoint, args.messages, args.size, work)
             print(f"official SDK {SDK_VERSION} sync sends via v2: {sdk_rate:,.0f} msgs/s",
