@@ -28,6 +28,13 @@ from broker.convert import decode_messages, message_from_ext, message_from_proto
 from broker.schedule import to_schedule_topic
 from broker.status import STORED_STATUSES, RequestError, ok, put_status
 from broker.topic_config import TopicConfig, send_topic_problem
+from broker.transaction.messages import to_half_message
+from broker.transaction.prepare import (
+    ensure_system_topics,
+    is_prepared,
+    mark_prepared,
+    prepared_group,
+)
 from mqproto import common_pb2, messaging_pb2
 from store.codec import encode_offset_msg_id
 from store.constants import MessageProperty
@@ -54,7 +61,8 @@ class SendProcessor:
                            born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
         topic = request.message.topic
         status, results = await self._send(topic, request.queue_id, [request.message],
-                                           request.default_topic_queue_nums, born_host)
+                                           request.default_topic_queue_nums, born_host,
+                                           producer_group=request.producer_group)
         return messaging_pb2.SendMessageResponse(
             status=status, result=results[0] if results else None)
 
@@ -72,7 +80,8 @@ class SendProcessor:
                                    f"the batch for {topic!r}: a batch has one topic")
         self._check_batch_size(sum(len(m.body) for m in request.messages))
         status, results = await self._send(topic, request.queue_id, request.messages,
-                                           request.default_topic_queue_nums, born_host)
+                                           request.default_topic_queue_nums, born_host,
+                                           batch=True)
         return messaging_pb2.SendBatchResponse(status=status, results=results)
 
     async def _send_encoded(self, request: messaging_pb2.SendBatchRequest,
@@ -177,15 +186,22 @@ class SendProcessor:
                                f"batch bodies total {total} bytes, over maxMessageSize {limit}")
 
     async def _send(self, topic: str, queue_id: int, pbs: Sequence[messaging_pb2.Message],
-                    requested_queue_nums: int, born_host: tuple[str, int]
+                    requested_queue_nums: int, born_host: tuple[str, int], *,
+                    producer_group: str = "", batch: bool = False
                     ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
-        for pb in pbs:
-            self._check_supported(pb)
-        put, msgs, append = await self._put(
-            topic, queue_id, requested_queue_nums,
-            lambda queue_id, now, uniq_key: [
-                message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
-                                   now_ms=now, uniq_key=uniq_key) for pb in pbs])
+        # A prepared message is stored as a half message (broker/transaction).
+        group = prepared_group(pbs, producer_group, batch=batch)
+        if group is not None:
+            await ensure_system_topics(self.broker)
+
+        def build(queue_id: int, now: int, uniq_key: Callable[[], str]) -> list[Message]:
+            msgs = [message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
+                                       now_ms=now, uniq_key=uniq_key) for pb in pbs]
+            if group is not None:
+                msgs = [mark_prepared(m, group, pb) for m, pb in zip(msgs, pbs, strict=True)]
+            return msgs
+
+        put, msgs, append = await self._put(topic, queue_id, requested_queue_nums, build)
         if append is None:
             return put, []
         return put, self._results(msgs, append.commit_log_offsets, append.queue_offsets)
@@ -212,8 +228,11 @@ class SendProcessor:
         return put_status(result.status), msgs, append
 
     def _scheduled(self, msgs: list[Message]) -> list[Message]:
-        """What the store gets: delayed messages moved to their level's schedule queue (the
-        answer still names their real queue). A batch's messages share one level."""
+        """What the store gets: delayed messages moved to their level's schedule queue, a
+        prepared message to the half queue (the answer still names their real queue). A
+        batch's messages share one level."""
+        if is_prepared(msgs[0]):
+            return [to_half_message(m, m.properties[MessageProperty.PGROUP]) for m in msgs]
         delay = msgs[0].properties.get(MessageProperty.DELAY)
         if delay is None and (len(msgs) == 1 or not any(
                 MessageProperty.DELAY in m.properties for m in msgs)):
@@ -232,7 +251,9 @@ class SendProcessor:
         entry = messaging_pb2.SendResultEntry
         return [
             entry(message_id=m.properties["UNIQ_KEY"], offset_msg_id=f"{host_hex}{p:016X}",
-                  queue_id=m.queue_id, queue_offset=q, commit_log_offset=p)
+                  queue_id=m.queue_id, queue_offset=q, commit_log_offset=p,
+                  # RocketMQ's transaction id is the UNIQ_KEY of the half message.
+                  transaction_id=m.properties["UNIQ_KEY"] if is_prepared(m) else "")
             for m, p, q in zip(msgs, phys, queue_offsets, strict=True)
         ]
 
@@ -284,10 +305,3 @@ class SendProcessor:
                                f"{config.write_queue_nums} write queues "
                                f"({config.read_queue_nums} read queues) on this broker")
         return queue_id
-
-    @staticmethod
-    def _check_supported(pb: messaging_pb2.Message) -> None:
-        sp = pb.system_properties
-        if sp.transaction_type != messaging_pb2.TRANSACTION_NOT_TYPE:
-            raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
-                               "transactional messages are not served by this broker yet")
