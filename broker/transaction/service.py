@@ -96,8 +96,14 @@ class TransactionalMessageService:
             self._task = None
 
     async def run(self) -> None:
-        await self.load()
         interval_s = self.broker.config.transaction_check_interval / 1000
+        while not self.ready.is_set():
+            try:
+                await self.load()
+            except Exception:
+                log.exception("loading the halves without outcome failed; again in %ss",
+                              interval_s)
+                await self.sleep(interval_s)
         while True:
             await self.sleep(interval_s)
             try:
@@ -110,7 +116,7 @@ class TransactionalMessageService:
         recovered (the half and op queues and the index must be complete)."""
         store = self.broker.store
         deadline = time.monotonic() + RECOVERY_WAIT_S
-        while store.dispatch_behind_bytes() > 0 and time.monotonic() < deadline:
+        while store.dispatch_behind_bytes > 0 and time.monotonic() < deadline:
             await asyncio.sleep(DISPATCH_POLL_S)
         offsets = self.broker.offsets
         half = offsets.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0)
