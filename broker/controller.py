@@ -188,7 +188,7 @@ class BrokerController:
             self.schedule.start()
             self.transactions = TransactionalMessageService(
                 self, lambda group, half: self.check_streams.send(group, check_request(half)),
-                clock_ms=self.clock_ms, sleep=self._sleep)
+                self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
             self.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,

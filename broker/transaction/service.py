@@ -69,10 +69,12 @@ class TransactionalMessageService:
     """A master's transactions. `start()` loads the halves without outcome and runs the
     check every transactionCheckInterval (`sleep` paces it, `clock_ms` ages halves)."""
 
-    def __init__(self, broker: BrokerController, send_check: SendCheck, *,
+    def __init__(self, broker: BrokerController, send_check: SendCheck,
+                 online_producers: Callable[[], dict[str, int]], *,
                  clock_ms: Callable[[], int], sleep: Sleep = asyncio.sleep) -> None:
         self.broker = broker
         self.send_check = send_check
+        self.online_producers = online_producers  # group -> members listening for checks
         self.clock_ms = clock_ms
         self.sleep = sleep
         self.table = PendingTable()
@@ -358,8 +360,36 @@ class TransactionalMessageService:
         return copy
 
     # -- admin -------------------------------------------------------------------------------
-    def pending_by_group(self) -> dict[str, list[PendingHalf]]:
-        return self.table.groups()
+    def summary(self, producer_group: str = "") -> PendingSummary:
+        """Halves without outcome per producer group (all groups when "")."""
+        online = self.online_producers()
+        groups = self.table.groups()
+        names = sorted({*groups, *online}) if not producer_group else [producer_group]
+        table = self.table
+        return PendingSummary(
+            table.half_offset(), table.op_offset(),
+            self.broker.store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0),
+            [GroupPending(name, len(groups.get(name, [])),
+                          min((e.born_timestamp for e in groups.get(name, [])), default=0),
+                          max((e.check_times for e in groups.get(name, [])), default=0),
+                          online.get(name, 0)) for name in names])
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupPending:
+    producer_group: str
+    pending: int
+    oldest_born_timestamp: int
+    max_check_times: int
+    online_producers: int
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingSummary:
+    half_offset: int
+    op_offset: int
+    half_max_offset: int
+    groups: list[GroupPending]
 
 
 def _mismatch(ext: MessageExt, group: str, message_id: str, queue_offset: int) -> str:

@@ -3,12 +3,7 @@ op records and the check stream, over gRPC against an in-process broker."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
 from typing import Any
-
-import grpc
-import pytest
 
 from broker.transaction.messages import CID_RMQ_SYS_TRANS
 from mqproto import common_pb2, messaging_pb2
