@@ -125,7 +125,10 @@ class TransactionProducer:
 
     def __init__(self, group: str, namesrv_addr: str | list[str],
                  listener: TransactionListener | None = None, *,
-                 check_threads: int = CHECK_THREADS, **producer_kwargs: Any) -> None:
+                 check_threads: int = CHECK_THREADS,
+                 check_stream_refresh_s: float = CHECK_STREAM_REFRESH_S,
+                 **producer_kwargs: Any) -> None:
+        """`check_stream_refresh_s`: how often the masters to listen to are looked up."""
         self.producer = Producer(group, namesrv_addr, **producer_kwargs)
         self.group = group
         self.listener = listener
@@ -133,6 +136,7 @@ class TransactionProducer:
         self.loop = self.producer.loop
         self._check_pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=check_threads, thread_name_prefix=f"transaction-check-{group}")
+        self.check_stream_refresh_s = check_stream_refresh_s
         self._streams: dict[str, asyncio.Task[None]] = {}
         self._keeper: asyncio.Task[None] | None = None
         self.started = False
@@ -273,14 +277,15 @@ class TransactionProducer:
 
     async def _keep_streams(self) -> None:
         while True:
-            await asyncio.sleep(CHECK_STREAM_REFRESH_S)
+            await asyncio.sleep(self.check_stream_refresh_s)
             try:
                 await self._sync_streams()
             except Exception:
                 log.exception("transaction check streams of %s not refreshed", self.group)
 
-    async def _master_addrs(self) -> set[str]:
-        """Every master the name servers list, and those of the cached routes."""
+    async def _master_addrs(self) -> tuple[set[str], bool]:
+        """Every master the name servers list, and those of the cached routes; False when
+        no name server answered (the list is then the routes' only)."""
         addrs = {g.master_addr for route in list(self.instance.routes.values())
                  for g in route.brokers.values() if g.master_addr is not None}
         for namesrv in self.instance.namesrv.addresses:
@@ -292,15 +297,15 @@ class TransactionProducer:
             for data in r.cluster_info.broker_addr_table.values():
                 if 0 in data.broker_addrs:
                     addrs.add(data.broker_addrs[0])
-            break
-        return addrs
+            return addrs, True
+        return addrs, False
 
     async def _sync_streams(self) -> None:
-        addrs = await self._master_addrs()
+        addrs, complete = await self._master_addrs()
         loop = asyncio.get_running_loop()
         for addr in list(self._streams):
-            if addr not in addrs and self._streams[addr].done():
-                del self._streams[addr]
+            if complete and addr not in addrs:  # a master that left (or restarted elsewhere)
+                self._streams.pop(addr).cancel()
         for addr in addrs - set(self._streams):
             self._streams[addr] = loop.create_task(self._check_stream(addr))
 
