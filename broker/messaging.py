@@ -225,6 +225,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     # -- transactions (broker/transaction) -------------------------------------------------
     @rpc(M.EndTransactionResponse)
     async def EndTransaction(self, request: M.EndTransactionRequest, context: Context) -> Any:
+        if not request.producer_group:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "producer_group is required")
         state = TRANSACTION_STATES.get(request.commit_or_rollback)
         if state is None:
             raise RequestError(common_pb2.INVALID_PARAMETER,
