@@ -185,8 +185,12 @@ class TransactionalMessageService:
             return timeout
 
     def commit_progress(self) -> None:
-        """The check service's offsets (CID_RMQ_SYS_TRANS), persisted with the others."""
+        """The check service's offsets (CID_RMQ_SYS_TRANS), persisted with the others; none
+        on a broker that never stored a half (the group would show in consumer stats)."""
         offsets = self.broker.offsets
+        if (self.broker.store.find_consume_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) is None
+                and offsets.query_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0) < 0):
+            return
         offsets.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_HALF_TOPIC, 0,
                               self.table.half_offset())
         offsets.commit_offset(CID_RMQ_SYS_TRANS, RMQ_SYS_TRANS_OP_HALF_TOPIC, 0,
