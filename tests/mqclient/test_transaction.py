@@ -4,6 +4,9 @@ what a consumer sees."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -138,3 +141,27 @@ def test_transactional_message_cannot_be_delayed_or_batched(cluster: Cluster) ->
     finally:
         producer.shutdown()
     assert pending(cluster, "PG_RULES") == 0
+
+
+def test_mqadmin_shows_halves_pending_per_producer_group(cluster: Cluster) -> None:
+    cluster.start_broker("broker-a", transactionCheckInterval=3_600_000)
+    producer = TransactionProducer("PG_ADMIN", cluster.namesrv_addr, SeedListener()).start()
+    try:
+        for tag in ("TagC", "TagD", "TagA"):  # two stay UNKNOWN, one commits
+            producer.send(Message("TopicAdmin", b"x", tags=tag))
+        run = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqadmin", "transactionStatus", "-n",
+             cluster.namesrv_addr, "--json"], capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
+        [row] = json.loads(run.stdout)
+        assert (row["broker_name"], row["producer_group"], row["pending"],
+                row["online_producers"], row["max_check_times"]) == ("broker-a", "PG_ADMIN",
+                                                                     2, 1, 0)
+        table = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqadmin", "transactionStatus", "-n",
+             cluster.namesrv_addr, "-g", "PG_ADMIN"], capture_output=True, text=True,
+            timeout=60)
+        assert "PG_ADMIN" in table.stdout and "2 half message(s) without an outcome" in (
+            table.stdout)
+    finally:
+        producer.shutdown()
