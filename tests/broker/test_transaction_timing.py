@@ -115,6 +115,9 @@ def test_checks_every_interval_after_the_timeout_at_most_max_times(tmp_path: Any
         fake.allow(19)
         wait_until(lambda: fake.runs == 20 and service.table.pending == {},
                    timeout=20, message="both rolled back")
+        wait_until(lambda: len(checks.times_of(b"plain")) >= 15
+                   and len(checks.times_of(b"immune")) >= 15, timeout=20,
+                   message="every check read from the stream")
         assert checks.times_of(b"plain") == [born + 60_000 * k for k in range(1, 16)]
         assert checks.times_of(b"immune") == [born + 60_000 * k for k in range(3, 18)]
         assert [c.message.system_properties.reserved_properties["TRANSACTION_CHECK_TIMES"]
