@@ -156,7 +156,8 @@ class TransactionProducer:
             return
         self.started = False
         self.loop.run(self._stop_streams())
-        self._check_pool.shutdown(wait=True, cancel_futures=True)
+        # A listener call still running finishes on its own; its answer is then dropped.
+        self._check_pool.shutdown(wait=False, cancel_futures=True)
         self.producer.shutdown()
 
     def __enter__(self) -> TransactionProducer:

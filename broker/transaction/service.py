@@ -336,7 +336,12 @@ class TransactionalMessageService:
                 renewed = await self._renew(entry, ext)
             if renewed is None:
                 break  # the store refuses puts: next run
-            member = self.send_check(entry.producer_group, _as_sent(renewed))
+            try:
+                member = self.send_check(entry.producer_group, _as_sent(renewed))
+            except Exception:  # the hook's fault: the half is asked again next run
+                log.exception("transaction %s: sending check %d failed",
+                              entry.transaction_id, entry.check_times)
+                continue
             self.checks_sent += 1
             asked += 1
             if member is None:
