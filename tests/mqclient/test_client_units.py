@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +17,8 @@ from mqclient.loop import ClientLoop
 from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
 from mqclient.process_queue import ProcessQueue
 from mqclient.producer import select_by_hash
+from mqclient.puller import PullService
+from mqclient.route import BrokerGroup
 from mqproto.framing import decode_batch, encode_batch_message
 
 QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
@@ -225,3 +228,27 @@ def test_send_future_behaves_as_a_concurrent_future() -> None:
         return int(await f)
 
     assert asyncio.run(awaited()) == 3
+
+
+def test_pull_addresses_try_the_one_that_failed_longest_ago_when_all_are_down(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Master and slave both failed: the next pull goes to the one that failed first (the
+    slave may be back), not always to the master that failed last."""
+    master, slave = "10.0.0.1:1", "10.0.0.2:1"
+    group = BrokerGroup("DefaultCluster", "broker-a", {0: master, 1: slave})
+    instance = SimpleNamespace(broker_group=lambda mq: group)
+    pulls = PullService(instance, "G", None, batch_size=32, threshold=1000,  # type: ignore[arg-type]
+                        commit_on_pull=True, may_pull=lambda pq: True,
+                        on_messages=lambda pq, msgs: None)
+    mq = MessageQueue("T", "broker-a", 0)
+    now = [100.0]
+    monkeypatch.setattr("mqclient.puller.time.monotonic", lambda: now[0])
+    assert pulls._addresses(mq) == [(master, True), (slave, False)]
+    pulls._down_until[slave] = now[0] + 30   # the slave failed first
+    assert pulls._addresses(mq) == [(master, True), (slave, False)]
+    now[0] += 1
+    pulls._down_until[master] = now[0] + 30  # then the master
+    assert pulls._addresses(mq) == [(slave, False), (master, True)]
+    now[0] += 1
+    pulls._down_until[slave] = now[0] + 30   # the slave again
+    assert pulls._addresses(mq) == [(master, True), (slave, False)]
