@@ -15,10 +15,12 @@ from mqclient.allocate import AllocateAveragely, AllocateAveragelyByCircle
 from mqclient.fault import LatencyFaultTolerance, QueueSelector
 from mqclient.loop import ClientLoop
 from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
+from mqclient.offset_store import RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
 from mqclient.producer import select_by_hash
 from mqclient.puller import PullService
 from mqclient.route import BrokerGroup
+from mqproto import common_pb2, messaging_pb2
 from mqproto.framing import decode_batch, encode_batch_message
 
 QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
@@ -252,3 +254,29 @@ def test_pull_addresses_try_the_one_that_failed_longest_ago_when_all_are_down(
     now[0] += 1
     pulls._down_until[slave] = now[0] + 30   # the slave again
     assert pulls._addresses(mq) == [(master, True), (slave, False)]
+
+
+def test_offset_not_found_on_the_master_is_asked_of_its_slave() -> None:
+    """A master restarted after a kill -9 may lack the group's offset its slave holds:
+    the slave's answer counts (else the queue would start again from its first offset)."""
+    master, slave = "10.0.0.1:1", "10.0.0.2:1"
+    answers = {master: common_pb2.QUERY_NOT_FOUND, slave: common_pb2.SUCCESS}
+    asked: list[str] = []
+
+    def stub(addr: str) -> SimpleNamespace:
+        async def query(request: messaging_pb2.QueryConsumerOffsetRequest, timeout: float
+                        ) -> messaging_pb2.QueryConsumerOffsetResponse:
+            asked.append(addr)
+            return messaging_pb2.QueryConsumerOffsetResponse(
+                status=common_pb2.Status(code=answers[addr]), offset=42)
+        return SimpleNamespace(QueryConsumerOffset=query)
+
+    group = BrokerGroup("DefaultCluster", "broker-a", {0: master, 1: slave})
+    instance = SimpleNamespace(broker_group=lambda mq: group,
+                               channels=SimpleNamespace(messaging=stub))
+    store = RemoteBrokerOffsetStore(instance, "G")  # type: ignore[arg-type]
+    mq = MessageQueue("T", "broker-a", 0)
+    assert asyncio.run(store.read_from_store(mq)) == 42
+    assert asked == [master, slave]
+    answers[slave] = common_pb2.QUERY_NOT_FOUND
+    assert asyncio.run(store.read_from_store(mq)) == -1
