@@ -50,7 +50,8 @@ def test_half_is_invisible_commit_puts_it_rollback_does_not(start_broker: Any) -
     rolled = send_half(b, half(b"two", tag="TagB"))
     assert committed.transaction_id == committed.message_id != ""
     assert real_messages(b) == []  # in the half queue only
-    assert len(pull_everything(b.messaging, RMQ_SYS_TRANS_HALF_TOPIC, 0)) == 2
+    wait_until(lambda: len(pull_everything(b.messaging, RMQ_SYS_TRANS_HALF_TOPIC, 0)) == 2,
+               message="both halves in the half queue")  # dispatched a little later
 
     assert end(b, committed, M.TRANSACTION_COMMIT_TYPE).code == common_pb2.SUCCESS
     assert end(b, rolled, M.TRANSACTION_ROLLBACK_TYPE).code == common_pb2.SUCCESS
