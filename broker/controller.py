@@ -43,6 +43,7 @@ from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
 from broker.transaction import ProducerCheckStreams, TransactionalMessageService
 from broker.transaction.checks import check_request
+from broker.transaction.prepare import HalfMessages
 from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
@@ -293,6 +294,7 @@ class BrokerController:
             ("grpc.max_send_message_length", -1),
         ])
         self.messaging = MessagingServicer(self)
+        self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.messaging, log)

@@ -28,13 +28,6 @@ from broker.convert import decode_messages, message_from_ext, message_from_proto
 from broker.schedule import to_schedule_topic
 from broker.status import STORED_STATUSES, RequestError, ok, put_status
 from broker.topic_config import TopicConfig, send_topic_problem
-from broker.transaction.messages import to_half_message
-from broker.transaction.prepare import (
-    ensure_system_topics,
-    is_prepared,
-    mark_prepared,
-    prepared_group,
-)
 from mqproto import common_pb2, messaging_pb2
 from store.codec import encode_offset_msg_id
 from store.constants import MessageProperty
@@ -42,6 +35,7 @@ from store.message import Message, topic_problem
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+    from broker.transaction.prepare import HalfMessages
     from store.commitlog import AppendResult
 
 log = logging.getLogger(__name__)
@@ -56,6 +50,9 @@ def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        # Prepared (transactional) messages: broker/transaction's hook, set by the
+        # controller; without it they are refused.
+        self.half_messages: HalfMessages | None = None
 
     async def send_message(self, request: messaging_pb2.SendMessageRequest,
                            born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
@@ -190,15 +187,21 @@ class SendProcessor:
                     producer_group: str = "", batch: bool = False
                     ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
         # A prepared message is stored as a half message (broker/transaction).
-        group = prepared_group(pbs, producer_group, batch=batch)
-        if group is not None:
-            await ensure_system_topics(self.broker)
+        halves = self.half_messages
+        group = None
+        if halves is None:
+            for pb in pbs:
+                self._check_supported(pb)
+        else:
+            group = halves.producer_group(pbs, producer_group, batch=batch)
+            if group is not None:
+                await halves.before_put()
 
         def build(queue_id: int, now: int, uniq_key: Callable[[], str]) -> list[Message]:
             msgs = [message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
                                        now_ms=now, uniq_key=uniq_key) for pb in pbs]
-            if group is not None:
-                msgs = [mark_prepared(m, group, pb) for m, pb in zip(msgs, pbs, strict=True)]
+            if halves is not None and group is not None:
+                msgs = [halves.mark(m, group, pb) for m, pb in zip(msgs, pbs, strict=True)]
             return msgs
 
         put, msgs, append = await self._put(topic, queue_id, requested_queue_nums, build)
@@ -231,8 +234,9 @@ class SendProcessor:
         """What the store gets: delayed messages moved to their level's schedule queue, a
         prepared message to the half queue (the answer still names their real queue). A
         batch's messages share one level."""
-        if is_prepared(msgs[0]):
-            return [to_half_message(m, m.properties[MessageProperty.PGROUP]) for m in msgs]
+        halves = self.half_messages
+        if halves is not None and halves.is_prepared(msgs[0]):
+            return halves.stored(msgs)
         delay = msgs[0].properties.get(MessageProperty.DELAY)
         if delay is None and (len(msgs) == 1 or not any(
                 MessageProperty.DELAY in m.properties for m in msgs)):
@@ -253,7 +257,8 @@ class SendProcessor:
             entry(message_id=m.properties["UNIQ_KEY"], offset_msg_id=f"{host_hex}{p:016X}",
                   queue_id=m.queue_id, queue_offset=q, commit_log_offset=p,
                   # RocketMQ's transaction id is the UNIQ_KEY of the half message.
-                  transaction_id=m.properties["UNIQ_KEY"] if is_prepared(m) else "")
+                  transaction_id=m.properties["UNIQ_KEY"]
+                  if m.properties.get(MessageProperty.TRAN_MSG) == "true" else "")
             for m, p, q in zip(msgs, phys, queue_offsets, strict=True)
         ]
 
@@ -305,3 +310,9 @@ class SendProcessor:
                                f"{config.write_queue_nums} write queues "
                                f"({config.read_queue_nums} read queues) on this broker")
         return queue_id
+
+    @staticmethod
+    def _check_supported(pb: messaging_pb2.Message) -> None:
+        if pb.system_properties.transaction_type != messaging_pb2.TRANSACTION_NOT_TYPE:
+            raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                               "transactional messages are not served by this broker")

@@ -12,6 +12,7 @@ from broker.transaction.messages import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
     TRAN_MSG_TRUE,
     immunity_seconds,
+    to_half_message,
 )
 from mqproto import common_pb2, messaging_pb2
 from store.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, MessageProperty
@@ -88,3 +89,32 @@ async def ensure_system_topics(broker: BrokerController) -> None:
             created = True
     if created:
         await broker.topics_changed()
+
+
+class HalfMessages:
+    """The send path's hook for prepared messages (SendProcessor.half_messages, set by the
+    controller): which sends are halves, and what the store gets for them."""
+
+    def __init__(self, broker: BrokerController) -> None:
+        self.broker = broker
+
+    def producer_group(self, pbs: Sequence[messaging_pb2.Message], request_group: str, *,
+                       batch: bool) -> str | None:
+        return prepared_group(pbs, request_group, batch=batch)
+
+    async def before_put(self) -> None:
+        await ensure_system_topics(self.broker)
+
+    @staticmethod
+    def mark(msg: Message, group: str, pb: messaging_pb2.Message) -> Message:
+        return mark_prepared(msg, group, pb)
+
+    @staticmethod
+    def is_prepared(msg: Message) -> bool:
+        return is_prepared(msg)
+
+    @staticmethod
+    def stored(msgs: list[Message]) -> list[Message]:
+        """Prepared messages as the store keeps them: in the half queue."""
+        return [to_half_message(m, m.properties[MessageProperty.PGROUP]) for m in msgs]
+
