@@ -82,15 +82,27 @@ class TransactionalMessageService:
         self._lock = asyncio.Lock()
         self._recovered_below = 0
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._half_arrived = asyncio.Event()  # set when the half queue got an entry
         self._fault = os.environ.get(FAULT_ENV, "")
         self.checks_sent = 0
         self.discarded = 0
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.broker.store.arriving_listeners.append(self._on_arriving)
         self._task = asyncio.create_task(self.run(), name="transactionCheck")
 
+    def _on_arriving(self, topic: str, queue_id: int, max_offset: int) -> None:
+        """The store's dispatch listener (dispatch thread): wakes ends waiting for a half."""
+        if topic == RMQ_SYS_TRANS_HALF_TOPIC and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._half_arrived.set)
+
     async def stop(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.broker.store.arriving_listeners.remove(self._on_arriving)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -197,12 +209,20 @@ class TransactionalMessageService:
                               self.table.op_offset())
 
     async def _wait_dispatched(self, queue_offset: int) -> bool:
+        """Until the half queue holds `queue_offset` (woken by the dispatch listener, with a
+        slow poll besides); False after DISPATCH_WAIT_S."""
         store = self.broker.store
         deadline = time.monotonic() + DISPATCH_WAIT_S
         while store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) <= queue_offset:
-            if time.monotonic() > deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 return False
-            await asyncio.sleep(DISPATCH_POLL_S)
+            self._half_arrived.clear()
+            if store.get_max_offset_in_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0) > queue_offset:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._half_arrived.wait(),
+                                       min(remaining, DISPATCH_POLL_S * 10))
         return True
 
     # -- ending ------------------------------------------------------------------------------
