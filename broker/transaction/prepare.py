@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
 
 SYSTEM_TOPIC_QUEUE_NUMS = 1  # the half and op topics have queue 0 only
+MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
 
 
 def _illegal(remark: str) -> RequestError:
@@ -52,6 +53,9 @@ def prepared_group(pbs: Sequence[messaging_pb2.Message], request_group: str, *,
     group = request_group or sp.producer_group
     if not group:
         raise _illegal("a transactional message needs its producer group (the check asks it)")
+    if len(group) > MAX_GROUP_LENGTH or any(c in group for c in "\x01\x02"):
+        raise _illegal(f"producer group {group[:40]!r} is longer than {MAX_GROUP_LENGTH} "
+                       "characters or holds a \\x01 / \\x02 separator")
     if sp.producer_group and request_group and sp.producer_group != request_group:
         raise _illegal(f"producer group {sp.producer_group!r} of the message is not the "
                        f"sender's {request_group!r}")

@@ -40,7 +40,12 @@ from broker.transaction.messages import (
 from broker.transaction.table import PendingHalf, PendingTable
 from mqproto import common_pb2
 from store.codec import MessageExt
-from store.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+from store.constants import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANSACTION_TYPE_MASK,
+    SysFlag,
+)
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -436,9 +441,11 @@ def _mismatch(ext: MessageExt, group: str, message_id: str, queue_offset: int) -
 
 
 def _as_sent(ext: MessageExt) -> MessageExt:
-    """The half as its producer sent it: real topic and queue (sendCheckMessage)."""
+    """The half as its producer sent it (sendCheckMessage): real topic and queue, and the
+    PREPARED transaction type (a v2 gateway calls it a TRANSACTION message)."""
+    sys_flag = (ext.sys_flag & ~TRANSACTION_TYPE_MASK) | int(SysFlag.TRANSACTION_PREPARED)
     try:
         topic, queue_id = real_topic_and_queue(ext)
     except ValueError:
-        return ext
-    return dataclasses.replace(ext, topic=topic, queue_id=queue_id)
+        return dataclasses.replace(ext, sys_flag=sys_flag)
+    return dataclasses.replace(ext, topic=topic, queue_id=queue_id, sys_flag=sys_flag)

@@ -95,6 +95,9 @@ def test_delayed_batched_or_groupless_halves_are_refused_and_nothing_is_stored(
     assert "cannot be batched" in batch.status.remark
     groupless = send_raw(b, M.SendMessageRequest(message=half(b"x"), queue_id=0))
     assert groupless.status.code == common_pb2.MESSAGE_ILLEGAL
+    bad_group = send_raw(b, M.SendMessageRequest(producer_group="PG\x02", message=half(b"x"),
+                                                 queue_id=0))
+    assert bad_group.status.code == common_pb2.MESSAGE_ILLEGAL
     bad_immunity = send_raw(b, M.SendMessageRequest(producer_group=GROUP, message=half(
         b"x", reserved_properties={"CHECK_IMMUNITY_TIME_IN_SECONDS": "-1"}), queue_id=0))
     assert bad_immunity.status.code == common_pb2.MESSAGE_ILLEGAL

@@ -123,6 +123,8 @@ def test_checks_every_interval_after_the_timeout_at_most_max_times(tmp_path: Any
         assert [c.message.system_properties.reserved_properties["TRANSACTION_CHECK_TIMES"]
                 for c in checks.checks if c.message.body == b"plain"] == [
             str(n) for n in range(1, 16)]
+        assert {(c.message.topic, c.message.system_properties.transaction_type)
+                for c in checks.checks} == {("TopicTiming", M.TRANSACTION_PREPARED_TYPE)}
         assert service.discarded == 2
         assert b.controller.topics.get("TopicTiming") is not None
         assert b.controller.store.get_max_offset_in_queue("TopicTiming", 0) == 0  # no commit
