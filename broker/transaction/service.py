@@ -241,9 +241,10 @@ class TransactionalMessageService:
             return status(common_pb2.SERVICE_NOT_AVAILABLE,
                           "transactions are ended on the master, this broker is a slave")
         source = "check" if from_check else "producer"
+        level = logging.INFO if from_check else logging.DEBUG  # one line per check, not send
         if state is LocalTransactionState.UNKNOWN:
-            log.info("transaction %s of group %s: the %s answered UNKNOWN; checked again "
-                     "later", message_id, producer_group, source)
+            log.log(level, "transaction %s of group %s: the %s answered UNKNOWN; checked "
+                    "again later", message_id, producer_group, source)
             return ok()
         ext = self.broker.store.look_message_by_offset(commit_log_offset)
         if ext is None or ext.topic != RMQ_SYS_TRANS_HALF_TOPIC:
@@ -262,19 +263,19 @@ class TransactionalMessageService:
             tid = ext.uniq_key or f"@{ext.commit_log_offset}"
             entry = self.table.pending.get(tid)
             if entry is None:
-                log.info("transaction %s already ended; %s from the %s ignored", tid,
-                         _state_name(commit), source)
+                log.log(level, "transaction %s already ended; %s from the %s ignored", tid,
+                        _state_name(commit), source)
                 return status(common_pb2.SUCCESS, f"transaction {tid} already ended")
             return await self._end(entry, ext, commit, f"the {source} answered "
-                                   f"{_state_name(commit)}")
+                                   f"{_state_name(commit)}", level)
 
     async def _ready(self, timeout_s: float) -> bool:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self.ready.wait(), timeout_s)
         return self.ready.is_set()
 
-    async def _end(self, entry: PendingHalf, ext: MessageExt, commit: bool,
-                   why: str) -> common_pb2.Status:
+    async def _end(self, entry: PendingHalf, ext: MessageExt, commit: bool, why: str,
+                   level: int = logging.INFO) -> common_pb2.Status:
         """Under the lock: the final message when committing, then the op record."""
         broker = self.broker
         tid = entry.transaction_id
@@ -308,8 +309,8 @@ class TransactionalMessageService:
         self.table.ended(entry)
         self.commit_progress()
         outcome = "COMMIT" if entry.committed else "ROLLBACK"
-        log.info("transaction %s of group %s ended %s: %s", tid, entry.producer_group, outcome,
-                 why)
+        log.log(level, "transaction %s of group %s ended %s: %s", tid, entry.producer_group,
+                outcome, why)
         return ok()
 
     def _final_exists(self, ext: MessageExt, tid: str) -> bool:
