@@ -154,3 +154,32 @@ def test_progress_survives_a_restart(start_broker: Any) -> None:
                                          real_messages(again), message="two committed")]
     assert bodies == [b"0", b"2"]
     assert again.call(lambda: service.summary()).groups == []  # nothing pending, no producer
+
+
+def test_a_late_producer_end_after_the_check_changes_nothing(start_broker: Any) -> None:
+    b = start_broker(**FAST)
+    stream = b.messaging.SubscribeTransactionCheck(M.SubscribeTransactionCheckRequest(
+        producer_group=GROUP, client_id="p1"))
+    try:
+        result = send_half(b, half(b"late"))
+        check = next(iter(stream))  # after transactionTimeOut, on the next run
+        sp = check.message.system_properties
+        assert (check.message.topic, sp.message_id) == (TOPIC, result.message_id)
+        assert check.commit_log_offset != result.commit_log_offset  # a renewed copy
+        answer = b.messaging.EndTransaction(M.EndTransactionRequest(
+            producer_group=GROUP, message_id=sp.message_id,
+            commit_log_offset=check.commit_log_offset,
+            tran_state_table_offset=check.tran_state_table_offset,
+            commit_or_rollback=M.TRANSACTION_COMMIT_TYPE, from_transaction_check=True),
+            timeout=RPC_TIMEOUT_S)
+        assert answer.status.code == common_pb2.SUCCESS
+        # The producer's own end arrives late, naming the first copy, and says ROLLBACK,
+        # then COMMIT: the transaction has its outcome already.
+        late = end(b, result, M.TRANSACTION_ROLLBACK_TYPE)
+        assert late.code == common_pb2.SUCCESS and "already ended" in late.remark
+        assert "already ended" in end(b, result, M.TRANSACTION_COMMIT_TYPE).remark
+        [msg] = wait_until(lambda: real_messages(b), message="the committed message")
+        assert msg.body == b"late"
+        assert len(real_messages(b)) == 1
+    finally:
+        stream.cancel()
