@@ -28,9 +28,14 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
     commitlog = store.commitlog
     files = commitlog.queue.files
     for cq in store.consume_queues.values():
-        cq.recover()
-        if crashed and files:
-            _drop_torn_last_entry(commitlog, cq)
+        if cq.failed:
+            continue
+        try:
+            cq.recover()
+            if crashed and files:
+                _drop_torn_last_entry(commitlog, cq)
+        except OSError as e:  # this queue only: the others recover
+            store.queue_failed(cq, e, retry=False)
     if not files:
         for cq in store.consume_queues.values():
             cq.destroy()
@@ -97,7 +102,13 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
              "after a crash" if crashed else "after a clean stop", count, start, end)
     commitlog.set_recovered_end(end)
     for cq in store.consume_queues.values():
-        cq.truncate_dirty(end)
+        if cq.failed:
+            continue
+        try:
+            cq.truncate_dirty(end)
+        except OSError as e:
+            store.queue_failed(cq, e, retry=False)
+            continue
         if cq.max_offset_in_queue:
             commitlog.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
     store.index.truncate(end)
