@@ -109,7 +109,7 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size - file_size % CQ_STORE_UNIT_SIZE
-        self.dir = os.path.join(root, topic, str(queue_id))
+        self.dir = f"{os.fspath(root)}/{topic}/{queue_id}"
         self.handles = handles if handles is not None else FileHandles(4)
         self.files: list[CQFile] = []
         self.max_physic_offset = 0  # commitlog end (offset + size) of the last entry
@@ -124,7 +124,7 @@ class ConsumeQueue:
 
     # -- files -----------------------------------------------------------------------------
     def _file_path(self, offset: int) -> str:
-        return os.path.join(self.dir, offset_file_name(offset))
+        return f"{self.dir}/{offset:020d}"
 
     def first_file(self) -> CQFile | None:
         return self.files[0] if self.files else None

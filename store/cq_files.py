@@ -16,6 +16,7 @@ writes and reads go a block of entries at a time.
 from __future__ import annotations
 
 import collections
+import ctypes
 import errno
 import logging
 import os
@@ -99,6 +100,31 @@ class FileHandles:
         with self.lock:
             while self._fds:
                 os.close(self._fds.popitem()[1])
+
+
+def _load_syncfs() -> ctypes._CFuncPtr | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).syncfs
+    except (OSError, AttributeError):
+        return None
+
+
+_syncfs = _load_syncfs()
+
+
+def sync_filesystem(path: str) -> None:
+    """Forces every dirty page of the file system holding `path` (syncfs(2); sync(2) where
+    it is missing): one call instead of an fdatasync per file when many queues are dirty."""
+    if _syncfs is None:
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+    finally:
+        os.close(fd)
 
 
 def sync_file(path: str) -> None:

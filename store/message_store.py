@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store import reading, reput
+from store import cq_snapshot, reading, reput
 from store.checkpoint import StoreCheckpoint
 from store.commitlog import AppendResult, CommitLog
 from store.config import StoreConfig
@@ -24,7 +24,7 @@ from store.constants import (
     PutMessageStatus,
 )
 from store.consume_queue import ConsumeQueue
-from store.cq_files import FileHandles
+from store.cq_files import FileHandles, sync_filesystem
 from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message
 from store.services import ServiceThread, monotonic
@@ -34,6 +34,8 @@ log = logging.getLogger(__name__)
 
 ArrivingListener = Callable[[str, int, int], None]  # topic, queueId, max offset in queue
 INT = struct.Struct(">i")
+# Dirty consume queues from which one syncfs replaces an fdatasync per file.
+SYNCFS_MIN_QUEUES = 64
 QUEUE_RETRY_INTERVAL_S = 5.0  # failed consume queues are tried again this often
 
 
@@ -70,6 +72,7 @@ class DefaultMessageStore:
         self.root = Path(config.store_path_root_dir)
         self.commitlog = CommitLog(config, clock_ms)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self.cq_root = str(self.root / "consumequeue")
         self.cq_handles = FileHandles(config.consume_queue_open_files)
         # Queues written since their last flush (the flush service visits only these).
         self._dirty_queues: set[ConsumeQueue] = set()
@@ -127,17 +130,23 @@ class DefaultMessageStore:
         crashed = self.abort_file.exists()
         self.recovered_from_crash = crashed
         self.commitlog.queue.load()
-        self._load_consume_queues()
+        # After a clean stop the queues' positions come from the snapshot written then
+        # (deleted here in any case: a later crash must not meet it).
+        snapshot = cq_snapshot.take(str(self.root / cq_snapshot.FILE_NAME), self.cq_root,
+                                    self._new_consume_queue)
+        if crashed or snapshot is None:
+            self.consume_queues.clear()
+            self._load_consume_queues()
         self.index.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
         from store.recovery import recover
 
-        recover(self, crashed)
+        recover(self, crashed, queues_recovered=not crashed and snapshot is not None)
         self.abort_file.touch()
         return True
 
     def _load_consume_queues(self) -> None:
-        cq_root = str(self.root / "consumequeue")
+        cq_root = self.cq_root
         if not os.path.isdir(cq_root):
             return
         with os.scandir(cq_root) as topics:
@@ -150,11 +159,11 @@ class DefaultMessageStore:
                 cq = self._new_consume_queue(topic, queue_id)
                 try:
                     cq.load(os.listdir(qpath))
-                except OSError as e:  # this queue only: the others load
+                except (OSError, ValueError) as e:  # this queue only: the others load
                     self.queue_failed(cq, e, retry=False)
 
     def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(topic, queue_id, self.root / "consumequeue",
+        cq = ConsumeQueue(topic, queue_id, self.cq_root,
                           self.config.mapped_file_size_consume_queue, self.cq_handles)
         self.consume_queues[(topic, queue_id)] = cq
         return cq
@@ -260,6 +269,12 @@ class DefaultMessageStore:
         for cq in self.consume_queues.values():
             cq.close()
         self.cq_handles.close_all()
+        if not self.failed_queues:
+            try:
+                cq_snapshot.write(str(self.root / cq_snapshot.FILE_NAME),
+                                  self.commitlog.max_offset, self.consume_queues.values())
+            except OSError as e:  # the next start scans the queues instead
+                log.warning("consume-queue snapshot not written: %s", e)
         self.index.close()
         if self.abort_file.exists():
             self.abort_file.unlink()
@@ -430,8 +445,18 @@ class DefaultMessageStore:
         ts = self._last_dispatched_ts
         with self._dirty_lock:
             dirty, self._dirty_queues = self._dirty_queues, set()
-        for cq in dirty:
-            cq.flush()
+        if len(dirty) >= SYNCFS_MIN_QUEUES and os.path.isdir(self.cq_root):
+            # One syncfs instead of thousands of fdatasyncs (100,000 dirty queues: measured
+            # 22 s one file at a time). Positions are taken first: what is written after
+            # them is in the next round's set.
+            marks = [(mf, mf.wrote_position) for cq in dirty for mf in cq.files[-2:]]
+            sync_filesystem(self.cq_root)
+            for mf, wrote in marks:
+                if wrote > mf.flushed_position:
+                    mf.flushed_position = wrote
+        else:
+            for cq in dirty:
+                cq.flush()
         self.index.flush()
         if self.checkpoint is not None and ts:
             self.checkpoint.logics_msg_timestamp = ts

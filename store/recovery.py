@@ -24,17 +24,19 @@ CLEAN_RECOVERY_FILES = 3
 CHECK_BLOCK = 1024  # consume-queue entries read at once to check records against
 
 
-def recover(store: DefaultMessageStore, crashed: bool) -> None:
+def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = False) -> None:
+    """`queues_recovered`: the consume queues' ends are known (from the snapshot of a clean
+    stop), so they are not scanned."""
     commitlog = store.commitlog
     files = commitlog.queue.files
-    for cq in store.consume_queues.values():
+    for cq in () if queues_recovered else store.consume_queues.values():
         if cq.failed:
             continue
         try:
             cq.recover()
             if crashed and files:
                 _drop_torn_last_entry(commitlog, cq)
-        except OSError as e:  # this queue only: the others recover
+        except (OSError, ValueError) as e:  # this queue only: the others recover
             store.queue_failed(cq, e, retry=False)
     if not files:
         for cq in store.consume_queues.values():
