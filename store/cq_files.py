@@ -20,6 +20,7 @@ import ctypes
 import errno
 import logging
 import os
+import resource
 import threading
 
 log = logging.getLogger(__name__)
@@ -125,6 +126,36 @@ def sync_filesystem(path: str) -> None:
             raise OSError(err, os.strerror(err), path)
     finally:
         os.close(fd)
+
+
+def open_files_cap(configured: int) -> int:
+    """The fd cache's size: as configured, but at most a quarter of the soft nofile limit
+    (connections and the commitlog / index files need the rest)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return configured
+    return max(16, min(configured, soft // 4))
+
+
+def max_map_count() -> int | None:
+    try:
+        with open("/proc/sys/vm/max_map_count") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
+def limits_report(configured_open_files: int) -> str:
+    """One line on what nofile and vm.max_map_count allow this store."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    maps = max_map_count()
+    cache = open_files_cap(configured_open_files)
+    nofile = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
+    spare = "" if soft == resource.RLIM_INFINITY else (
+        f"; {soft - cache} fds left for connections and commitlog/index files (2 each)")
+    return (f"limits: nofile {nofile}, vm.max_map_count {maps if maps is not None else '?'}: "
+            f"consume queues hold no fd or mapping when cold (a cache of {cache} open files, "
+            f"no maps), so they allow any number of queues; the disk bounds them{spare}")
 
 
 def sync_file(path: str) -> None:

@@ -24,7 +24,7 @@ from store.constants import (
     PutMessageStatus,
 )
 from store.consume_queue import ConsumeQueue
-from store.cq_files import FileHandles, sync_filesystem
+from store.cq_files import FileHandles, open_files_cap, sync_filesystem
 from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message
 from store.services import ServiceThread, monotonic
@@ -73,7 +73,7 @@ class DefaultMessageStore:
         self.commitlog = CommitLog(config, clock_ms)
         self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.cq_root = str(self.root / "consumequeue")
-        self.cq_handles = FileHandles(config.consume_queue_open_files)
+        self.cq_handles = FileHandles(open_files_cap(config.consume_queue_open_files))
         # Queues written since their last flush (the flush service visits only these).
         self._dirty_queues: set[ConsumeQueue] = set()
         self._dirty_lock = threading.Lock()
