@@ -29,39 +29,20 @@ FILTER_CACHE_SIZE = 1024  # compiled expressions kept (RocketMQ's parser caches 
 class SqlMessageFilter:
     """The store's MessageFilter (matches_code / matches_record) of one SQL92 expression."""
 
-    __slots__ = ("sql", "codes", "names", "matches_record")
+    __slots__ = ("sql", "codes", "matches_record")
     filters = True
 
     def __init__(self, sql: SqlFilter) -> None:
         self.sql = sql
         tags = sql.tags_only()
         self.codes = None if tags is None else frozenset(codec.tags_code(t) for t in tags)
-        self.names = tuple(name.encode() for name in sql.properties)
-        self.matches_record: Callable[[bytes], bool] = _record_matcher(
-            self.names, sql.matches_values)
+        lib = native.lib
+        fallback = codec.record_property_values
+        self.matches_record: Callable[[bytes], bool] = sql.record_matcher(
+            lib.property_values if lib is not None else fallback, fallback)
 
     def matches_code(self, code: int) -> bool:
         return self.codes is None or code in self.codes
-
-
-def _record_matcher(names: tuple[bytes, ...], matches_values: Callable[..., bool]
-                    ) -> Callable[[bytes], bool]:
-    """matches_record as a closure: it runs once per message scanned."""
-    python_values = codec.record_property_values
-    lib = native.lib
-    if lib is None:
-        def matches_record(record: bytes) -> bool:
-            return matches_values(*python_values(record, names))
-        return matches_record
-    native_values = lib.property_values
-
-    def matches_record_native(record: bytes) -> bool:
-        values = native_values(record, names)
-        if values is None:  # a record the C path leaves to Python
-            values = python_values(record, names)
-        return matches_values(*values)
-
-    return matches_record_native
 
 
 MessageFilter = TagFilter | SqlMessageFilter

@@ -19,6 +19,7 @@ only the properties the expression names are read.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TypeAlias
 
 from filter.parser import (
     ORDERINGS,
@@ -41,6 +42,8 @@ from filter.parser import (
 
 PROPERTY_SEPARATOR = b"\x01"  # name \x01 value \x02, RocketMQ's encoded properties
 PROPERTIES_SEPARATOR = b"\x02"
+# (record, names) -> the values of names in the record, or None
+Extractor: TypeAlias = Callable[[bytes, tuple[bytes, ...]], tuple[bytes | None, ...] | None]
 
 
 def to_number(value: str | None) -> int | float | None:
@@ -56,20 +59,6 @@ def to_number(value: str | None) -> int | float | None:
         except ValueError:
             return None
     return None if "_" in value else number  # Python reads 1_000, Java does not
-
-
-def bytes_to_number(value: bytes | None) -> int | float | None:
-    """to_number of UTF-8 text."""
-    if value is None:
-        return None
-    try:
-        number: int | float = int(value)
-    except ValueError:
-        try:
-            number = float(value)
-        except ValueError:
-            return None
-    return None if b"_" in value else number
 
 
 class SqlFilter:
@@ -92,9 +81,19 @@ class SqlFilter:
         self.matches: Callable[[Mapping[str, str]], bool] = _build(text_source, "<sql92>", False)
         self.matches_encoded: Callable[[bytes], bool] = _build(bytes_source, "<sql92 raw>", True)
         values_source = _Codegen(self.properties, encoded=True).function(self.tree,
-                                                                         by_values=True)
+                                                                         by="values")
         # The values (UTF-8 bytes or None) of `properties`, in that order.
         self.matches_values: Callable[..., bool] = _build(values_source, "<sql92 values>", True)
+
+    def record_matcher(self, extract: Extractor, fallback: Extractor) -> Callable[[bytes], bool]:
+        """`matches(record)` of whole stored records, one call a message: `extract(record,
+        names)` gives the values of `properties` (UTF-8 names and values, None when
+        missing), or None to have `fallback` read them. Who stores records knows their
+        layout; this module does not."""
+        source = _Codegen(self.properties, encoded=True).function(self.tree, by="record")
+        names = tuple(name.encode() for name in self.properties)
+        return _build(source, "<sql92 record>", True,
+                      _extract=extract, _fallback=fallback, _names=names)
 
     def tags_only(self) -> frozenset[str] | None:
         """The TAGS a matching message must have when the expression requires one of a set
@@ -126,8 +125,15 @@ def _required_tags(node: Condition) -> frozenset[str] | None:
     return None
 
 
-def _build(source: str, filename: str, encoded: bool) -> Callable[..., bool]:
-    namespace: dict[str, object] = {"_num": bytes_to_number if encoded else to_number}
+def _float(value: str | bytes) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _build(source: str, filename: str, encoded: bool, **names: object) -> Callable[..., bool]:
+    namespace: dict[str, object] = {"_float": _float, **names}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     return namespace["_match"]  # type: ignore[return-value]
 
@@ -140,13 +146,21 @@ class _Codegen:
         self.index = {name: i for i, name in enumerate(properties)}
         self.views: dict[str, str] = {}  # local name -> the expression computing it
 
-    def function(self, tree: Condition, *, by_values: bool = False) -> str:
-        """`_match(props)`; encoded: `_match(data)`, or with `by_values`
-        `_match(v0, v1, ...)` taking the properties' values in `properties` order."""
+    def function(self, tree: Condition, *, by: str = "") -> str:
+        """`_match(props)`; encoded: `_match(data)`, with by="values" `_match(v0, ...)`
+        taking the values of `properties` in order, with by="record" `_match(record)`
+        reading them with `_extract(record, _names)` (or `_fallback` when it says None)."""
         body = self.true(tree)
         args = ", ".join(f"v{i}" for i in self.index.values())
-        if by_values:
+        if by == "values":
             lines = [f"def _match({args}):"]
+        elif by == "record":
+            lines = ["def _match(record):"]
+            if self.index:
+                lines += ["    t = _extract(record, _names)",
+                          "    if t is None:",
+                          "        t = _fallback(record, _names)",
+                          f"    {args}, = t"]
         else:
             lines = ["def _match(data):" if self.encoded else "def _match(props):"]
             if self.encoded and self.index:
@@ -154,7 +168,16 @@ class _Codegen:
             for name, i in self.index.items():
                 lines.extend(self.read_property(name, i))
         for local, expr in self.views.items():
-            lines.append(f"    {local} = {expr}")
+            if local.startswith("n"):  # a number, inline: this runs once per message
+                v = "v" + local[1:]
+                underscore = "b'_'" if self.encoded else "'_'"
+                lines += [f"    if {v} is None: {local} = None",
+                          "    else:",
+                          f"        try: {local} = int({v})",
+                          f"        except ValueError: {local} = _float({v})",
+                          f"        if {underscore} in {v}: {local} = None"]
+            else:
+                lines.append(f"    {local} = {expr}")
         lines.append(f"    return {body}")
         return "\n".join(lines) + "\n"
 
@@ -187,7 +210,7 @@ class _Codegen:
         i = self.index[prop.name]
         local = f"{kind}{i}"
         if kind == "n":
-            self.views.setdefault(local, f"_num(v{i})")
+            self.views.setdefault(local, f"number of v{i}")  # written inline by function()
         elif kind == "m":
             self.view(prop, "n")
             self.views.setdefault(local, f"None if n{i} is None else -n{i}")

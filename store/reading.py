@@ -36,9 +36,11 @@ MAX_FILTER_MESSAGE_COUNT = 800
 
 class MessageFilter(Protocol):
     """What getMessage asks of a subscription (RocketMQ's MessageFilter): first by the
-    consume queue's tags code, then by the record itself. `filters` False: takes all."""
+    consume queue's tags code, then by the record itself. `filters` False: takes all.
+    `codes`: the tags codes a match must have (None: any), as matches_code says."""
 
     filters: bool
+    codes: frozenset[int] | None
 
     def matches_code(self, code: int) -> bool: ...
 
@@ -144,6 +146,13 @@ def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: in
     total = 0
     last_phy = 0
     status = S.NO_MATCHED_MESSAGE
+    codes = message_filter.codes if message_filter is not None else None
+    matches_record = message_filter.matches_record if message_filter is not None else None
+    # The commitlog file of the last record read, its start and committed end: consecutive
+    # records are sliced from it without looking the file up again (CommitLog.read).
+    files = commitlog.queue
+    mm = None
+    base = limit = 0
     for phy, size, code in ENTRY.iter_unpack(entries):
         if len(messages) >= max_count or (messages and total + size > max_bytes):
             break
@@ -154,13 +163,27 @@ def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: in
         if phy < min_phy:
             status = S.MESSAGE_WAS_REMOVING
             continue
-        if message_filter is not None and not message_filter.matches_code(code):
+        if codes is not None and code not in codes:
             continue
-        record = commitlog.read(phy, size)
-        if len(record) != size:
+        pos = phy - base
+        if mm is None or pos < 0 or pos + size > limit:
+            mf = files.find_by_offset(phy)
+            if mf is None:
+                status = S.MESSAGE_WAS_REMOVING
+                continue
+            mm, base, limit = mf.mm, mf.file_from_offset, mf.committed_position
+            pos = phy - base
+            if pos + size > limit:  # not committed (or cut short): as CommitLog.read
+                mm = None
+                status = S.MESSAGE_WAS_REMOVING
+                continue
+        try:
+            record = mm[pos:pos + size]
+        except ValueError:  # the file was deleted while reading
+            mm = None
             status = S.MESSAGE_WAS_REMOVING
             continue
-        if message_filter is not None and not message_filter.matches_record(record):
+        if matches_record is not None and not matches_record(record):
             continue
         messages.append(record)
         queue_offsets.append(index - 1)
