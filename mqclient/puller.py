@@ -90,13 +90,15 @@ class PullService:
 
     def _addresses(self, mq: MessageQueue) -> list[tuple[str, bool]]:
         """(address, is master) to pull from, best first; addresses that failed recently
-        go last."""
+        go last, the most recent failure last of all."""
         group = self.instance.broker_group(mq)
         if group is None:
             return []
         now = time.monotonic()
         addrs = group.pull_addrs(self.suggested_broker.get(mq, MASTER_ID))
-        addrs.sort(key=lambda a: self._down_until.get(a, 0.0) > now)
+        # All down: the one that failed longest ago first (it may be back; pulling only
+        # the one that failed last would never see another come back).
+        addrs.sort(key=lambda a: max(self._down_until.get(a, 0.0), now))
         return [(a, a == group.master_addr) for a in addrs]
 
     async def _pull_loop(self, pq: ProcessQueue) -> None:
@@ -131,7 +133,11 @@ class PullService:
                 if code in _DOWN_CODES:
                     self._down_until[addr] = time.monotonic() + PULL_ADDRESS_DOWN_S
                 log.info("pull of %s from %s failed: %s", mq, addr, code.name)
-                if len(addresses) == 1 or code not in _DOWN_CODES:
+                now = time.monotonic()
+                # Straight on only to another address not known down (all down: the
+                # loop would spin on them).
+                if code not in _DOWN_CODES or all(self._down_until.get(a, 0.0) > now
+                                                  for a, _ in addresses):
                     await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION_S)
                 continue
             if pq.dropped:

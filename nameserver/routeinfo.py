@@ -109,6 +109,8 @@ class RouteInfoManager:
         self.broker_addr_table: dict[str, BrokerData] = {}
         self.cluster_addr_table: dict[str, set[str]] = {}
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
+        # brokerName -> the address whose topic table the group's queue data is.
+        self._queue_data_from: dict[str, str] = {}
 
     # ------------------------------------------------------------------ register
 
@@ -125,9 +127,12 @@ class RouteInfoManager:
     ) -> RegisterBrokerResult:
         """Add or refresh one broker; also the 30 s heartbeat.
 
-        ``topic_configs`` is the broker's whole topic table. Only a master's table rebuilds
-        the group's queue data, and only when its data version changed since its previous
-        registration (or it registers for the first time at this address).
+        ``topic_configs`` is the broker's whole topic table. A master's table rebuilds the
+        group's queue data when its data version changed since its previous registration
+        (or the queue data is not yet its own). While the group has no master, its slave of
+        the lowest id (the prime slave, as in RocketMQ 5) does the same with read-only
+        queues: a group whose master and slaves all went, and whose slave came back alone,
+        is readable again (without it, what only that slave stores is never consumed).
         """
         self._add_to_cluster(cluster_name, broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
@@ -150,10 +155,14 @@ class RouteInfoManager:
         register_first = old_addr != broker_addr
 
         prev_live = self.broker_live_table.get(broker_addr)
-        if broker_id == MASTER_ID and topic_configs is not None:
+        is_prime_slave = (broker_id != MASTER_ID and MASTER_ID not in broker_data.broker_addrs
+                          and broker_id == min(broker_data.broker_addrs))
+        if (broker_id == MASTER_ID or is_prime_slave) and topic_configs is not None:
             data_version_changed = prev_live is None or prev_live.data_version != data_version
-            if data_version_changed or register_first:
-                self._rebuild_queue_data(broker_name, topic_configs)
+            if (data_version_changed or register_first
+                    or self._queue_data_from.get(broker_name) != broker_addr):
+                self._rebuild_queue_data(broker_name, topic_configs, read_only=is_prime_slave)
+                self._queue_data_from[broker_name] = broker_addr
 
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
             last_update_timestamp=self._clock(),
@@ -184,8 +193,10 @@ class RouteInfoManager:
             broker_data.cluster = cluster_name
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
 
-    def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig]) -> None:
-        """Make the group's queue data exactly the master's topic table."""
+    def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig], *,
+                            read_only: bool = False) -> None:
+        """Make the group's queue data exactly the topic table of its master (or prime
+        slave: `read_only`, as nothing can be written to a group without a master)."""
         new_topics: set[str] = set()
         for topic_config in topic_configs:
             new_topics.add(topic_config.topic_name)
@@ -193,7 +204,7 @@ class RouteInfoManager:
                 broker_name=broker_name,
                 read_queue_nums=topic_config.read_queue_nums,
                 write_queue_nums=topic_config.write_queue_nums,
-                perm=topic_config.perm,
+                perm=topic_config.perm & ~PERM_WRITE if read_only else topic_config.perm,
                 topic_sys_flag=topic_config.topic_sys_flag,
             )
             queue_datas = self.topic_queue_table.setdefault(topic_config.topic_name, {})
@@ -281,6 +292,7 @@ class RouteInfoManager:
     def _remove_broker_name(self, broker_data: BrokerData) -> None:
         broker_name = broker_data.broker_name
         self.broker_addr_table.pop(broker_name, None)
+        self._queue_data_from.pop(broker_name, None)
         self._remove_from_cluster(broker_data.cluster, broker_name)
         for topic, queue_datas in list(self.topic_queue_table.items()):
             if queue_datas.pop(broker_name, None) is not None and not queue_datas:

@@ -95,8 +95,9 @@ def test_register_master_and_slave_builds_route(manager: RouteInfoManager) -> No
 
 def test_slave_without_live_master_gets_no_master_address(manager: RouteInfoManager) -> None:
     assert register(manager, SLAVE_A, broker_id=1) == RegisterBrokerResult()
-    # Only a master's topic configs build queue data.
-    assert manager.pickup_topic_route_data(TOPIC) is None
+    # With no master, the slave's topic configs build read-only queue data.
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_READ
 
 
 def test_route_data_is_a_copy(manager: RouteInfoManager) -> None:
@@ -179,6 +180,34 @@ def test_master_returns_after_expiry_rebuilds_route(
     assert route is not None
     assert route.queue_datas[0].write_queue_nums == 8
     assert writable_groups(route) == ["broker-a"]
+
+
+def test_slave_back_alone_makes_its_group_readable_until_the_master_returns(
+    manager: RouteInfoManager, clock: FakeClock
+) -> None:
+    """Master and slave both gone, the slave restarted alone: as RocketMQ 5's prime slave,
+    its topic table makes the group readable (read-only), so consumers reach what only it
+    stores; the master's return makes it writable again."""
+    register(manager)
+    register(manager, SLAVE_A, broker_id=1)
+    clock.advance(121)
+    assert sorted(manager.scan_not_active_broker()) == [MASTER_A, SLAVE_A]
+    assert manager.pickup_topic_route_data(TOPIC) is None
+
+    register(manager, SLAVE_A, broker_id=1)
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None
+    assert route.queue_datas == [QueueData("broker-a", 4, 4, PERM_READ, 0)]
+    assert [bd.broker_addrs for bd in route.broker_datas] == [{1: SLAVE_A}]
+    assert writable_groups(route) == []
+
+    register(manager)  # same data version as the slave's
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_RW
+    assert writable_groups(route) == ["broker-a"]
+    register(manager, SLAVE_A, broker_id=1)  # no longer the prime slave
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_RW
 
 
 def test_same_data_version_does_not_rebuild_queue_data(manager: RouteInfoManager) -> None:
