@@ -144,7 +144,7 @@ class _Codegen:
     def __init__(self, properties: list[str], *, encoded: bool) -> None:
         self.encoded = encoded
         self.index = {name: i for i, name in enumerate(properties)}
-        self.views: dict[str, str] = {}  # local name -> the expression computing it
+        self.views: dict[str, list[str]] = {}  # local name -> the statements setting it
 
     def function(self, tree: Condition, *, by: str = "") -> str:
         """`_match(props)`; encoded: `_match(data)`, with by="values" `_match(v0, ...)`
@@ -167,17 +167,8 @@ class _Codegen:
                 lines.append("    data = b'\\x02' + data")
             for name, i in self.index.items():
                 lines.extend(self.read_property(name, i))
-        for local, expr in self.views.items():
-            if local.startswith("n"):  # a number, inline: this runs once per message
-                v = "v" + local[1:]
-                underscore = "b'_'" if self.encoded else "'_'"
-                lines += [f"    if {v} is None: {local} = None",
-                          "    else:",
-                          f"        try: {local} = int({v})",
-                          f"        except ValueError: {local} = _float({v})",
-                          f"        if {underscore} in {v}: {local} = None"]
-            else:
-                lines.append(f"    {local} = {expr}")
+        for statements in self.views.values():
+            lines += statements
         lines.append(f"    return {body}")
         return "\n".join(lines) + "\n"
 
@@ -208,15 +199,22 @@ class _Codegen:
         """A local holding the property as text (v), a number (n), its negation (m) or
         a boolean (b); None when the property is missing (or not a number)."""
         i = self.index[prop.name]
-        local = f"{kind}{i}"
-        if kind == "n":
-            self.views.setdefault(local, f"number of v{i}")  # written inline by function()
+        local, v = f"{kind}{i}", f"v{i}"
+        if local in self.views:
+            return local
+        if kind == "n":  # as to_number, inline: this runs once per message
+            underscore = "b'_'" if self.encoded else "'_'"
+            self.views[local] = [f"    if {v} is None: {local} = None",
+                                 "    else:",
+                                 f"        try: {local} = int({v})",
+                                 f"        except ValueError: {local} = _float({v})",
+                                 f"        if {underscore} in {v}: {local} = None"]
         elif kind == "m":
             self.view(prop, "n")
-            self.views.setdefault(local, f"None if n{i} is None else -n{i}")
+            self.views[local] = [f"    {local} = None if n{i} is None else -n{i}"]
         elif kind == "b":
             true = "b'true'" if self.encoded else "'true'"
-            self.views.setdefault(local, f"None if v{i} is None else v{i}.lower() == {true}")
+            self.views[local] = [f"    {local} = None if {v} is None else {v}.lower() == {true}"]
         return local
 
     def operand(self, value: Value, domain: str) -> tuple[str, bool]:

@@ -357,10 +357,8 @@ class _Parser:
             return Prop(t.text, t.pos)
         if self.is_("OP", "("):
             self.take()
-            inner = self.or_expr()
+            inner = self.or_expr()  # `(a)` is the value a, `(a > 1)` a condition
             self.expect("OP", ")", "')'")
-            if isinstance(inner, AsBoolean):  # `(a)` is the value a
-                return inner.value
             return inner
         raise self.fail(f"expected a property, a constant, NOT or '(', found "
                         f"{_describe(t)}")
