@@ -95,6 +95,8 @@ class BrokerConfig:
     flush_delay_offset_interval: int = FLUSH_DELAY_OFFSET_INTERVAL_MS
     # SLAVE: copy topic configs and offsets from the master this often (ms).
     slave_synchronize_interval: int = SLAVE_SYNCHRONIZE_INTERVAL_MS
+    # SQL92 subscriptions (filter/, broker/message_filter.py): refused unless true.
+    enable_property_filter: bool = False
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
 

@@ -32,6 +32,7 @@ from broker.constants import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from broker.convert import UniqKeyFactory, format_host
+from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI
@@ -85,6 +86,7 @@ class BrokerController:
         self.delay_offsets = DelayOffsetManager(root / "config" / "delayOffset.json")
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
+        self.filters = FilterRegistry(self.config.enable_property_filter)
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
                                         self.config.register_broker_timeout_mills / 1000)
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
