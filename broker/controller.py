@@ -42,11 +42,14 @@ from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
+from broker.transaction import ProducerCheckStreams, TransactionalMessageService
+from broker.transaction.checks import check_request
+from broker.transaction.prepare import HalfMessages
 from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
-from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from mqproto.serving import add_servicer, log_accept_errors_briefly
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
@@ -107,6 +110,10 @@ class BrokerController:
                 self, self.config.slave_synchronize_interval / 1000,
                 self.config.register_broker_timeout_mills / 1000)
         self.schedule: ScheduleMessageService | None = None  # a master's, once started
+        # Transactions (broker/transaction): producers' check streams; a master's service.
+        self.check_streams: ProducerCheckStreams[messaging_pb2.CheckTransactionStateRequest] = (
+            ProducerCheckStreams())
+        self.transactions: TransactionalMessageService | None = None
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
@@ -182,6 +189,10 @@ class BrokerController:
             self.schedule = ScheduleMessageService(store, self.delay_offsets, self._put_one,
                                                    self.clock_ms)
             self.schedule.start()
+            self.transactions = TransactionalMessageService(
+                self, lambda group, half: self.check_streams.send(group, check_request(half)),
+                self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
+            self.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
                 self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
@@ -285,6 +296,7 @@ class BrokerController:
             ("grpc.max_send_message_length", -1),
         ])
         self.messaging = MessagingServicer(self)
+        self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.messaging, log)
@@ -320,6 +332,8 @@ class BrokerController:
             await self._server.stop(grace)
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transactions is not None:
+            await self.transactions.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

@@ -20,6 +20,7 @@ from broker.convert import message_to_proto, peer_host
 from broker.pull import PullProcessor
 from broker.send import SendProcessor
 from broker.status import RequestError, ok, rpc, status
+from broker.transaction.checks import TRANSACTION_STATES
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 if TYPE_CHECKING:
@@ -28,11 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 M = messaging_pb2
 Context = grpc.aio.ServicerContext
-
-
-def _not_supported(what: str) -> RequestError:
-    return RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
-                        f"{what} is not served by this broker yet")
 
 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
@@ -233,13 +229,46 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                                       [(mq.topic, mq.queue_id) for mq in request.mq_set])
         return M.UnlockBatchMQResponse(status=ok())
 
-    # -- not built yet ---------------------------------------------------------------------
+    # -- transactions (broker/transaction) -------------------------------------------------
     @rpc(M.EndTransactionResponse)
     async def EndTransaction(self, request: M.EndTransactionRequest, context: Context) -> Any:
-        raise _not_supported("EndTransaction (transactional messages)")
+        if not request.producer_group:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "producer_group is required")
+        state = TRANSACTION_STATES.get(request.commit_or_rollback)
+        if state is None:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               "commit_or_rollback must be COMMIT, ROLLBACK or NOT (unknown)")
+        service = self.broker.transactions
+        if service is None:
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
+                               "transactions are ended on the master, this broker is a slave")
+        return M.EndTransactionResponse(status=await service.end_transaction(
+            request.producer_group, request.message_id, request.commit_log_offset,
+            request.tran_state_table_offset, state, request.from_transaction_check))
 
-
-    async def SubscribeTransactionCheck(self, request: M.SubscribeTransactionCheckRequest,
-                                        context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            "transaction check-back is not served by this broker yet")
+    async def SubscribeTransactionCheck(
+            self, request: M.SubscribeTransactionCheckRequest,
+            context: Context) -> AsyncIterator[M.CheckTransactionStateRequest]:
+        group, client_id = request.producer_group, request.client_id
+        if not group or not client_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "producer_group and client_id are required")
+        streams = self.broker.check_streams
+        clients = self.broker.clients
+        clients.heartbeat(client_id, group, "", {})
+        checks = streams.subscribe(group, client_id)
+        closed = self.broker.pull_hold.closed_event
+        waits: list[asyncio.Future[Any]] = []
+        try:
+            while not closed.is_set():
+                next_check = asyncio.ensure_future(checks.get())
+                waits = [next_check, asyncio.ensure_future(closed.wait())]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not next_check.done():
+                    break  # the broker is shutting down
+                yield next_check.result()
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            if streams.unsubscribe(group, client_id, checks):
+                clients.unregister(client_id, group, "")
