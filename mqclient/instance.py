@@ -149,6 +149,13 @@ class ClientInstance:
                      len(idle), ROUTE_IDLE_ROUNDS)
         return sorted({*self.routes, *self.subscriptions})
 
+    async def update_routes(self, topics: list[str]) -> None:
+        """Fetches the routes of `topics` in one batched call and counts them in use (a
+        producer that knows its topics warms its cache this way)."""
+        for topic in topics:
+            self.route_rounds[topic] = self.refresh_round
+        await self._update_routes_batched(topics)
+
     async def update_all_routes(self) -> None:
         """One refresh round: the routes in use, in one batched call (per name server
         tried); a name server without the batched call is asked topic by topic."""
