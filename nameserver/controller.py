@@ -11,7 +11,7 @@ from types import TracebackType
 import grpc
 
 from mqproto import namesrv_pb2_grpc
-from mqproto.serving import add_servicer
+from mqproto.serving import add_servicer, watch_loop_stalls
 from nameserver.constants import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
@@ -64,6 +64,7 @@ class NamesrvController:
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
+        self._stall_watch: asyncio.Task[None] | None = None
         self.listen_address = ""
         """``host:port`` actually bound (the port is chosen when ``listen`` asks for 0)."""
 
@@ -92,6 +93,7 @@ class NamesrvController:
         self._scan_task = asyncio.create_task(
             self.scan_not_active_broker_loop(), name="scanNotActiveBroker"
         )
+        self._stall_watch = watch_loop_stalls(log)
         log.info("name server listening on %s", self.listen_address)
         return self.listen_address
 
@@ -107,6 +109,11 @@ class NamesrvController:
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Stop the scan task, then the server (in-flight RPCs get ``grace`` seconds)."""
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stall_watch
+            self._stall_watch = None
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

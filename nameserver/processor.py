@@ -36,7 +36,7 @@ from nameserver.validation import first_topic_problem, header_problem
 
 log = logging.getLogger(__name__)
 APPLY_CHUNK = 2000  # queue data changes applied per loop turn
-LOOKUP_CHUNK = 2000  # topics of a batched route lookup answered per loop turn
+LOOKUP_CHUNK = 500  # topics of a batched route lookup answered per loop turn
 INLINE_TOPICS = 256  # tables this small are decoded and compared on the loop
 
 
