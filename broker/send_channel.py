@@ -55,6 +55,7 @@ FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at mos
 INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
+RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn
 
 
 async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
@@ -84,17 +85,26 @@ async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
 
 async def run_all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
     """The results of `coros`, in order: each is started here and most complete at once
-    (no task); only those that suspend get one, and are awaited together."""
+    (no task); only those that suspend get one, and are awaited together. The loop gets a
+    turn after every RUN_ALL_SLICE of them (a frame may carry a thousand batches)."""
     results: list[Any] = [None] * len(coros)
     waiting_on: list[tuple[int, asyncio.Task[T]]] = []
     loop = asyncio.get_running_loop()
-    for i, coro in enumerate(coros):
-        try:
-            waiting = coro.send(None)
-        except StopIteration as stop:
-            results[i] = stop.value
-            continue
-        waiting_on.append((i, loop.create_task(_resume(coro, waiting))))
+    started = 0
+    try:
+        for i, coro in enumerate(coros):
+            if i and i % RUN_ALL_SLICE == 0:
+                await asyncio.sleep(0)
+            started = i + 1
+            try:
+                waiting = coro.send(None)
+            except StopIteration as stop:
+                results[i] = stop.value
+                continue
+            waiting_on.append((i, loop.create_task(_resume(coro, waiting))))
+    finally:
+        for coro in coros[started:]:  # cancelled between slices: never started
+            coro.close()
     if waiting_on:
         done = await asyncio.gather(*(t for _, t in waiting_on))
         for (i, _), value in zip(waiting_on, done, strict=True):
