@@ -197,6 +197,18 @@ class SendBatchResponse(_message.Message):
     offset_msg_id_host: str
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., results: _Optional[_Iterable[_Union[SendResultEntry, _Mapping]]] = ..., queue_id: _Optional[int] = ..., first_queue_offset: _Optional[int] = ..., commit_log_offsets: _Optional[_Iterable[int]] = ..., offset_msg_id_host: _Optional[str] = ...) -> None: ...
 
+class SendBatchesRequest(_message.Message):
+    __slots__ = ("batches",)
+    BATCHES_FIELD_NUMBER: _ClassVar[int]
+    batches: _containers.RepeatedCompositeFieldContainer[SendBatchRequest]
+    def __init__(self, batches: _Optional[_Iterable[_Union[SendBatchRequest, _Mapping]]] = ...) -> None: ...
+
+class SendBatchesResponse(_message.Message):
+    __slots__ = ("responses",)
+    RESPONSES_FIELD_NUMBER: _ClassVar[int]
+    responses: _containers.RepeatedCompositeFieldContainer[SendBatchResponse]
+    def __init__(self, responses: _Optional[_Iterable[_Union[SendBatchResponse, _Mapping]]] = ...) -> None: ...
+
 class GetSendChannelRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
