@@ -25,7 +25,6 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST,
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
     PROCESS_COLLECTOR,
@@ -40,6 +39,9 @@ from mqproto.serving import RateLimitedLog
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
+# The classic text format, which every Prometheus (2.x and 3.x) parses; our metric names
+# are all legacy-valid, so generate_latest's output is exactly that format.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # RocketMQ 5's metricsPromExporterPort: the port our compose cluster gives every process.
 DEFAULT_PROM_PORT = 5557
 
@@ -223,7 +225,7 @@ class MetricsHttpServer:
                                       e.reason, peer, e.detail)
             await self._answer_error(writer, e)
             return
-        headers = [("Content-Type", CONTENT_TYPE_LATEST)]
+        headers = [("Content-Type", CONTENT_TYPE)]
         if encoding:
             headers.append(("Content-Encoding", encoding))
         self.scrapes += 1
