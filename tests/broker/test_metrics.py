@@ -250,3 +250,12 @@ def test_master_reports_its_slave_fall_behind(tmp_path: Path) -> None:
         if slave is not None:
             slave.stop()
         master.stop()
+
+
+def test_taken_metrics_port_fails_the_start_clearly(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(OSError, match=f"cannot listen on metricsPort {port}"):
+            BrokerThread(broker_props(tmp_path / "store", metricsPort=port))
