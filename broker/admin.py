@@ -131,6 +131,7 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
         "brokerRole": broker.config.broker_role.value,
         "clusterName": broker.config.broker_cluster_name,
         "haServerAddr": broker.ha_server_addr,
+        "metricsAddr": broker.metrics_addr,
         "bootTimestamp": str(broker.boot_timestamp),
         "putTps": f"{stats.put_tps():.2f}",
         "getTotalTps": f"{stats.get_total_tps():.2f}",

@@ -72,6 +72,11 @@ class BrokerConfig:
     send_channel_frame_timeout_mills: int = DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS
     # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
     ha_master_address: str = ""
+    # Prometheus `/metrics` (broker/metrics.py) on this port of bindAddress: 0 = off (the
+    # default, as RocketMQ's metricsExporterType=DISABLE: the endpoint has no access control
+    # and a port derived from listenPort could be a neighbour's); -1 = any free port (tests;
+    # GetRuntimeInfo's metricsAddr says which). RocketMQ's metricsPromExporterPort is 5557.
+    metrics_port: int = 0
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
     ha_slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX
     # SYNC_MASTER: a slave whose last ack is older than this (ms) is not in sync.
@@ -221,6 +226,9 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
     if not -1 <= c.send_listen_port <= 65535:
         raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
+    if not -1 <= c.metrics_port <= 65535:
+        raise ConfigError(f"metricsPort: {c.metrics_port} is not a port (0 = off, -1 = any "
+                          "free port)")
     if c.ha_master_address:
         host, sep, port = c.ha_master_address.rpartition(":")
         if not sep or not host or not port.isdigit():

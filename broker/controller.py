@@ -35,6 +35,7 @@ from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from broker.convert import UniqKeyFactory, format_host
 from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
+from broker.metrics import BrokerMetrics
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.schedule import ScheduleMessageService
@@ -123,6 +124,8 @@ class BrokerController:
         self.messaging: MessagingServicer | None = None
         self.send_channel: SendChannelServer | None = None
         self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_addr = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         # (data version, broker permission) -> the compressed topic table it registers
@@ -170,6 +173,7 @@ class BrokerController:
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
         await self._start_ha(ha_host, ha_port)
         await self._start_send_channel(host, port)
+        await self._start_metrics(host)
 
         await server.start()
         self._started = True
@@ -254,6 +258,19 @@ class BrokerController:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel
         self.send_channel_addr = format_host((host, bound))
+
+    async def _start_metrics(self, host: str) -> None:
+        port = self.config.metrics_port
+        if port == 0:
+            return
+        metrics = BrokerMetrics(self)
+        try:
+            bound = await metrics.start(self.config.bind_address, port)
+        except OSError as e:
+            raise OSError(f"cannot listen on metricsPort {port}: {e}") from e
+        self.metrics = metrics
+        self.metrics_addr = format_host((host, bound))
+        log.info("metrics served on http://%s/metrics", self.metrics_addr)
 
     async def _stop_ha(self) -> None:
         if self.ha_client is not None:
@@ -343,6 +360,9 @@ class BrokerController:
             self.send_channel = None
         if self._server is not None:
             await self._server.stop(grace)
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transactions is not None:
