@@ -41,7 +41,8 @@ class GroupEvent:
 class ClientInfo:
     client_id: str
     last_update_timestamp: int
-    subscriptions: dict[str, str] = dataclasses.field(default_factory=dict)  # topic -> tags
+    # topic -> expression (tags, or SQL92 when the subscription says so)
+    subscriptions: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class ClientManager:

@@ -142,6 +142,13 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def Heartbeat(self, request: M.HeartbeatRequest, context: Context) -> Any:
         if not request.client_id:
             raise RequestError(common_pb2.INVALID_PARAMETER, "client_id is required")
+        for s in request.subscriptions:  # a bad SQL92 expression: refused, with where
+            if s.expression_type:
+                try:
+                    self.broker.filters.check(s.expression_type, s.sub_string)
+                except RequestError as e:
+                    raise RequestError(e.code, f"subscription of {request.consumer_group} to "
+                                                f"{s.topic}: {e.remark}") from None
         self.broker.clients.heartbeat(
             request.client_id, request.producer_group, request.consumer_group,
             {s.topic: s.sub_string for s in request.subscriptions})

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,22 @@ class SendProcessor:
 
     async def send_message(self, request: messaging_pb2.SendMessageRequest,
                            born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
+        started = time.perf_counter()
+        try:
+            return await self._send_message(request, born_host)
+        finally:  # refused sends too: the histogram counts every answered send request
+            self.broker.stats.send_latency.observe(time.perf_counter() - started)
+
+    async def send_batch(self, request: messaging_pb2.SendBatchRequest,
+                         born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+        started = time.perf_counter()
+        try:
+            return await self._send_batch(request, born_host)
+        finally:
+            self.broker.stats.send_latency.observe(time.perf_counter() - started)
+
+    async def _send_message(self, request: messaging_pb2.SendMessageRequest,
+                            born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
         topic = request.message.topic
         status, results = await self._send(topic, request.queue_id, [request.message],
                                            request.default_topic_queue_nums, born_host,
@@ -63,8 +80,8 @@ class SendProcessor:
         return messaging_pb2.SendMessageResponse(
             status=status, result=results[0] if results else None)
 
-    async def send_batch(self, request: messaging_pb2.SendBatchRequest,
-                         born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+    async def _send_batch(self, request: messaging_pb2.SendBatchRequest,
+                          born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
         if request.encoded_messages:
             return await self._send_encoded(request, born_host)
         if not request.messages:

@@ -17,6 +17,7 @@ from mqclient.message import (
 )
 from mqclient.producer import Producer, select_by_hash
 from mqclient.rebalance import ConsumeFromWhere, MessageModel
+from mqclient.selector import MessageSelector
 from mqclient.transaction import (
     LocalTransactionState,
     TransactionListener,
@@ -34,6 +35,7 @@ __all__ = [
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "MQClientError",
     "Producer",
     "PushConsumer",

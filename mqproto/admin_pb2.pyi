@@ -32,6 +32,22 @@ class CreateOrUpdateTopicResponse(_message.Message):
     status: _common_pb2.Status
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
 
+class CreateOrUpdateTopicsRequest(_message.Message):
+    __slots__ = ("topic_configs",)
+    TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+
+class CreateOrUpdateTopicsResponse(_message.Message):
+    __slots__ = ("status", "created", "updated")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    created: int
+    updated: int
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., created: _Optional[int] = ..., updated: _Optional[int] = ...) -> None: ...
+
 class DeleteTopicRequest(_message.Message):
     __slots__ = ("topic",)
     TOPIC_FIELD_NUMBER: _ClassVar[int]

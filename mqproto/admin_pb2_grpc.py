@@ -39,6 +39,11 @@ class AdminServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicResponse.FromString,
                 _registered_method=True)
+        self.CreateOrUpdateTopics = channel.unary_unary(
+                '/mqcluster.v1.AdminService/CreateOrUpdateTopics',
+                request_serializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicsRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicsResponse.FromString,
+                _registered_method=True)
         self.DeleteTopic = channel.unary_unary(
                 '/mqcluster.v1.AdminService/DeleteTopic',
                 request_serializer=mqcluster_dot_v1_dot_admin__pb2.DeleteTopicRequest.SerializeToString,
@@ -101,6 +106,14 @@ class AdminServiceServicer:
 
     def CreateOrUpdateTopic(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateOrUpdateTopics(self, request, context):
+        """Many topics in one call: validated whole (nothing changes when one is refused),
+        then one data version change, one write of the topic table and one registration.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -189,6 +202,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     request_deserializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicResponse.SerializeToString,
             ),
+            'CreateOrUpdateTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateOrUpdateTopics,
+                    request_deserializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicsRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicsResponse.SerializeToString,
+            ),
             'DeleteTopic': grpc.unary_unary_rpc_method_handler(
                     servicer.DeleteTopic,
                     request_deserializer=mqcluster_dot_v1_dot_admin__pb2.DeleteTopicRequest.FromString,
@@ -272,6 +290,33 @@ class AdminService:
             '/mqcluster.v1.AdminService/CreateOrUpdateTopic',
             mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicRequest.SerializeToString,
             mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateOrUpdateTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.AdminService/CreateOrUpdateTopics',
+            mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicsRequest.SerializeToString,
+            mqcluster_dot_v1_dot_admin__pb2.CreateOrUpdateTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,
