@@ -5,6 +5,7 @@ A directory holds everything:
 
     DIR/mqcluster.layout.json   shape and ports of the last `up` (kept, reused by the next)
     DIR/mqcluster.state.json    PIDs of the running processes (removed by `down`)
+    DIR/prometheus.yml          a Prometheus scrape config of every process's /metrics
     DIR/logs/NAME.log           stdout + stderr of each process
     DIR/broker-a-0/broker.conf  one directory per broker: its config and its store/
 """
@@ -28,6 +29,7 @@ LOOPBACK = "127.0.0.1"
 LAYOUT_FILE = "mqcluster.layout.json"
 STATE_FILE = "mqcluster.state.json"
 LOG_DIR = "logs"
+PROMETHEUS_FILE = "prometheus.yml"
 BROKER_CONF = "broker.conf"
 STORE_DIR = "store"
 NAMESRV = "namesrv"
@@ -38,7 +40,6 @@ SLAVE_ROLE = "SLAVE"
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
 # Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
 # of use, and a laptop running four brokers should not write 8 GiB for that.
-BROKER_PORTS = 3
 LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
@@ -57,11 +58,16 @@ class Node:
     ha_port: int = 0
     broker_name: str = ""
     broker_id: int = 0
-    v2_port: int = 0  # grpcProxyPort (RocketMQ 5 SDKs); 0 in layouts from before it
+    metrics_port: int = 0  # Prometheus /metrics; 0: off (a layout from before metrics)
+    v2_port: int = 0  # a broker's grpcProxyPort (RocketMQ 5 SDKs); 0: a layout from before
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{LOOPBACK}:{self.metrics_port}" if self.metrics_port else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +102,7 @@ class Layout:
 
 
 def ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
-    # A broker has a gRPC, an HA and a v2 (grpcProxyPort) port.
-    return namesrvs + BROKER_PORTS * groups * (1 + slaves)
+    return namesrvs + 2 * groups * (1 + slaves)  # a broker has a gRPC and an HA port
 
 
 def group_name(index: int) -> str:
@@ -110,19 +115,37 @@ def group_name(index: int) -> str:
     return f"broker-{letters}"
 
 
+def metrics_ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
+    return namesrvs + groups * (1 + slaves)  # one /metrics port per process
+
+
+def v2_ports_needed(groups: int, slaves: int) -> int:
+    return groups * (1 + slaves)  # one grpcProxyPort per broker
+
+
 def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
                 role: str, broker_props: dict[str, str],
-                cluster_name: str = DEFAULT_CLUSTER_NAME) -> Layout:
-    """Name servers take the first ports, then each broker its gRPC, HA and v2 ports."""
+                cluster_name: str = DEFAULT_CLUSTER_NAME,
+                metrics_ports: Sequence[int] = (), v2_ports: Sequence[int] = ()) -> Layout:
+    """Name servers take the first ports, then each broker its gRPC port and its HA port.
+    `metrics_ports` (none: metrics off) go to the processes in the same order, `v2_ports`
+    (none: no v2 endpoint) to the brokers."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
+    if metrics_ports and len(metrics_ports) != metrics_ports_needed(groups, slaves, namesrvs):
+        raise ValueError("wrong number of metrics ports for the shape")
+    if v2_ports and len(v2_ports) != v2_ports_needed(groups, slaves):
+        raise ValueError("wrong number of v2 ports for the shape")
     free = iter(ports)
-    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free)) for i in range(namesrvs)]
+    v2 = iter(v2_ports or [0] * v2_ports_needed(groups, slaves))
+    metrics = iter(metrics_ports or [0] * metrics_ports_needed(groups, slaves, namesrvs))
+    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free), metrics_port=next(metrics))
+             for i in range(namesrvs)]
     for g in range(groups):
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id, next(free)))
+                              broker_id, next(metrics), next(v2)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -153,7 +176,7 @@ def free_ports(count: int) -> list[int]:
 
 def check_ports_free(layout: Layout) -> None:
     for node in layout.nodes:
-        for port in (node.port, node.ha_port, node.v2_port):
+        for port in (node.port, node.ha_port, node.metrics_port, node.v2_port):
             if port and not port_is_free(port):
                 raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
                                         "--base-port (or omit it to use free ports)")
@@ -172,7 +195,8 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "brokerIP1": LOOPBACK,
         "listenPort": str(node.port),
         "haListenPort": str(node.ha_port),
-        # Its own planned port: listenPort + 3 may be another node's port in this layout.
+        # Its own planned port (listenPort + 3 may be another node's port in this layout);
+        # 0 (off) in a layout from before.
         "grpcProxyPort": str(node.v2_port),
         # Any free port: producers ask each broker where its send channel is (GetSendChannel),
         # and listenPort + 2 may be the next broker's port in this layout.
@@ -183,11 +207,26 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "autoCreateTopicEnable": "true",
         **LOCAL_BROKER_DEFAULTS,
     }
+    if node.metrics_port:
+        props["metricsPort"] = str(node.metrics_port)
     if node.broker_id != 0:
         props["haMasterAddress"] = f"{LOOPBACK}:{master.ha_port}"
     props.update(layout.broker_props)
     head = "# Written by `mqcluster up` (rewritten at every up; use --set KEY=VALUE to change)\n"
     return head + "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def prometheus_config(layout: Layout) -> str:
+    """A Prometheus config scraping every process of the layout that serves /metrics."""
+    def job(name: str, nodes: list[Node]) -> str:
+        targets = ", ".join(f"'{n.metrics_address}'" for n in nodes if n.metrics_port)
+        return (f"  - job_name: {name}\n    static_configs:\n"
+                f"      - targets: [{targets}]\n        labels: {{cluster: "
+                f"'{layout.cluster_name}'}}\n")
+    return ("# Written by `mqcluster up`: prometheus --config.file=prometheus.yml\n"
+            "global:\n  scrape_interval: 15s\nscrape_configs:\n"
+            + job("rocketmq-namesrv", [n for n in layout.nodes if n.kind == NAMESRV])
+            + job("rocketmq-broker", layout.brokers))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -281,7 +320,10 @@ def child_env() -> dict[str, str]:
 
 def process_argv(node: Node, directory: Path) -> list[str]:
     if node.kind == NAMESRV:
-        return [sys.executable, "-m", "nameserver", "--listen", node.address]
+        argv = [sys.executable, "-m", "nameserver", "--listen", node.address]
+        if node.metrics_port:
+            argv += ["--metrics-port", str(node.metrics_port)]
+        return argv
     return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
 
 

@@ -61,25 +61,24 @@ def test_group_names_go_on_past_z() -> None:
         "broker-a", "broker-b", "broker-z", "broker-aa", "broker-ab"]
 
 
-def test_plan_gives_each_broker_a_grpc_an_ha_and_a_v2_port_and_slaves_their_master(
+def test_plan_gives_each_broker_a_grpc_and_an_ha_port_and_slaves_their_master(
         tmp_path: Path) -> None:
-    layout = plan_layout(groups=2, slaves=1, namesrvs=2, ports=range(20000, 20014),
+    layout = plan_layout(groups=2, slaves=1, namesrvs=2, ports=range(20000, 20010),
                          flush="SYNC_FLUSH", role="SYNC_MASTER",
                          broker_props={"maxIndexNum": "4000"})
     assert layout.namesrv_addr == "127.0.0.1:20000;127.0.0.1:20001"
-    assert [(n.name, n.port, n.ha_port, n.v2_port) for n in layout.brokers] == [
-        ("broker-a-0", 20002, 20003, 20004), ("broker-a-1", 20005, 20006, 20007),
-        ("broker-b-0", 20008, 20009, 20010), ("broker-b-1", 20011, 20012, 20013)]
+    assert [(n.name, n.port, n.ha_port) for n in layout.brokers] == [
+        ("broker-a-0", 20002, 20003), ("broker-a-1", 20004, 20005),
+        ("broker-b-0", 20006, 20007), ("broker-b-1", 20008, 20009)]
     master = read_properties(broker_conf(layout, layout.brokers[2], tmp_path))
     slave = read_properties(broker_conf(layout, layout.brokers[3], tmp_path))
-    assert master["grpcProxyPort"] == "20010"
     assert master["brokerRole"] == "SYNC_MASTER" and master["brokerId"] == "0"
     assert master["flushDiskType"] == "SYNC_FLUSH"
     assert master["namesrvAddr"] == layout.namesrv_addr
     assert master["storePathRootDir"] == str(tmp_path / "broker-b-0" / "store")
     assert slave["brokerRole"] == "SLAVE" and slave["brokerId"] == "1"
     assert slave["brokerName"] == "broker-b"
-    assert slave["haMasterAddress"] == "127.0.0.1:20009"
+    assert slave["haMasterAddress"] == "127.0.0.1:20007"
     assert slave["maxIndexNum"] == "4000"  # --set reaches every broker
 
 
@@ -198,7 +197,7 @@ def test_down_leaves_alone_a_pid_that_is_no_longer_ours(tmp_path: Path) -> None:
     try:
         directory = tmp_path / "c"
         directory.mkdir()
-        layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3, 4],
+        layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3],
                              flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={})
         forged = ProcessRecord("broker-a-0", other.pid, 1, [sys.executable, "-m", "broker"],
                                "logs/broker-a-0.log")
@@ -250,7 +249,7 @@ def test_down_kills_a_recorded_process_that_ignores_sigterm(tmp_path: Path) -> N
         assert is_alive(record)
         directory = tmp_path / "c"
         directory.mkdir()
-        layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3, 4],
+        layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3],
                              flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={})
         (directory / STATE_FILE).write_text(json.dumps({
             "layout": layout.to_json(), "processes": records_to_json([record])}))
