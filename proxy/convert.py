@@ -17,6 +17,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from broker.constants import PROPERTY_SHARDING_KEY, RESERVED_PROPERTIES
 from broker.convert import format_host
+from broker.transaction.messages import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from store.codec import MessageExt
@@ -27,8 +28,8 @@ PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 # Properties never shown to v2 consumers as user properties.
 _HIDDEN_PROPERTIES = RESERVED_PROPERTIES | {PROPERTY_TIMER_DELIVER_MS}
 
-# Message types a topic of this cluster accepts (transactional ones are not served yet).
-ACCEPTED_MESSAGE_TYPES: tuple[int, ...] = (D.NORMAL, D.FIFO, D.DELAY)
+# Message types a topic of this cluster accepts (every topic takes every type).
+ACCEPTED_MESSAGE_TYPES: tuple[int, ...] = (D.NORMAL, D.FIFO, D.DELAY, D.TRANSACTION)
 
 
 class V2Error(Exception):
@@ -66,6 +67,7 @@ _CODES: dict[int, int] = {
     common_pb2.NO_PERMISSION: D.FORBIDDEN,
     common_pb2.TOPIC_NOT_EXIST: D.TOPIC_NOT_FOUND,
     common_pb2.QUERY_NOT_FOUND: D.NOT_FOUND,
+    common_pb2.TRANSACTION_FAILED: D.INVALID_TRANSACTION_ID,
 }
 
 
@@ -150,8 +152,16 @@ def message_from_v2(pb: D.Message, *, now_ms: int) -> messaging_pb2.Message:
         if deliver_ms > now_ms:  # proxy/timer.py delivers it then
             out.user_properties[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
     if sp.message_type == D.TRANSACTION:
-        raise V2Error(D.NOT_IMPLEMENTED,
-                      "transactional messages are not served by this broker yet")
+        if sp.HasField("message_group") or sp.HasField("delivery_timestamp"):
+            raise V2Error(D.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message "
+                          "has no message group and no delivery timestamp")
+        # A half message; its producer group is the topic, as RocketMQ's proxy does (the
+        # broker's check asks the producers publishing to the topic).
+        out_sp.transaction_type = messaging_pb2.TRANSACTION_PREPARED_TYPE
+        out_sp.producer_group = pb.topic.name
+        if sp.HasField("orphaned_transaction_recovery_duration"):
+            seconds = max(1, duration_ms(sp.orphaned_transaction_recovery_duration) // 1000)
+            out_sp.reserved_properties[PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS] = str(seconds)
     if sp.HasField("lite_topic") or sp.HasField("priority"):
         raise V2Error(D.UNSUPPORTED,
                       "lite topics and priority messages are not served by this broker")
@@ -208,6 +218,40 @@ def message_to_v2(ext: MessageExt, *, receipt_handle: str, attempt: int,
         system_properties=sp,
         body=ext.body,
     )
+
+
+def proto_message_to_v2(pb: messaging_pb2.Message) -> D.Message:
+    """A message the broker hands out in its own protocol (a transaction check's half) as
+    a v2 message."""
+    psp = pb.system_properties
+    sp = D.SystemProperties(
+        keys=list(pb.keys), message_id=psp.message_id,
+        body_digest=D.Digest(type=D.CRC32, checksum=f"{zlib.crc32(pb.body) & 0xFFFFFFFF:08X}"),
+        body_encoding=D.IDENTITY, message_type=D.TRANSACTION,
+        born_timestamp=to_timestamp(psp.born_timestamp),
+        born_host=psp.born_host.rpartition(":")[0].strip("[]") or psp.born_host,
+        store_timestamp=to_timestamp(psp.store_timestamp), store_host=psp.store_host,
+        queue_id=psp.queue_id, queue_offset=psp.queue_offset)
+    if pb.tag:
+        sp.tag = pb.tag
+    return D.Message(topic=D.Resource(name=pb.topic), user_properties=dict(pb.user_properties),
+                     system_properties=sp, body=pb.body)
+
+
+def encode_transaction_id(commit_log_offset: int, queue_offset: int) -> str:
+    """What a v2 producer's EndTransaction names: the half's commitlog and queue offsets."""
+    return f"{commit_log_offset:016X}{queue_offset:016X}"
+
+
+def decode_transaction_id(text: str) -> tuple[int, int]:
+    if len(text) != 32:
+        raise V2Error(D.INVALID_TRANSACTION_ID,
+                      f"transaction id {text[:64]!r} is not one this broker hands out")
+    try:
+        return int(text[:16], 16), int(text[16:], 16)
+    except ValueError:
+        raise V2Error(D.INVALID_TRANSACTION_ID,
+                      f"transaction id {text[:64]!r} is not one this broker hands out") from None
 
 
 # -- receipt handles ---------------------------------------------------------------------

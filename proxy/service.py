@@ -21,6 +21,7 @@ from broker.constants import CHANNEL_EXPIRED_TIMEOUT_MS
 from broker.convert import peer_host
 from broker.status import RequestError
 from broker.topic_config import send_topic_problem
+from broker.transaction.messages import LocalTransactionState
 from mqproto import messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from mqproto.v2 import service_pb2 as S
@@ -30,10 +31,13 @@ from proxy.convert import (
     ACCEPTED_MESSAGE_TYPES,
     PROPERTY_TIMER_DELIVER_MS,
     V2Error,
+    decode_transaction_id,
     duration_ms,
+    encode_transaction_id,
     endpoints_of,
     message_from_v2,
     ok,
+    proto_message_to_v2,
     to_duration,
     to_timestamp,
     v2_status,
@@ -57,6 +61,8 @@ PRODUCER_BACKOFF_MULTIPLIER = 2.0
 CONSUMER_RECEIVE_BATCH_SIZE = 32
 CONSUMER_LONG_POLLING_MS = 20_000
 SETTINGS_PRUNE_INTERVAL_S = 60.0
+_RESOLUTIONS = {D.COMMIT: LocalTransactionState.COMMIT,
+                D.ROLLBACK: LocalTransactionState.ROLLBACK}
 
 
 def v2_rpc(response: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
@@ -103,6 +109,41 @@ def _check_topic_name(name: str) -> None:
     problem = send_topic_problem(name)
     if problem is not None:
         raise V2Error(D.ILLEGAL_TOPIC, problem)
+
+
+_ENDING: set[asyncio.Task[None]] = set()
+
+
+class _CheckSubscriptions:
+    """A v2 producer's subscriptions to the broker's transaction checks: one per topic it
+    publishes to (a v2 half's producer group is its topic), forwarded into `outbox`."""
+
+    def __init__(self, broker: BrokerController, client_id: str) -> None:
+        self.broker = broker
+        self.client_id = client_id
+        self.outbox: asyncio.Queue[messaging_pb2.CheckTransactionStateRequest] = (
+            asyncio.Queue())
+        self._subs: dict[str, tuple[asyncio.Queue[Any], asyncio.Task[None]]] = {}
+
+    def update(self, groups: set[str]) -> None:
+        for group in groups - set(self._subs):
+            queue = self.broker.check_streams.subscribe(group, self.client_id)
+            task = asyncio.create_task(self._forward(queue), name=f"v2checks-{group}")
+            self._subs[group] = (queue, task)
+            self.broker.clients.heartbeat(self.client_id, group, "", {})
+
+    async def _forward(self, queue: asyncio.Queue[Any]) -> None:
+        while True:
+            self.outbox.put_nowait(await queue.get())
+
+    def close(self) -> None:
+        for group, (queue, task) in self._subs.items():
+            task.cancel()
+            _ENDING.add(task)  # kept until its cancellation ran
+            task.add_done_callback(_ENDING.discard)
+            if self.broker.check_streams.unsubscribe(group, self.client_id, queue):
+                self.broker.clients.unregister(self.client_id, group, "")
+        self._subs.clear()
 
 
 class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
@@ -226,39 +267,57 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator: AsyncIterator[D.TelemetryCommand],
                         context: Context) -> AsyncIterator[D.TelemetryCommand]:
         """Settings exchange: every settings command is answered with the settings the
-        client must use (max body size, retry policy, ...); the stream stays open until
-        the client or the broker ends it."""
+        client must use (max body size, retry policy, ...). A producer's stream also
+        carries the broker's transaction checks of its topics' half messages
+        (RecoverOrphanedTransactionCommand). The stream stays open until the client or the
+        broker ends it."""
         client_id = client_id_of(context)
         reader = request_iterator.__aiter__()
         closed = asyncio.ensure_future(self.closed.wait())
         next_command: asyncio.Future[D.TelemetryCommand] | None = None
+        checks = _CheckSubscriptions(self.broker, client_id)
         try:
+            next_command = asyncio.ensure_future(reader.__anext__())
             while True:
-                next_command = asyncio.ensure_future(reader.__anext__())
-                await asyncio.wait({next_command, closed}, return_when=asyncio.FIRST_COMPLETED)
-                if not next_command.done():
-                    next_command.cancel()
+                next_check = asyncio.ensure_future(checks.outbox.get())
+                await asyncio.wait({next_command, closed, next_check},
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if not next_check.done():
+                    next_check.cancel()
+                else:
+                    check = next_check.result()
+                    yield S.TelemetryCommand(
+                        recover_orphaned_transaction_command=S.RecoverOrphanedTransactionCommand(
+                            message=proto_message_to_v2(check.message),
+                            transaction_id=encode_transaction_id(
+                                check.commit_log_offset, check.tran_state_table_offset)))
+                    continue
+                if closed.done():
                     return
                 try:
                     command = next_command.result()
                 except StopAsyncIteration:
                     return
+                next_command = asyncio.ensure_future(reader.__anext__())
                 if command.HasField("settings"):
                     if not client_id:
                         yield S.TelemetryCommand(status=D.Status(
                             code=D.CLIENT_ID_REQUIRED,
                             message=f"the {CLIENT_ID_HEADER} header is missing"))
                         continue
-                    self.settings[client_id] = command.settings
+                    settings = command.settings
+                    self.settings[client_id] = settings
                     self._seen_now(client_id)
-                    sub = command.settings.subscription
-                    if command.settings.HasField("subscription") and sub.group.name:
-                        self._register(client_id, sub.group.name)
+                    if settings.HasField("subscription") and settings.subscription.group.name:
+                        self._register(client_id, settings.subscription.group.name)
+                    if settings.HasField("publishing"):
+                        checks.update({t.name for t in settings.publishing.topics})
                     yield S.TelemetryCommand(status=ok(),
-                                             settings=self.answer_settings(command.settings))
+                                             settings=self.answer_settings(settings))
                 # thread stack traces and verify results answer nothing
         finally:
             closed.cancel()
+            checks.close()
             if next_command is not None:
                 # The client went away: its pending read ends with an error nobody awaits.
                 next_command.cancel()
@@ -290,11 +349,15 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                     continue
                 queue_id = self._queue_for(message)
                 answer = await messaging.send.send_message(messaging_pb2.SendMessageRequest(
+                    producer_group=message.system_properties.producer_group,
                     message=message, queue_id=queue_id), born_host)
                 status = v2_status(answer.status)
-                entries.append(S.SendResultEntry(
-                    status=status, message_id=answer.result.message_id,
-                    offset=answer.result.queue_offset))
+                entry = S.SendResultEntry(status=status, message_id=answer.result.message_id,
+                                          offset=answer.result.queue_offset)
+                if message.system_properties.transaction_type:  # a half message
+                    entry.transaction_id = encode_transaction_id(
+                        answer.result.commit_log_offset, answer.result.queue_offset)
+                entries.append(entry)
             except V2Error as e:
                 entries.append(S.SendResultEntry(status=e.status(),
                                                  message_id=pb.system_properties.message_id))
@@ -405,8 +468,21 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     # -- not served ------------------------------------------------------------------------
     @v2_rpc(S.EndTransactionResponse)
     async def EndTransaction(self, request: S.EndTransactionRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED,
-                      "transactional messages are not served by this broker yet")
+        """A producer's (or a check's) outcome of a half message: the broker's transaction
+        service commits or rolls it back (its producer group is the topic)."""
+        _check_topic_name(request.topic.name)
+        commit_log_offset, queue_offset = decode_transaction_id(request.transaction_id)
+        state = _RESOLUTIONS.get(request.resolution)
+        if state is None:
+            raise V2Error(D.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+        service = self.broker.transactions
+        if service is None:
+            raise V2Error(D.FORBIDDEN, "transactions are ended on the master, this broker "
+                                       "is a slave")
+        status = await service.end_transaction(
+            request.topic.name, request.message_id, commit_log_offset, queue_offset, state,
+            from_check=request.source == D.SOURCE_SERVER_CHECK)
+        return S.EndTransactionResponse(status=v2_status(status))
 
     @v2_rpc(S.RecallMessageResponse)
     async def RecallMessage(self, request: S.RecallMessageRequest, context: Context) -> Any:

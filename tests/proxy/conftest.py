@@ -56,6 +56,9 @@ class Sdk:
                 ) -> list[dict[str, Any]]:
         return self.run("receive", endpoint, topic, group, json.dumps(opts))
 
+    def txn(self, endpoint: str, topic: str, **opts: Any) -> list[dict[str, Any]]:
+        return self.run("txn", endpoint, topic, json.dumps(opts))
+
     def push(self, endpoint: str, topic: str, group: str, **opts: Any) -> list[dict[str, Any]]:
         return self.run("push", endpoint, topic, group, json.dumps(opts))
 

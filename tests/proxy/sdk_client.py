@@ -5,6 +5,7 @@ generated `apache.rocketmq.v2` modules clash with ours in one process).
     python sdk_client.py send ENDPOINT TOPIC MESSAGES_JSON
     python sdk_client.py receive ENDPOINT TOPIC GROUP OPTIONS_JSON
     python sdk_client.py push ENDPOINT TOPIC GROUP OPTIONS_JSON
+    python sdk_client.py txn ENDPOINT TOPIC OPTIONS_JSON
     python sdk_client.py bench ENDPOINT TOPIC COUNT BODY_SIZE
 
 Prints one JSON object per line: a send result or error per message, a received message,
@@ -29,7 +30,9 @@ from rocketmq import (
     Producer,
     PushConsumer,
     SimpleConsumer,
+    TransactionChecker,
 )
+from rocketmq.grpc_protocol import TransactionResolution
 
 
 def out(obj: dict[str, Any]) -> None:
@@ -158,6 +161,44 @@ def push(endpoint: str, topic: str, group: str, opts: dict[str, Any]) -> None:
     out({"done": "push", "count": len(listener.done)})
 
 
+class Checker(TransactionChecker):
+    """Answers the broker's checks of orphaned halves with `answer`, printing each."""
+
+    def __init__(self, answer: str) -> None:
+        self.answer = answer
+
+    def check(self, message: Any) -> Any:
+        out({"checked": message.body.decode(), "id": message.message_id,
+             "answer": self.answer})
+        return (TransactionResolution.COMMIT if self.answer == "commit"
+                else TransactionResolution.ROLLBACK)
+
+
+def txn(endpoint: str, topic: str, opts: dict[str, Any]) -> None:
+    """Transactional sends: each body's half, then `end` (commit | rollback | none: left to
+    the broker's check, answered `checker`); stays `linger_s` for checks."""
+    producer = Producer(config(endpoint), (topic,), checker=Checker(opts.get("checker",
+                                                                             "rollback")))
+    producer.startup()
+    try:
+        for body in opts["bodies"]:
+            transaction = producer.begin_transaction()
+            m = Message()
+            m.topic = topic
+            m.body = body.encode()
+            receipt = producer.send(m, transaction)
+            out({"id": receipt.message_id, "body": body, "transaction_id":
+                 receipt.transaction_id})
+            if opts.get("end") == "commit":
+                transaction.commit()
+            elif opts.get("end") == "rollback":
+                transaction.rollback()
+        time.sleep(opts.get("linger_s", 0))
+    finally:
+        producer.shutdown()
+    out({"done": "txn"})
+
+
 def bench(endpoint: str, topic: str, count: int, size: int) -> None:
     producer = Producer(config(endpoint), (topic,))
     producer.startup()
@@ -187,6 +228,8 @@ def main(argv: list[str]) -> int:
         receive(argv[1], argv[2], argv[3], json.loads(argv[4]))
     elif command == "push":
         push(argv[1], argv[2], argv[3], json.loads(argv[4]))
+    elif command == "txn":
+        txn(argv[1], argv[2], json.loads(argv[3]))
     elif command == "bench":
         bench(argv[1], argv[2], int(argv[3]), int(argv[4]))
     else:

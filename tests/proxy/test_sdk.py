@@ -199,3 +199,22 @@ def test_delayed_message_survives_a_broker_kill(sdk: Sdk, v2_cluster: V2Cluster)
                       timeout_s=40)
     assert [m["body"] for m in got] == ["late0"]
     assert got[0]["received_at_ms"] >= got[0]["delivery_ts"]
+
+
+def test_transactions_commit_rollback_and_check(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    """Halves through v2 (producer group = the topic, as RocketMQ's proxy): a commit is
+    delivered, a rollback never; a half left open is checked through the producer's
+    telemetry stream (RecoverOrphanedTransactionCommand) and its answer ends it."""
+    broker = v2_cluster.start_broker(transactionCheckInterval=500, transactionTimeOut=500)
+    broker.node.create_topic("V2Txn", 2)
+    committed = sdk.txn(broker.endpoint, "V2Txn", bodies=["c0", "c1"], end="commit")
+    assert all(r["transaction_id"] for r in committed)
+    sdk.txn(broker.endpoint, "V2Txn", bodies=["r0"], end="rollback")
+    checked = sdk.txn(broker.endpoint, "V2Txn", bodies=["o0"], end="none",
+                      checker="commit", linger_s=6)
+    assert any(r.get("checked") == "o0" for r in checked), checked
+    got = sdk.receive(broker.endpoint, "V2Txn", "GroupTxn", count=3, ack="all", timeout_s=20)
+    assert sorted(m["body"] for m in got) == ["c0", "c1", "o0"]
+    ids = {r["body"]: r["id"] for r in committed + checked if "body" in r}
+    assert all(m["id"] == ids[m["body"]] for m in got)
+    assert sdk.receive(broker.endpoint, "V2Txn", "GroupTxn", count=1, timeout_s=3) == []

@@ -55,7 +55,7 @@ def test_route_lists_every_queue_with_the_v2_endpoint(
         assert q.broker.name == "broker-a" and q.broker.id == 0
         assert q.broker.endpoints.addresses[0].host == host
         assert q.broker.endpoints.addresses[0].port == int(port)
-        assert set(q.accept_message_types) == {D.NORMAL, D.FIFO, D.DELAY}
+        assert set(q.accept_message_types) == {D.NORMAL, D.FIFO, D.DELAY, D.TRANSACTION}
     a = stub.QueryAssignment(S.QueryAssignmentRequest(topic=D.Resource(name=TOPIC)),
                              timeout=TIMEOUT_S)
     assert a.status.code == D.OK and len(a.assignments) == 1
@@ -79,7 +79,8 @@ def test_unknown_topic(stub: service_pb2_grpc.MessagingServiceStub) -> None:
      D.ILLEGAL_MESSAGE_PROPERTY_KEY, "reserved"),
     (message(keys=["a b"]), D.ILLEGAL_MESSAGE_KEY, "blanks"),
     (message(tag="a|b"), D.ILLEGAL_MESSAGE_TAG, "'|'"),
-    (message(message_type=D.TRANSACTION), D.NOT_IMPLEMENTED, "transactional"),
+    (message(message_type=D.TRANSACTION, message_group="g"),
+     D.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "transactional"),
 ])
 def test_bad_sends(stub: service_pb2_grpc.MessagingServiceStub, m: D.Message, code: int,
                    words: str) -> None:
@@ -122,7 +123,7 @@ def test_ack_with_bad_or_stale_handles(stub: service_pb2_grpc.MessagingServiceSt
     assert [r.status.code for r in empty] == [D.MESSAGE_NOT_FOUND]
 
 
-def test_sql_filter_and_transactions_not_served(
+def test_sql_filter_and_bad_transaction_ends(
         stub: service_pb2_grpc.MessagingServiceStub) -> None:
     responses = list(stub.ReceiveMessage(S.ReceiveMessageRequest(
         group=D.Resource(name="G"), message_queue=D.MessageQueue(
@@ -130,10 +131,15 @@ def test_sql_filter_and_transactions_not_served(
         filter_expression=D.FilterExpression(type=D.SQL, expression="a > 1")),
         timeout=TIMEOUT_S))
     assert responses[0].status.code == D.ILLEGAL_FILTER_EXPRESSION
-    r = stub.EndTransaction(S.EndTransactionRequest(topic=D.Resource(name=TOPIC)),
+    r = stub.EndTransaction(S.EndTransactionRequest(topic=D.Resource(name=TOPIC),
+                                                    transaction_id="nonsense"),
                             timeout=TIMEOUT_S)
-    assert r.status.code == D.NOT_IMPLEMENTED
-    assert "transactional" in r.status.message
+    assert r.status.code == D.INVALID_TRANSACTION_ID
+    no_half = stub.EndTransaction(S.EndTransactionRequest(
+        topic=D.Resource(name=TOPIC), transaction_id="0" * 32, resolution=D.COMMIT),
+        timeout=TIMEOUT_S)
+    assert no_half.status.code == D.INVALID_TRANSACTION_ID
+    assert "no half message" in no_half.status.message
 
 
 def test_telemetry_answers_publishing_settings(
