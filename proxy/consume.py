@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from broker.constants import DEADLINE_MARGIN_S, PERM_READ, PROPERTY_SHARDING_KEY
 from broker.status import RequestError
+from filter import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import ReceiptHandle, V2Error, message_to_v2
 from proxy.pop import InFlight, PopStateStore, QueueKey
 from store.codec import MessageExt, decode_record
-from store.reading import TagFilter
+from store.reading import MessageFilter
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -102,7 +103,8 @@ class PopService:
         return key
 
     async def receive(self, group: str, topic: str, first_queue: int, expression: str,
-                      batch: int, invisible_ms: int, wait_s: float) -> list[D.Message]:
+                      batch: int, invisible_ms: int, wait_s: float, *, sql: bool = False
+                      ) -> list[D.Message]:
         """Up to `batch` messages: expired in-flight ones again, then new ones; waits up to
         `wait_s` for one (long polling)."""
         if not group:
@@ -112,7 +114,14 @@ class PopService:
         if invisible_ms > MAX_INVISIBLE_MS:
             raise V2Error(D.ILLEGAL_INVISIBLE_TIME,
                           f"invisible duration {invisible_ms} ms is over 12 h")
-        tag_filter = TagFilter(expression)
+        # Tags, or SQL92 on properties (enablePropertyFilter): the broker's pull filters.
+        try:
+            tag_filter = self.broker.filters.message_filter(
+                EXPRESSION_TYPE_SQL92 if sql else EXPRESSION_TYPE_TAG, expression)
+        except RequestError as e:
+            code = (D.ILLEGAL_FILTER_EXPRESSION if e.code == common_pb2.SUBSCRIPTION_PARSE_FAILED
+                    else D.NOT_IMPLEMENTED)
+            raise V2Error(code, e.remark) from None
         queues = self._read_queues(topic)
         if not queues:
             return []
@@ -167,7 +176,7 @@ class PopService:
             for w in waits:
                 w.cancel()
 
-    def _collect(self, group: str, topic: str, queues: list[int], tag_filter: TagFilter,
+    def _collect(self, group: str, topic: str, queues: list[int], tag_filter: MessageFilter,
                  batch: int, invisible_ms: int) -> list[D.Message]:
         out: list[D.Message] = []
         now = self.broker.clock_ms()

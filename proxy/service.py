@@ -387,13 +387,11 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     async def ReceiveMessage(self, request: S.ReceiveMessageRequest, context: Context
                              ) -> AsyncIterator[S.ReceiveMessageResponse]:
         try:
-            expression = "*"
+            expression, sql = "*", False
             if request.HasField("filter_expression"):
                 f = request.filter_expression
-                if f.type == D.SQL:
-                    raise V2Error(D.ILLEGAL_FILTER_EXPRESSION,
-                                  "SQL92 filters are not served by this broker: use tags")
-                expression = f.expression or "*"
+                sql = f.type == D.SQL
+                expression = f.expression or ("TRUE" if sql else "*")
             topic = request.message_queue.topic.name
             _check_topic_name(topic)
             invisible_ms = (duration_ms(request.invisible_duration)
@@ -404,7 +402,8 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             wait_s = polling_wait_s(polling_ms, context.time_remaining())
             messages = await self.pop.receive(request.group.name, topic,
                                               request.message_queue.id, expression,
-                                              request.batch_size, invisible_ms, wait_s)
+                                              request.batch_size, invisible_ms, wait_s,
+                                              sql=sql)
         except V2Error as e:
             yield S.ReceiveMessageResponse(status=e.status())
             return

@@ -32,7 +32,7 @@ from rocketmq import (
     SimpleConsumer,
     TransactionChecker,
 )
-from rocketmq.grpc_protocol import TransactionResolution
+from rocketmq.grpc_protocol import FilterType, TransactionResolution
 
 
 def out(obj: dict[str, Any]) -> None:
@@ -88,7 +88,12 @@ def receive(endpoint: str, topic: str, group: str, opts: dict[str, Any]) -> None
     change_s: change each message's invisible duration to that (not acked)."""
     count, timeout_s = opts["count"], opts.get("timeout_s", 30)
     invisible_s = opts.get("invisible_s", 10)
-    expression = FilterExpression(opts["tag"]) if opts.get("tag") else FilterExpression()
+    if opts.get("sql"):
+        expression = FilterExpression(opts["sql"], FilterType.SQL)
+    elif opts.get("tag"):
+        expression = FilterExpression(opts["tag"])
+    else:
+        expression = FilterExpression()
     consumer = SimpleConsumer(config(endpoint), group, {topic: expression},
                               await_duration=opts.get("await_s", 2))
     consumer.startup()

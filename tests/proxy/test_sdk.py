@@ -74,6 +74,18 @@ def test_tag_filter(sdk: Sdk, v2_cluster: V2Cluster) -> None:
                        timeout_s=3) == []
 
 
+def test_sql92_filter(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    broker = v2_cluster.start_broker(enablePropertyFilter=True)
+    broker.node.create_topic(TOPIC, 2)
+    sdk.send(broker.endpoint, TOPIC, [{"body": f"s{i}", "props": {"n": str(i)}}
+                                      for i in range(6)])
+    got = sdk.receive(broker.endpoint, TOPIC, "GroupSql", count=3, ack="all", sql="n > 2")
+    assert sorted(m["body"] for m in got) == ["s3", "s4", "s5"]
+    bad = sdk.receive(broker.endpoint, TOPIC, "GroupSql2", count=1, sql="n >", timeout_s=3,
+                      calls=1)
+    assert bad and bad[0]["error"] == "BadRequestException" and bad[0]["code"] == 40010
+
+
 def test_redelivery_after_invisible_duration_then_dlq(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     broker = v2_cluster.start_broker()
     broker.node.create_topic(TOPIC, 2)
