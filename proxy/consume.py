@@ -206,8 +206,8 @@ class PopService:
                 break
             # New messages.
             min_offset = store.get_min_offset_in_queue(topic, queue_id)
-            if state.next < min_offset:  # trimmed before delivered: skipped
-                self.state.acked(key, state.next, min_offset)
+            if state.commit < min_offset:  # expired from the store: gone, delivered or not
+                self.state.skipped(key, min_offset)
             start = state.next
             result = store.get_message(group, topic, queue_id, start, batch - len(out),
                                        tag_filter)

@@ -81,6 +81,18 @@ class QueueState:
                    {int(o) for o in data["a"]})
 
 
+def _skip(state: QueueState, offset: int) -> bool:
+    """Moves `state` past every offset below `offset`; True when its commit moved."""
+    if offset <= state.commit:
+        return False
+    state.inflight = {o: f for o, f in state.inflight.items() if o >= offset}
+    state.acked = {o for o in state.acked if o >= offset}
+    state.commit = offset
+    state.next = max(state.next, offset)
+    state.advance()
+    return True
+
+
 class PopStateStore:
     """The pop state of one broker and its log. `on_commit(group, topic, queue, offset)` is
     called whenever a queue's commit offset moves (the broker's consumer offset)."""
@@ -147,6 +159,8 @@ class PopStateStore:
                 flight.deadline_ms = int(rec["d"])
         elif kind == "reset":  # the group's offset was moved (by an admin)
             self.queues[key] = QueueState(int(rec["o"]), int(rec["o"]))
+        elif kind == "skip":  # everything below o is gone from the store
+            _skip(state, int(rec["o"]))
 
     def _rewrite(self) -> None:
         """The log as one snapshot line, written aside and renamed over."""
@@ -222,6 +236,14 @@ class PopStateStore:
         flight.deadline_ms = deadline_ms
         g, t, q = key
         self._append({"k": "inv", "g": g, "t": t, "q": q, "o": offset, "d": deadline_ms})
+
+    def skipped(self, key: QueueKey, offset: int) -> None:
+        """Everything below `offset` left the store (expired files): no longer in flight."""
+        state = self.queues[key]
+        if _skip(state, offset):
+            g, t, q = key
+            self._append({"k": "skip", "g": g, "t": t, "q": q, "o": offset})
+            self.on_commit(g, t, q, state.commit)
 
     def reset(self, key: QueueKey, offset: int) -> None:
         """The group's offset moved elsewhere (an admin reset): in-flight messages dropped."""

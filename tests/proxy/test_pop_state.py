@@ -92,3 +92,17 @@ def test_timer_hops_never_pass_the_delivery_time() -> None:
     assert hop_level(4_999, levels) == 1
     assert hop_level(12_000, levels) == 3
     assert hop_level(10**9, levels) == 4
+
+
+def test_skip_past_expired_offsets(tmp_path: Path) -> None:
+    commits = Commits()
+    store = opened(tmp_path, commits)
+    store.state(*KEY, start=lambda: 0)
+    for offset in range(3):
+        store.delivered(KEY, offset, InFlight(1, 1_000, offset))
+    store.skipped(KEY, 1_000_000)  # the queue's files expired: a big jump, no per-offset work
+    assert commits.offsets[KEY] == 1_000_000
+    again = opened(tmp_path, Commits())
+    state = again.queues[KEY]
+    assert (state.commit, state.next, state.inflight, state.acked) == (1_000_000, 1_000_000,
+                                                                        {}, set())
