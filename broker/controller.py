@@ -21,6 +21,9 @@ from types import TracebackType
 
 import grpc
 
+from acl.config import AclConfigError
+from acl.grpc_auth import ClientAuth, ServerAuth
+from acl.store import AclStore
 from broker.admin import AdminServicer, data_version_to_proto, topic_config_to_proto
 from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
@@ -94,8 +97,13 @@ class BrokerController:
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
         self.filters = FilterRegistry(self.config.enable_property_filter)
+        # The cluster key signs what this broker asks of name servers and of its master.
+        self.cluster_auth = ClientAuth.cluster(self.config.cluster_key)
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
-                                        self.config.register_broker_timeout_mills / 1000)
+                                        self.config.register_broker_timeout_mills / 1000,
+                                        auth=self.cluster_auth)
+        self.acl: AclStore | None = None  # aclEnable: the accounts, once started
+        self.auth: ServerAuth | None = None
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
         self.pull_hold: PullRequestHoldService = None  # type: ignore[assignment]
         self.store_host: tuple[str, int] = ("127.0.0.1", 0)
@@ -139,6 +147,7 @@ class BrokerController:
         """Binds, loads the store and config files, serves, registers; returns brokerAddr."""
         self._lock_store_dir()
         log_accept_errors_briefly(asyncio.get_running_loop(), log)
+        self._start_acl()
         server = self._build_server()
         self._server = server
         # brokerIP1, else the local address of a socket connected to a name server.
@@ -243,6 +252,10 @@ class BrokerController:
     async def _start_send_channel(self, host: str, port: int) -> None:
         if not self.config.send_channel_enable:
             return
+        if self.config.acl_enable:  # its frames carry no signature: clients use gRPC
+            log.info("send channel off: access control is on (clients send by gRPC, where "
+                     "each request is signed)")
+            return
         send_port = self.config.send_listen_port
         if send_port < 0:  # unset: listenPort + 2, or any free port when listenPort is
             send_port = port + SEND_LISTEN_PORT_OFFSET if self.config.listen_port else 0
@@ -318,13 +331,29 @@ class BrokerController:
         self.offsets.load()
         self.delay_offsets.load()
 
+    def _start_acl(self) -> None:
+        if not self.config.acl_enable:
+            return
+        try:
+            self.acl = AclStore(self.config.acl_file)
+        except AclConfigError as e:
+            raise ConfigError(f"aclFile: {e}") from None
+        self.auth = ServerAuth(self.acl, self.config.cluster_key)
+        self.acl.start()
+        log.info("access control on: %d accounts from %s%s", len(self.acl.config.accounts),
+                 self.config.acl_file, "" if self.config.cluster_key else
+                 " (no clusterKey: slaves cannot call this broker's admin service)")
+        if self.config.is_slave and not self.config.cluster_key:
+            log.warning("aclEnable without clusterKey: this slave cannot sign its calls to "
+                        "its master's admin service (set clusterKey on both)")
+
     def _build_server(self) -> grpc.aio.Server:
         max_receive = 2 * self.store_config.max_message_size + (1 << 20)
         server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", max_receive),
             ("grpc.max_send_message_length", -1),
-        ])
+        ], interceptors=[self.auth] if self.auth is not None else None)
         self.messaging = MessagingServicer(self)
         self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
@@ -363,6 +392,8 @@ class BrokerController:
         if self.metrics is not None:
             await self.metrics.stop()
             self.metrics = None
+        if self.acl is not None:
+            await self.acl.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transactions is not None:

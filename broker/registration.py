@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -48,8 +49,10 @@ class RegistrationRefused(RuntimeError):
 class BrokerOuterAPI:
     """One gRPC channel per name server; every call goes to all of them at once."""
 
-    def __init__(self, namesrv_addrs: list[str], timeout_s: float) -> None:
+    def __init__(self, namesrv_addrs: list[str], timeout_s: float,
+                 auth: ClientAuth | None = None) -> None:
         self.namesrv_addrs = list(namesrv_addrs)
+        self.auth = auth  # the cluster key's signature on every call
         self.timeout_s = timeout_s
         self._stubs: dict[str, namesrv_pb2_grpc.NamesrvServiceStub] = {}
         self._channels: list[grpc.aio.Channel] = []
@@ -66,7 +69,9 @@ class BrokerOuterAPI:
     def _stub(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         stub = self._stubs.get(addr)
         if stub is None:
-            channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = grpc.aio.insecure_channel(
+                addr, options=CHANNEL_OPTIONS,
+                interceptors=self.auth.aio_interceptors() if self.auth else None)
             self._channels.append(channel)
             stub = self._stubs[addr] = namesrv_pb2_grpc.NamesrvServiceStub(channel)
         return stub

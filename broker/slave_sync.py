@@ -95,7 +95,9 @@ class SlaveSynchronizer:
         """A stub on a channel to `addr`; the channel to a previous master is closed."""
         if self._channel is None or self._channel_addr != addr:
             await self.close()
-            self._channel = grpc.aio.insecure_channel(addr)
+            auth = self.broker.cluster_auth
+            self._channel = grpc.aio.insecure_channel(
+                addr, interceptors=auth.aio_interceptors() if auth else None)
             self._channel_addr = addr
         return admin_pb2_grpc.AdminServiceStub(self._channel)
 

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.admin_types import (
     AdminError,
     BrokerGroup,
@@ -137,7 +138,14 @@ class MQAdmin:
     """`MQAdmin("127.0.0.1:9876;127.0.0.1:9877")`; use as a context manager or close()."""
 
     def __init__(self, namesrv_addr: str | Sequence[str],
-                 timeout: float = DEFAULT_RPC_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_RPC_TIMEOUT_S, *, access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
+        """`access_key`/`secret_key`: an admin account of brokers with aclEnable (default
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY)."""
+        try:
+            self.auth = ClientAuth.from_env(access_key, secret_key)
+        except ValueError as e:
+            raise AdminError(str(e)) from None
         # Empty is allowed: commands aimed at one broker address need no name server.
         self.namesrv_addrs = parse_addresses(namesrv_addr, allow_empty=True)
         self.timeout = timeout
@@ -160,8 +168,11 @@ class MQAdmin:
         with self._channels_lock:
             channel = self._channels.get(addr)
             if channel is None:
-                channel = self._channels[addr] = grpc.insecure_channel(
+                channel = grpc.insecure_channel(
                     addr, options=CHANNEL_OPTIONS)  # the clients' 200 ms - 2 s backoff
+                if self.auth is not None:
+                    channel = self.auth.intercept(channel)
+                self._channels[addr] = channel
             return channel
 
     def each_broker(self, brokers: Sequence[tuple[str, str, int]],

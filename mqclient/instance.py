@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.constants import (
     ADMIN_CALL_TIMEOUT_S,
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -53,12 +54,17 @@ class ClientInstance:
                  consumer_group: str = "", loop: ClientLoop | None = None,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S,
-                 client_ip: str = "") -> None:
+                 client_ip: str = "", access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.client_ip = resolve_client_ip(namesrv_addrs, client_ip)
         self.client_id = new_client_id(self.client_ip)
         self.loop = loop or ClientLoop.shared()
-        self.channels = Channels()
+        try:  # explicit keys, else $MQ_ACCESS_KEY / $MQ_SECRET_KEY (none: unsigned)
+            auth = ClientAuth.from_env(access_key, secret_key)
+        except ValueError as e:
+            raise MQClientError("ILLEGAL_ARGUMENT", str(e)) from None
+        self.channels = Channels(auth)
         self.namesrv = NameServerClient(namesrv_addrs, self.channels)
         self.producer_group = producer_group
         self.consumer_group = consumer_group

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
 
@@ -89,7 +90,9 @@ class Channels:
     """One client's channels by address. The aio ones belong to the client loop (create and
     use them there only); the sync ones may be used from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth: ClientAuth | None = None) -> None:
+        # Access control (acl/): every call signed with these credentials; None: unsigned.
+        self.auth = auth
         self._aio: dict[str, grpc.aio.Channel] = {}
         self._sync: dict[str, grpc.Channel] = {}
         self._sync_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
@@ -107,7 +110,8 @@ class Channels:
         channel = self._aio.get(address)
         if channel is None:
             channel = self._aio[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS)
+                address, options=CHANNEL_OPTIONS,
+                interceptors=self.auth.aio_interceptors() if self.auth else None)
         return channel
 
     def messaging(self, address: str) -> messaging_pb2_grpc.MessagingServiceStub:
@@ -133,8 +137,9 @@ class Channels:
             if stub is None:
                 channel = self._sync[address] = grpc.insecure_channel(
                     address, options=CHANNEL_OPTIONS)
+                signed = self.auth.intercept(channel) if self.auth else channel
                 stub = self._sync_stubs[address] = messaging_pb2_grpc.MessagingServiceStub(
-                    channel)
+                    signed)
             return stub
 
     def known_send_address(self, address: str) -> str | None:

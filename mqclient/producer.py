@@ -145,9 +145,12 @@ class Producer:
                  max_inflight_batches: int = MAX_INFLIGHT_BATCHES_PER_TOPIC,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None,
-                 client_ip: str = "") -> None:
+                 client_ip: str = "", access_key: str | None = None,
+                 secret_key: str | None = None) -> None:
         """`client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
-        default $MQCLIENT_IP, else the local address towards the name servers."""
+        default $MQCLIENT_IP, else the local address towards the name servers.
+        `access_key`/`secret_key`: the account of a broker with aclEnable (default
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); each request is signed, the secret never sent."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
@@ -157,7 +160,8 @@ class Producer:
         self.max_message_size = max_message_size
         self.instance = ClientInstance(namesrv_addr, producer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s,
-                                       client_ip=client_ip)
+                                       client_ip=client_ip, access_key=access_key,
+                                       secret_key=secret_key)
         self.instance.default_topic_queue_nums = default_topic_queue_nums
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)
