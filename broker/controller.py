@@ -231,7 +231,8 @@ class BrokerController:
             self.ha_client = HAClient(
                 self.store, c.ha_master_address, on_connected=self.slave_sync.wake,
                 hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
-                housekeeping_interval=c.ha_housekeeping_interval / 1000)
+                housekeeping_interval=c.ha_housekeeping_interval / 1000,
+                cluster_key=c.cluster_key)
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
@@ -239,7 +240,8 @@ class BrokerController:
                             slave_fallbehind_max=self.config.ha_slave_fallbehind_max,
                             max_time_slave_not_catchup_ms=(
                                 self.config.ha_max_time_slave_not_catchup),
-                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000)
+                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000,
+                            cluster_key=self.config.cluster_key)
         try:
             bound = await service.start()
         except OSError as e:

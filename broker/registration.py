@@ -39,7 +39,9 @@ CHANNEL_OPTIONS = [
 ]
 # gRPC codes of a name server that received the registration and would not take it (a
 # server-side size limit answers RESOURCE_EXHAUSTED): retrying the same body cannot help.
-REFUSAL_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT})
+REFUSAL_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT,
+                           # a name server with --cluster-key, and a wrong or no clusterKey
+                           grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
 class RegistrationRefused(RuntimeError):

@@ -20,6 +20,8 @@ import struct
 import time
 from collections.abc import Callable
 
+from acl.signing import AuthError, NonceCache
+from ha.auth import verify_hello
 from ha.codec import (
     AckParser,
     HACodecError,
@@ -191,7 +193,13 @@ class HAConnection:
                 return
             for report in reports:
                 if isinstance(report, SlaveHello):
+                    if not self.service.authenticate(self, report):
+                        return
                     self.service.identify(self, report)
+                elif self.service.cluster_key and self.hello is None:
+                    self.fail("no hello proving the cluster key before its first ack: "
+                              "refused, link closed")
+                    return
                 elif not self.on_report(report):
                     return
 
@@ -356,8 +364,12 @@ class HAService:
                  slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX,
                  max_time_slave_not_catchup_ms: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+                 wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+                 cluster_key: str = "") -> None:
         self.store = store
+        # Links must open with a hello proving this key (ha/auth.py); empty: any may.
+        self.cluster_key = cluster_key
+        self._hello_nonces = NonceCache(capacity=10_000)
         self.host = host
         self.port = port
         self.on_ack = on_ack
@@ -419,6 +431,18 @@ class HAService:
             elif not any(c.status.broker_id == closed.broker_id for c in self.connections):
                 self.absent_slaves[closed.broker_id] = closed
             self.acked()
+
+    def authenticate(self, conn: HAConnection, hello: SlaveHello) -> bool:
+        """With a cluster key: False (the link is refused) unless the hello proves it."""
+        if not self.cluster_key:
+            return True
+        try:
+            verify_hello(hello, self.cluster_key, self._hello_nonces, self.wall_clock_ms())
+        except AuthError as e:
+            conn.fail(f"claims to be slave {hello.broker_id} of {hello.broker_name!r} but "
+                      f"{e}: refused, link closed")
+            return False
+        return True
 
     def identify(self, conn: HAConnection, hello: SlaveHello) -> None:
         """A link's slave said who it is; an older link of the same slave is stale."""
