@@ -199,7 +199,8 @@ def parse_acl(data: Any) -> AclConfig:
     unknown = set(data) - {"accounts", "globalWhiteRemoteAddresses", "dataVersion"}
     if unknown:
         raise AclConfigError(f"unknown keys {sorted(unknown)}")
-    raw_accounts = data.get("accounts") or []
+    raw_accounts = data.get("accounts")
+    raw_accounts = [] if raw_accounts is None else raw_accounts
     if not isinstance(raw_accounts, list):
         raise AclConfigError("accounts: expected a list")
     accounts: dict[str, Account] = {}
