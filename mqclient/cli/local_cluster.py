@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -41,6 +42,12 @@ DEFAULT_CLUSTER_NAME = "DefaultCluster"
 # Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
 # of use, and a laptop running four brokers should not write 8 GiB for that.
 LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
+# `up --acl` (issue 22): the cluster key, the account file and the admin's credentials.
+SECURITY_DIR = "security"
+CLUSTER_KEY_FILE = "cluster.key"
+ACL_FILE = "plain_acl.yml"
+CREDENTIALS_FILE = "credentials.env"
+LOCAL_ADMIN_ACCOUNT = "mqadmin"
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
 
@@ -295,6 +302,43 @@ def _reap(pid: int) -> None:
         pass
 
 
+def write_security(directory: Path) -> dict[str, str]:
+    """`up --acl`: a random cluster key and an admin account (mode 0600 files under
+    DIR/security, kept across ups); returns the broker.conf keys that turn ACL on. The
+    cluster key reaches the processes as $MQ_CLUSTER_KEY, never on a command line."""
+    sec = directory / SECURITY_DIR
+    sec.mkdir(mode=0o700, exist_ok=True)
+
+    def secret_file(name: str, text: str) -> None:
+        path = sec / name
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+
+    secret = secrets.token_hex(16)
+    secret_file(CLUSTER_KEY_FILE, secrets.token_hex(32) + "\n")
+    secret_file(ACL_FILE, (
+        "# Written by `mqcluster up --acl`; edited while running, it is reloaded.\n"
+        "globalWhiteRemoteAddresses: []\n"
+        "accounts:\n"
+        f"  - accessKey: {LOCAL_ADMIN_ACCOUNT}\n"
+        f"    secretKey: {secret}\n"
+        "    admin: true\n"
+        "    defaultTopicPerm: PUB|SUB\n"
+        "    defaultGroupPerm: SUB\n"))
+    secret_file(CREDENTIALS_FILE, f"MQ_ACCESS_KEY={LOCAL_ADMIN_ACCOUNT}\n"
+                                  f"MQ_SECRET_KEY={secret}\n")
+    return {"aclEnable": "true", "aclFile": str(sec / ACL_FILE)}
+
+
+def cluster_key_of(directory: Path) -> str:
+    try:
+        return (directory / SECURITY_DIR / CLUSTER_KEY_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
 def child_env() -> dict[str, str]:
     """The environment of the cluster's processes: this interpreter finds the packages
     (nameserver, broker) where this one found them, installed or not."""
@@ -321,10 +365,14 @@ def spawn(node: Node, directory: Path) -> tuple[ProcessRecord, int]:
     log_rel = f"{LOG_DIR}/{node.name}.log"
     log_path = directory / log_rel
     argv = process_argv(node, directory)
+    env = child_env()
+    key = cluster_key_of(directory)  # `up --acl`: name servers and brokers share it
+    if key:
+        env["MQ_CLUSTER_KEY"] = key
     with log_path.open("ab") as log:
         offset = log.tell()
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=directory, env=child_env(),
+                                   stderr=subprocess.STDOUT, cwd=directory, env=env,
                                    start_new_session=True)
     stat = _proc_stat(process.pid)
     # Exited already: recorded with a start time no process has, so it reads as dead.

@@ -29,12 +29,14 @@ from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli.local_cluster import (
     BROKER,
     BROKER_CONF,
+    CREDENTIALS_FILE,
     DEFAULT_CLUSTER_NAME,
     FLUSH_TYPES,
     LAYOUT_FILE,
     LOG_DIR,
     MASTER_ROLES,
     PROMETHEUS_FILE,
+    SECURITY_DIR,
     STATE_FILE,
     Layout,
     LocalClusterError,
@@ -54,6 +56,7 @@ from mqclient.cli.local_cluster import (
     spawn,
     stop_processes,
     write_json,
+    write_security,
 )
 from mqclient.cli.output import dumps, table
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
@@ -212,6 +215,8 @@ def up(args: argparse.Namespace) -> int:
         (directory / STATE_FILE).unlink()  # left by a cluster that is gone
     layout = resolve_layout(args, directory)
     directory.mkdir(parents=True, exist_ok=True)
+    if args.acl:
+        layout.broker_props.update(write_security(directory))
     if layout.role == "SYNC_MASTER" and layout.slaves == 0:
         _out(f"{PROG}: warning: SYNC_MASTER without slaves answers SLAVE_NOT_AVAILABLE "
              "to every send")
@@ -249,6 +254,8 @@ def up(args: argparse.Namespace) -> int:
          + (f"Metrics: the Metrics column; prometheus --config.file="
             f"{directory / PROMETHEUS_FILE} scrapes them all\n"
             if any(n.metrics_port for n in layout.nodes) else "") +
+         (f"ACL on: export $(cat {directory / SECURITY_DIR / CREDENTIALS_FILE}) for "
+            "mqadmin and clients\n" if args.acl else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
 
@@ -352,6 +359,7 @@ def _clean(directory: Path) -> None:
         for node in Layout.from_json(data).brokers:
             shutil.rmtree(directory / node.name, ignore_errors=True)
     shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
+    shutil.rmtree(directory / SECURITY_DIR, ignore_errors=True)
     (directory / LAYOUT_FILE).unlink(missing_ok=True)
     (directory / PROMETHEUS_FILE).unlink(missing_ok=True)
     try:
@@ -416,6 +424,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra broker.conf key for every broker (repeatable)")
     p.add_argument("--no-metrics", dest="metrics", action="store_false",
                    help="no Prometheus /metrics ports (default: one per process)")
+    p.add_argument("--acl", action="store_true",
+                   help="access control on: a cluster key for registrations and HA links, "
+                        "and an admin account (credentials in DIR/security/credentials.env)")
     p.add_argument("--json", action="store_true", help="print the processes as JSON")
     p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
     p = sub.add_parser("status", parents=[common], help="show each process alive or dead")
