@@ -121,6 +121,15 @@ class BrokerConfig:
     # absent): registrations with the name servers and slaves' HA links must prove it, and
     # with aclEnable a slave calls its master's admin service with it. Empty: none.
     cluster_key: str = ""
+    # TLS (mqproto/tls.py) on the gRPC and HA ports; the broker then dials name servers and
+    # its master with TLS too (verified against tlsCaPath; empty: the system's CAs). With
+    # tlsMutual, clients must show a certificate signed by tlsCaPath. The send channel is
+    # off with TLS (clients send by gRPC).
+    tls_enable: bool = False
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    tls_ca_path: str = ""
+    tls_mutual: bool = False
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
 
@@ -266,6 +275,10 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError("transactionCheckMax: must be >= 0")
     if c.acl_enable and not c.acl_file:
         raise ConfigError("aclFile: aclEnable=true needs the account file's path")
+    if c.tls_enable and not (c.tls_cert_path and c.tls_key_path):
+        raise ConfigError("tlsEnable=true needs tlsCertPath and tlsKeyPath")
+    if c.tls_mutual and not c.tls_ca_path:
+        raise ConfigError("tlsMutual=true needs tlsCaPath (the CA of client certificates)")
     if c.cluster_key and len(c.cluster_key) < 8:
         raise ConfigError("clusterKey: at least 8 characters")
     for addr in c.namesrv_addr_list:

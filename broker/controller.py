@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -56,6 +57,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
+from mqproto.tls import ServerTls, TlsError
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
 from store.message import Message
@@ -99,9 +101,13 @@ class BrokerController:
         self.filters = FilterRegistry(self.config.enable_property_filter)
         # The cluster key signs what this broker asks of name servers and of its master.
         self.cluster_auth = ClientAuth.cluster(self.config.cluster_key)
+        c = self.config
+        self.tls = (ServerTls(c.tls_cert_path, c.tls_key_path, c.tls_ca_path, c.tls_mutual)
+                    if c.tls_enable else None)
+        self.peer_tls = self.tls.client() if self.tls is not None else None
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
                                         self.config.register_broker_timeout_mills / 1000,
-                                        auth=self.cluster_auth)
+                                        auth=self.cluster_auth, tls=self.peer_tls)
         self.acl: AclStore | None = None  # aclEnable: the accounts, once started
         self.auth: ServerAuth | None = None
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
@@ -153,9 +159,12 @@ class BrokerController:
         # brokerIP1, else the local address of a socket connected to a name server.
         host = self.config.broker_ip1 or await asyncio.to_thread(
             local_ip, self.config.namesrv_addr_list)
+        listen = format_host((self.config.bind_address, self.config.listen_port))
         try:
-            port = server.add_insecure_port(
-                format_host((self.config.bind_address, self.config.listen_port)))
+            port = (server.add_secure_port(listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(listen))
+        except TlsError as e:
+            raise ConfigError(str(e)) from None
         except RuntimeError as e:
             raise OSError(f"cannot listen on port {self.config.listen_port}: {e}") from e
         if port == 0:
@@ -232,7 +241,9 @@ class BrokerController:
                 self.store, c.ha_master_address, on_connected=self.slave_sync.wake,
                 hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
                 housekeeping_interval=c.ha_housekeeping_interval / 1000,
-                cluster_key=c.cluster_key)
+                cluster_key=c.cluster_key,
+                ssl_context=self._ssl(lambda: self.peer_tls.ssl_context()  # type: ignore[union-attr]
+                                      if self.peer_tls else None))
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
@@ -241,7 +252,9 @@ class BrokerController:
                             max_time_slave_not_catchup_ms=(
                                 self.config.ha_max_time_slave_not_catchup),
                             housekeeping_interval=self.config.ha_housekeeping_interval / 1000,
-                            cluster_key=self.config.cluster_key)
+                            cluster_key=self.config.cluster_key,
+                            ssl_context=self._ssl(lambda: self.tls.ssl_context()  # type: ignore[union-attr]
+                                                  if self.tls else None))
         try:
             bound = await service.start()
         except OSError as e:
@@ -251,12 +264,19 @@ class BrokerController:
         self.store.commit_listeners.append(lambda _: service.notify_data_arrived())
         self.ha_server_addr = format_host((host, bound))
 
+    @staticmethod
+    def _ssl(make: Callable[[], ssl.SSLContext | None]) -> ssl.SSLContext | None:
+        try:
+            return make()
+        except TlsError as e:
+            raise ConfigError(str(e)) from None
+
     async def _start_send_channel(self, host: str, port: int) -> None:
         if not self.config.send_channel_enable:
             return
-        if self.config.acl_enable:  # its frames carry no signature: clients use gRPC
-            log.info("send channel off: access control is on (clients send by gRPC, where "
-                     "each request is signed)")
+        if self.config.acl_enable or self.tls is not None:  # plain, unsigned frames
+            log.info("send channel off: %s is on (clients send by gRPC)",
+                     "access control" if self.config.acl_enable else "TLS")
             return
         send_port = self.config.send_listen_port
         if send_port < 0:  # unset: listenPort + 2, or any free port when listenPort is

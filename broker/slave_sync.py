@@ -29,6 +29,7 @@ import grpc
 from broker.admin import topic_config_from_proto
 from broker.topic_config import DataVersion
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
+from mqproto.tls import aio_channel
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -96,8 +97,9 @@ class SlaveSynchronizer:
         if self._channel is None or self._channel_addr != addr:
             await self.close()
             auth = self.broker.cluster_auth
-            self._channel = grpc.aio.insecure_channel(
-                addr, interceptors=auth.aio_interceptors() if auth else None)
+            self._channel = aio_channel(
+                addr, self.broker.peer_tls,
+                interceptors=auth.aio_interceptors() if auth else None)
             self._channel_addr = addr
         return admin_pb2_grpc.AdminServiceStub(self._channel)
 

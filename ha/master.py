@@ -16,6 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -365,8 +366,9 @@ class HAService:
                  max_time_slave_not_catchup_ms: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock_ms: Callable[[], int] = _wall_clock_ms,
-                 cluster_key: str = "") -> None:
+                 cluster_key: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
         self.store = store
+        self.ssl_context = ssl_context  # TLS on the HA port; None: plain TCP
         # Links must open with a hello proving this key (ha/auth.py); empty: any may.
         self.cluster_key = cluster_key
         self._hello_nonces = NonceCache(capacity=10_000)
@@ -394,7 +396,10 @@ class HAService:
     async def start(self) -> int:
         """Listens; returns the bound port."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._on_connect, self.host, self.port)
+        self._server = await asyncio.start_server(self._on_connect, self.host, self.port,
+                                                  ssl=self.ssl_context,
+                                                  ssl_handshake_timeout=(
+                                                      10.0 if self.ssl_context else None))
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service listening on %s:%d", self.host, self.port)
         return self.port

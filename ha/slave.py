@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable
 
@@ -77,13 +78,14 @@ class HAClient:
                  read_size: int = HA_READ_MAX_SIZE,
                  clock: Callable[[], float] = time.monotonic,
                  on_connected: Callable[[], None] | None = None,
-                 cluster_key: str = "") -> None:
+                 cluster_key: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
         """`on_connected` runs on the loop each time a link to the master is up (the broker
         then reconciles its consumer offsets with the master at once). `hello` tells the
         master who this slave is, first thing on every link."""
         self.store = store
         self.hello = hello
         self.cluster_key = cluster_key  # signs the hello (ha/auth.py); empty: unsigned
+        self.ssl_context = ssl_context  # TLS to the master's HA port; None: plain TCP
         self.report_interval = report_interval
         self.housekeeping_interval = housekeeping_interval
         self.reconnect_interval = reconnect_interval
@@ -167,7 +169,9 @@ class HAClient:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         transport, link = await asyncio.wait_for(
-            loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port),
+            loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port,
+                                   ssl=self.ssl_context,
+                                   server_hostname=host if self.ssl_context else None),
             self.housekeeping_interval)
         self.status.connected = True
         self.status.connect_count += 1

@@ -98,7 +98,7 @@ class PushConsumer:
                  max_reconsume_times: int = -1,
                  shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
                  loop: ClientLoop | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         """Flow control: pulling a queue pauses while it buffers
         `pull_threshold_for_queue` messages or `pull_threshold_size_for_queue` MiB of
         bodies; the `*_for_topic` thresholds (-1: none) are shared by the queues of the
@@ -130,7 +130,8 @@ class PushConsumer:
         self.shutdown_timeout_s = shutdown_timeout_s
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s,
-                                       access_key=access_key, secret_key=secret_key)
+                                       access_key=access_key, secret_key=secret_key,
+                                       tls_ca=tls_ca)
         self.loop = self.instance.loop
         self.executor = ThreadPoolExecutor(consume_thread_nums,
                                            thread_name_prefix=f"consume-{group}")

@@ -26,6 +26,7 @@ from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
 from mqproto.local_address import local_ip
+from mqproto.tls import ClientTls
 
 log = logging.getLogger(__name__)
 _instance_counter = itertools.count()
@@ -55,7 +56,7 @@ class ClientInstance:
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S,
                  client_ip: str = "", access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.client_ip = resolve_client_ip(namesrv_addrs, client_ip)
         self.client_id = new_client_id(self.client_ip)
@@ -64,7 +65,8 @@ class ClientInstance:
             auth = ClientAuth.from_env(access_key, secret_key)
         except ValueError as e:
             raise MQClientError("ILLEGAL_ARGUMENT", str(e)) from None
-        self.channels = Channels(auth)
+        # TLS: the servers' CA (tls_ca, else $MQ_TLS_CA); None: plaintext
+        self.channels = Channels(auth, ClientTls.from_env(tls_ca))
         self.namesrv = NameServerClient(namesrv_addrs, self.channels)
         self.producer_group = producer_group
         self.consumer_group = consumer_group

@@ -21,6 +21,7 @@ import grpc
 from acl.grpc_auth import ClientAuth
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
+from mqproto.tls import ClientTls, aio_channel, grpc_channel
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -90,9 +91,10 @@ class Channels:
     """One client's channels by address. The aio ones belong to the client loop (create and
     use them there only); the sync ones may be used from any thread."""
 
-    def __init__(self, auth: ClientAuth | None = None) -> None:
+    def __init__(self, auth: ClientAuth | None = None, tls: ClientTls | None = None) -> None:
         # Access control (acl/): every call signed with these credentials; None: unsigned.
         self.auth = auth
+        self.tls = tls  # TLS to brokers and name servers (their CA); None: plaintext
         self._aio: dict[str, grpc.aio.Channel] = {}
         self._sync: dict[str, grpc.Channel] = {}
         self._sync_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
@@ -109,8 +111,8 @@ class Channels:
     def _aio_channel(self, address: str) -> grpc.aio.Channel:
         channel = self._aio.get(address)
         if channel is None:
-            channel = self._aio[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS,
+            channel = self._aio[address] = aio_channel(
+                address, self.tls, options=CHANNEL_OPTIONS,
                 interceptors=self.auth.aio_interceptors() if self.auth else None)
         return channel
 
@@ -135,8 +137,8 @@ class Channels:
                 raise RuntimeError("the client is shut down")
             stub = self._sync_stubs.get(address)
             if stub is None:
-                channel = self._sync[address] = grpc.insecure_channel(
-                    address, options=CHANNEL_OPTIONS)
+                channel = self._sync[address] = grpc_channel(
+                    address, self.tls, options=CHANNEL_OPTIONS)
                 signed = self.auth.intercept(channel) if self.auth else channel
                 stub = self._sync_stubs[address] = messaging_pb2_grpc.MessagingServiceStub(
                     signed)

@@ -146,11 +146,12 @@ class Producer:
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None,
                  client_ip: str = "", access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         """`client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
         default $MQCLIENT_IP, else the local address towards the name servers.
         `access_key`/`secret_key`: the account of a broker with aclEnable (default
-        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); each request is signed, the secret never sent."""
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); each request is signed, the secret never sent.
+        `tls_ca`: the CA of TLS servers (default $MQ_TLS_CA; none: plaintext)."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
@@ -161,7 +162,7 @@ class Producer:
         self.instance = ClientInstance(namesrv_addr, producer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s,
                                        client_ip=client_ip, access_key=access_key,
-                                       secret_key=secret_key)
+                                       secret_key=secret_key, tls_ca=tls_ca)
         self.instance.default_topic_queue_nums = default_topic_queue_nums
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)

@@ -13,6 +13,7 @@ import grpc
 from acl.grpc_auth import NAMESRV_BROKER_METHODS, ServerAuth
 from mqproto import namesrv_pb2_grpc
 from mqproto.serving import add_servicer, watch_loop_stalls
+from mqproto.tls import ServerTls
 from nameserver.constants import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
@@ -60,6 +61,7 @@ class NamesrvController:
         max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
         metrics_port: int = 0,
         cluster_key: str = "",
+        tls: ServerTls | None = None,
     ) -> None:
         self.listen = listen
         self.max_topic_queue_nums = max_topic_queue_nums
@@ -74,6 +76,7 @@ class NamesrvController:
         self.auth: ServerAuth | None = None
         if cluster_key:
             self.auth = ServerAuth(None, cluster_key, protected=NAMESRV_BROKER_METHODS)
+        self.tls = tls  # gRPC over TLS; None: plaintext
         self.metrics_address = ""
         """``host:port`` of /metrics; empty when off."""
         self._sleep = sleep
@@ -101,7 +104,8 @@ class NamesrvController:
                      NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums,
                                      self.max_receive_message_bytes), log)
         try:
-            port = server.add_insecure_port(self.listen)
+            port = (server.add_secure_port(self.listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(self.listen))
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
         if port == 0:

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mqproto.tls import ClientTls, make_local_ca
+
 LOOPBACK = "127.0.0.1"
 LAYOUT_FILE = "mqcluster.layout.json"
 STATE_FILE = "mqcluster.state.json"
@@ -48,6 +50,7 @@ CLUSTER_KEY_FILE = "cluster.key"
 ACL_FILE = "plain_acl.yml"
 CREDENTIALS_FILE = "credentials.env"
 LOCAL_ADMIN_ACCOUNT = "mqadmin"
+TLS_DIR = "tls"
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
 
@@ -332,6 +335,22 @@ def write_security(directory: Path) -> dict[str, str]:
     return {"aclEnable": "true", "aclFile": str(sec / ACL_FILE)}
 
 
+def write_tls(directory: Path) -> dict[str, str]:
+    """`up --tls`: a local CA and a certificate for loopback (openssl; kept across ups);
+    returns the broker.conf keys that turn TLS on."""
+    ca, cert, key = make_local_ca(directory / SECURITY_DIR / TLS_DIR)
+    return {"tlsEnable": "true", "tlsCertPath": str(cert), "tlsKeyPath": str(key),
+            "tlsCaPath": str(ca)}
+
+
+def client_tls(layout: Layout) -> ClientTls | None:
+    """How mqcluster itself reaches the cluster's processes."""
+    props = layout.broker_props
+    if props.get("tlsEnable", "").lower() != "true":
+        return None
+    return ClientTls(props.get("tlsCaPath", ""))
+
+
 def cluster_key_of(directory: Path) -> str:
     try:
         return (directory / SECURITY_DIR / CLUSTER_KEY_FILE).read_text().strip()
@@ -350,21 +369,25 @@ def child_env() -> dict[str, str]:
                 PYTHONUNBUFFERED="1")
 
 
-def process_argv(node: Node, directory: Path) -> list[str]:
+def process_argv(node: Node, directory: Path, layout: Layout | None = None) -> list[str]:
     if node.kind == NAMESRV:
         argv = [sys.executable, "-m", "nameserver", "--listen", node.address]
         if node.metrics_port:
             argv += ["--metrics-port", str(node.metrics_port)]
+        if layout is not None and client_tls(layout) is not None:  # `up --tls`
+            props = layout.broker_props
+            argv += ["--tls-cert", props["tlsCertPath"], "--tls-key", props["tlsKeyPath"]]
         return argv
     return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
 
 
-def spawn(node: Node, directory: Path) -> tuple[ProcessRecord, int]:
+def spawn(node: Node, directory: Path, layout: Layout | None = None
+          ) -> tuple[ProcessRecord, int]:
     """Starts a node detached (own session, no terminal); returns its record and the log
     size before it started (its boot line comes after)."""
     log_rel = f"{LOG_DIR}/{node.name}.log"
     log_path = directory / log_rel
-    argv = process_argv(node, directory)
+    argv = process_argv(node, directory, layout)
     env = child_env()
     key = cluster_key_of(directory)  # `up --acl`: name servers and brokers share it
     if key:

@@ -438,6 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--accessKey", dest="access_key", default=None,
                         help="an admin account of brokers with aclEnable (default "
                              "$MQ_ACCESS_KEY)")
+    common.add_argument("--tlsCa", dest="tls_ca", default=None,
+                        help="the CA of TLS name servers and brokers (default $MQ_TLS_CA)")
     common.add_argument("--secretKey", dest="secret_key", default=None,
                         help="its secret (default $MQ_SECRET_KEY; prefer the variable: "
                              "arguments show in the process list)")
@@ -538,7 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         namesrv = args.namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")
         with MQAdmin(namesrv, timeout=args.timeout, access_key=args.access_key,
-                     secret_key=args.secret_key) as admin:
+                     secret_key=args.secret_key, tls_ca=args.tls_ca) as admin:
             args.handler(admin, args)
     except AdminError as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
