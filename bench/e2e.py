@@ -28,7 +28,7 @@ from typing import Any
 from bench import channel_floor, grpc_floor
 from broker.constants import BOOT_SUCCESS_PREFIX
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
-from mqclient.message import MessageExt
+from mqclient.message import MessageExt, MQClientError
 from mqproto.tls import make_local_ca
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
@@ -186,7 +186,15 @@ def run_clients(namesrv: str, args: argparse.Namespace, client: dict[str, Any],
                 figures: dict[str, object], prefix: str) -> None:
     producer = Producer("BenchProducer", namesrv, default_topic_queue_nums=QUEUES, **client)
     producer.start()
-    for _ in range(200):  # warm-up: route, channels, topic creation
+    for attempt in range(5):  # the first send creates the topic (slow on a busy machine)
+        try:
+            producer.send(Message(TOPIC, BODY), timeout_s=10)
+            break
+        except MQClientError as e:
+            print(f"{prefix}warm-up send failed ({e}); again", flush=True)
+            if attempt == 4:
+                raise
+    for _ in range(199):  # warm-up: route, channels
         producer.send(Message(TOPIC, BODY))
     sent = 200
     sync = bench_sync(producer, args.sync)

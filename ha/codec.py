@@ -5,7 +5,8 @@ project first says who it is: `HELLO_MAGIC (8) | length (4) | JSON`, so the mast
 link by the slave's brokerId and address; acks can never be negative, so a plain 4.x-style
 slave that starts with an ack is still understood. The hello also proves what the slave
 holds: its max offset and a CRC32 of the bytes just before it (`maxOffset`, `tailSize`,
-`tailCrc`; optional keys, so older hellos still decode).
+`tailCrc`; optional keys, so older hellos still decode) and, with a cluster key, its proof
+(`authTs`, `authNonce`, `authMac`: ha/auth.py).
 master -> slave: frames `phyOffset (8) | bodySize (4) | body`; bodySize 0 is a heartbeat.
 """
 
