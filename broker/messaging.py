@@ -56,6 +56,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     @rpc(M.PullMessageResponse)
     async def PullMessage(self, request: M.PullMessageRequest, context: Context) -> Any:
+        if request.HasField("commit_offset") and request.client_id:
+            holder = self.queue_locks.holder_other_than(
+                request.consumer_group, request.client_id, (request.topic, request.queue_id))
+            if holder is not None:
+                log.info("commit of %s %s-%d by %s ignored: the queue is locked by %s",
+                         request.consumer_group, request.topic, request.queue_id,
+                         request.client_id, holder)
+                request.ClearField("commit_offset")
         return await self.pull.pull(request, context.time_remaining())
 
     # -- queries ---------------------------------------------------------------------------
@@ -118,6 +126,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc(M.UpdateConsumerOffsetResponse)
     async def UpdateConsumerOffset(self, request: M.UpdateConsumerOffsetRequest,
                                    context: Context) -> Any:
+        if request.client_id:
+            holder = self.queue_locks.holder_other_than(
+                request.consumer_group, request.client_id, (request.topic, request.queue_id))
+            if holder is not None:
+                raise RequestError(common_pb2.NO_PERMISSION, (
+                    f"offset {request.commit_offset} of {request.consumer_group} "
+                    f"{request.topic}-{request.queue_id} not committed: the queue is locked "
+                    f"by {holder}, not {request.client_id}"))
         self.broker.commit_offset(request.consumer_group, request.topic, request.queue_id,
                                   request.commit_offset)
         return M.UpdateConsumerOffsetResponse(status=ok())
