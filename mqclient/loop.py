@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import grpc
 
 from acl.grpc_auth import ClientAuth
+from mqclient.message import MQClientError
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
 from mqproto.tls import ClientTls, aio_channel, grpc_channel
@@ -159,6 +160,10 @@ class Channels:
             r = await self.messaging(address).GetSendChannel(
                 messaging_pb2.GetSendChannelRequest(), timeout=timeout)
         except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.UNAUTHENTICATED,  # type: ignore[attr-defined]
+                            grpc.StatusCode.PERMISSION_DENIED):  # access control: no retry
+                raise MQClientError("NO_PERMISSION", f"{address}: {e.code().name}: "  # type: ignore[attr-defined]
+                                    f"{e.details()}") from None  # type: ignore[attr-defined]
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
                 raise SendChannelClosed(f"{address}: {e.code().name}") from None  # type: ignore[attr-defined]
             r = messaging_pb2.GetSendChannelResponse()  # a broker without one

@@ -78,6 +78,9 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> Me
     return queues[zlib.crc32(str(key).encode()) % len(queues)]
 
 
+_ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+
+
 class _Attempts:
     """Bookkeeping of one send and its retries: deadline, last broker, errors."""
 
@@ -102,7 +105,11 @@ class _Attempts:
 
     def unreachable(self, mq: MessageQueue, addr: str, started: float, error: BaseException,
                     timeout: float) -> None:
-        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError."""
+        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError.
+        Refused credentials or permission (access control) raise at once: no retry helps."""
+        if isinstance(error, grpc.RpcError) and error.code() in _ACCESS_REFUSED:  # type: ignore[attr-defined]
+            raise MQClientError("NO_PERMISSION", f"{mq.broker_name}: "  # type: ignore[attr-defined]
+                                f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
             why = f"no answer within {timeout:.3f} s"
         else:  # it may have restarted elsewhere: ask it again where its channel is

@@ -54,3 +54,6 @@ def acl_broker(tmp_path: Path, acl_file: Path) -> Iterator[Callable[..., BrokerT
     yield start
     for b in started:
         b.stop()
+
+
+KEYS = {a["accessKey"]: a["secretKey"] for a in ACCOUNTS["accounts"]}
