@@ -14,6 +14,7 @@ Client side (`ClientAuth`): the same signature added to every call of a channel
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
@@ -21,6 +22,7 @@ from typing import Any
 
 import grpc
 
+from acl.config import Account
 from acl.decision import Denied, decide
 from acl.resources import NAMESRV, requirement
 from acl.signing import (
@@ -34,6 +36,7 @@ from acl.signing import (
     credentials,
 )
 from acl.store import AclStore
+from mqproto.framing import SEND_CHANNEL_AUTH_METHOD
 from mqproto.serving import RateLimitedLog, Undecodable
 
 log = logging.getLogger(__name__)
@@ -124,6 +127,40 @@ class ServerAuth(grpc.aio.ServerInterceptor):
             except Denied as e:
                 raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                               f"{e} for {method.rpartition('/')[2]}") from None
+
+    def authenticate(self, method: str, credentials_md: dict[str, str], host: str,
+                     fields: str = "") -> Account | None:
+        """The account of a signed connection (the send channel's AUTH frame); None for
+        the cluster key. Raises Refusal."""
+        store = self.store
+        if store is not None and not store.config.address_allowed(host):
+            raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                          f"client address {host} is not in the ACL's "
+                          "globalWhiteRemoteAddresses")
+        access_key = credentials_md.get(ACCESS_KEY_MD, "")
+        if access_key == CLUSTER_ACCESS_KEY and self.cluster_key:
+            secret, account = self.cluster_key, None
+        else:
+            account = store.config.accounts.get(access_key) if store is not None else None
+            if account is None:
+                raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
+                              f"unknown access key {access_key[:64]!r}")
+            if account.white_addresses and not any(
+                    p.matches(host) for p in account.white_addresses):
+                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                              f"account {access_key} may not call from {host}")
+            secret = account.secret_key
+        try:
+            self.verifier.verify(secret, method, access_key,
+                                 credentials_md.get(TIMESTAMP_MD, ""),
+                                 credentials_md.get(NONCE_MD, ""),
+                                 credentials_md.get(SIGNATURE_MD, ""), fields)
+        except AuthError as e:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
+        return account
+
+    def log_refusal(self, what: str, peer: str, refusal: Refusal) -> None:
+        self._log_refusal(what, peer, refusal)
 
     def _log_refusal(self, method: str, peer: str, refusal: Refusal) -> None:
         self.refused += 1
@@ -226,6 +263,12 @@ class ClientAuth:
 
     def aio_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
         return [_AioUnaryUnary(self), _AioUnaryStream(self)]
+
+    def send_channel_auth(self) -> bytes:
+        """The payload of the send channel's AUTH frame (mqproto/framing.py)."""
+        md = dict(credentials(self.access_key, self.secret_key, SEND_CHANNEL_AUTH_METHOD, ""))
+        return json.dumps({"accessKey": md[ACCESS_KEY_MD], "timestamp": md[TIMESTAMP_MD],
+                           "nonce": md[NONCE_MD], "signature": md[SIGNATURE_MD]}).encode()
 
     def intercept(self, channel: grpc.Channel) -> grpc.Channel:
         return grpc.intercept_channel(channel, _SyncInterceptor(self))

@@ -274,9 +274,8 @@ class BrokerController:
     async def _start_send_channel(self, host: str, port: int) -> None:
         if not self.config.send_channel_enable:
             return
-        if self.config.acl_enable or self.tls is not None:  # plain, unsigned frames
-            log.info("send channel off: %s is on (clients send by gRPC)",
-                     "access control" if self.config.acl_enable else "TLS")
+        if self.tls is not None:  # plain TCP frames
+            log.info("send channel off: TLS is on (clients send by gRPC)")
             return
         send_port = self.config.send_listen_port
         if send_port < 0:  # unset: listenPort + 2, or any free port when listenPort is
@@ -286,7 +285,8 @@ class BrokerController:
         channel = SendChannelServer(self.messaging.send, ChannelLimits(
             max_connections=c.send_channel_max_connections,
             idle_timeout_s=c.send_channel_idle_timeout_mills / 1000,
-            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000))
+            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000),
+            auth=self.auth)  # aclEnable: connections authenticate first (AUTH frame)
         try:
             bound = await channel.start(self.config.bind_address, send_port)
         except OSError as e:

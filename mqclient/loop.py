@@ -105,7 +105,7 @@ class Channels:
         self._send_addresses: dict[str, str] = {}
         self._send_channels: dict[str, SendChannel] = {}
         self._opening: dict[str, asyncio.Future[SendChannel | None]] = {}
-        self.blocking = BlockingSendConnections()
+        self.blocking = BlockingSendConnections(auth)
         self._lock = threading.Lock()
         self.closed = False
 
@@ -187,7 +187,7 @@ class Channels:
         target = await self.send_channel_address(address, timeout)
         if not target:
             return None
-        channel = await SendChannel.connect(target, timeout)
+        channel = await SendChannel.connect(target, timeout, self.auth)
         if self.closed:
             channel.close()
             raise SendChannelClosed("the client is shut down")

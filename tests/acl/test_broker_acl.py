@@ -162,14 +162,51 @@ def test_bad_credentials_refused(acl_broker: Callable[..., BrokerThread]) -> Non
         anon.close()
 
 
-def test_send_channel_off_with_acl(acl_broker: Callable[..., BrokerThread]) -> None:
+def test_send_channel_authenticates_connections(acl_broker: Callable[..., BrokerThread]
+                                                ) -> None:
+    from mqclient.message import MQClientError
+    from mqclient.send_channel import BlockingSendConnections
+    from mqproto.framing import KIND_SEND_BATCH
+
     broker = acl_broker()
-    c = Client(broker.address, "producer")
+    admin = Client(broker.address, "admin")
     try:
-        r = c.messaging.GetSendChannel(M.GetSendChannelRequest(), timeout=RPC_TIMEOUT_S)
-        assert r.address == ""  # clients fall back to gRPC, where requests are signed
+        assert code_of(lambda: create(admin, "orders"))[0] is grpc.StatusCode.OK
+        assert code_of(lambda: create(admin, "secret"))[0] is grpc.StatusCode.OK
+        r = admin.messaging.GetSendChannel(M.GetSendChannelRequest(), timeout=RPC_TIMEOUT_S)
     finally:
-        c.close()
+        admin.close()
+    channel = r.address
+    assert channel
+
+    def batch(topic: str) -> bytes:
+        from mqproto.framing import encode_batch_message
+        return M.SendBatchRequest(producer_group="PG", topic=topic, queue_id=0,
+                                  encoded_messages=encode_batch_message(0, b"x", b""),
+                                  born_timestamp=int(time.time() * 1000)
+                                  ).SerializeToString()
+
+    def status(conns: BlockingSendConnections, topic: str) -> M.SendBatchResponse:
+        return M.SendBatchResponse.FromString(conns.request(channel, KIND_SEND_BATCH,
+                                                            batch(topic), RPC_TIMEOUT_S))
+
+    anonymous = BlockingSendConnections()
+    r = status(anonymous, "orders")
+    assert r.status.code == common_pb2.NO_PERMISSION and "authenticate" in r.status.remark
+    anonymous.close()
+    wrong = BlockingSendConnections(ClientAuth("producer", "wrong-secret"))
+    with pytest.raises(MQClientError, match="NO_PERMISSION.*signature"):
+        status(wrong, "orders")
+    wrong.close()
+    producer = BlockingSendConnections(ClientAuth("producer", KEYS["producer"]))
+    try:
+        assert status(producer, "orders").status.code == common_pb2.SUCCESS
+        r = status(producer, "secret")
+        assert r.status.code == common_pb2.NO_PERMISSION
+        assert "account producer lacks PUB on topic secret" in r.status.remark
+        assert status(producer, "orders").status.code == common_pb2.SUCCESS  # same link
+    finally:
+        producer.close()
 
 
 def test_cluster_key_may_call_admin(acl_broker: Callable[..., BrokerThread]) -> None:

@@ -1,7 +1,7 @@
 """mqclient with credentials against real processes: a name server with --cluster-key and
-a broker with aclEnable. The producer signs (by gRPC: the broker offers no send channel),
-the push consumer pulls and commits, a client without credentials or without the
-permission gets a clear error."""
+a broker with aclEnable. The producer signs its gRPC calls and authenticates its send
+channel connections, the push consumer pulls and commits, a client without credentials or
+without the permission gets a clear error."""
 
 from __future__ import annotations
 
