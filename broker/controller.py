@@ -274,9 +274,6 @@ class BrokerController:
     async def _start_send_channel(self, host: str, port: int) -> None:
         if not self.config.send_channel_enable:
             return
-        if self.tls is not None:  # plain TCP frames
-            log.info("send channel off: TLS is on (clients send by gRPC)")
-            return
         send_port = self.config.send_listen_port
         if send_port < 0:  # unset: listenPort + 2, or any free port when listenPort is
             send_port = port + SEND_LISTEN_PORT_OFFSET if self.config.listen_port else 0
@@ -288,7 +285,8 @@ class BrokerController:
             frame_timeout_s=c.send_channel_frame_timeout_mills / 1000),
             auth=self.auth)  # aclEnable: connections authenticate first (AUTH frame)
         try:
-            bound = await channel.start(self.config.bind_address, send_port)
+            bound = await channel.start(self.config.bind_address, send_port, self._ssl(
+                lambda: self.tls.ssl_context() if self.tls else None))  # type: ignore[union-attr]
         except OSError as e:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel

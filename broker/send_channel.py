@@ -24,6 +24,7 @@ import functools
 import json
 import logging
 import resource
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -170,7 +171,8 @@ class SendChannelServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+                    ) -> int:
         """Listens; returns the bound port."""
         loop = asyncio.get_running_loop()
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -181,8 +183,9 @@ class SendChannelServer:
             log.warning("send channel: at most %d connections (sendChannelMaxConnections %d, "
                         "but the open files limit is %d)", self.max_connections,
                         self.limits.max_connections, soft)
-        self._server = await loop.create_server(lambda: _Connection(self), host, port,
-                                                backlog=self.limits.backlog)
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host, port, backlog=self.limits.backlog,
+            ssl=ssl_context, ssl_handshake_timeout=10.0 if ssl_context else None)
         self._sweeper = loop.create_task(self._sweep(), name="sendChannelSweep")
         return int(self._server.sockets[0].getsockname()[1])
 

@@ -105,7 +105,8 @@ class Channels:
         self._send_addresses: dict[str, str] = {}
         self._send_channels: dict[str, SendChannel] = {}
         self._opening: dict[str, asyncio.Future[SendChannel | None]] = {}
-        self.blocking = BlockingSendConnections(auth)
+        self._ssl = tls.ssl_context() if tls is not None else None  # the send channel's
+        self.blocking = BlockingSendConnections(auth, self._ssl)
         self._lock = threading.Lock()
         self.closed = False
 
@@ -187,7 +188,7 @@ class Channels:
         target = await self.send_channel_address(address, timeout)
         if not target:
             return None
-        channel = await SendChannel.connect(target, timeout, self.auth)
+        channel = await SendChannel.connect(target, timeout, self.auth, self._ssl)
         if self.closed:
             channel.close()
             raise SendChannelClosed("the client is shut down")

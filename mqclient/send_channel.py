@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import socket
+import ssl
 import threading
 import time
 
@@ -57,13 +59,16 @@ class SendChannel(asyncio.Protocol):
 
     @classmethod
     async def connect(cls, address: str, timeout: float,
-                      auth: ClientAuth | None = None) -> SendChannel:
+                      auth: ClientAuth | None = None,
+                      ssl_context: ssl.SSLContext | None = None) -> SendChannel:
         """A connected channel; with `auth`, authenticated (the AUTH frame) first."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                _, channel = await loop.create_connection(lambda: cls(address),
-                                                          *split_address(address))
+                host, port = split_address(address)
+                _, channel = await loop.create_connection(
+                    lambda: cls(address), host, port, ssl=ssl_context,
+                    server_hostname=host if ssl_context else None)
                 if auth is not None:
                     check_auth_answer(address, await channel.request(
                         KIND_AUTH, auth.send_channel_auth(), timeout))
@@ -140,8 +145,10 @@ def check_auth_answer(address: str, payload: bytes) -> None:
 class BlockingSendConnections:
     """Blocking connections by send channel address, for any thread."""
 
-    def __init__(self, auth: ClientAuth | None = None) -> None:
+    def __init__(self, auth: ClientAuth | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.auth = auth  # access control: each new connection authenticates first
+        self.ssl_context = ssl_context  # TLS; None: plain TCP
         self._idle: dict[str, list[socket.socket]] = {}
         self._lock = threading.Lock()
         self.closed = False
@@ -193,6 +200,15 @@ class BlockingSendConnections:
             raise SendChannelClosed(f"cannot connect to the send channel {address}: "
                                     f"{e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl_context is not None:
+            host = split_address(address)[0]
+            try:
+                sock.settimeout(timeout)
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise SendChannelClosed(f"TLS to the send channel {address} failed: {e}"
+                                        ) from None
         if self.auth is not None:
             try:
                 check_auth_answer(address, self._exchange(
@@ -220,6 +236,12 @@ class BlockingSendConnections:
 
 def _still_open(sock: socket.socket) -> bool:
     """An idle pooled connection the peer has not closed (nor sent anything on)."""
+    if isinstance(sock, ssl.SSLSocket):  # no MSG_PEEK there: readable = closed or astray
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable and sock.pending() == 0
     try:
         sock.settimeout(0)  # else recv waits out the socket's timeout (the caller sets it)
         sock.recv(1, socket.MSG_PEEK)  # b"": closed; bytes: out of step

@@ -17,7 +17,7 @@ from ha.slave import HAClient
 from mqclient.admin import AdminError, MQAdmin
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
 from mqproto.tls import ClientTls, ServerTls, grpc_channel, make_local_ca
-from tests.broker.conftest import BrokerThread, broker_props
+from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props
 from tests.ha.conftest import MemoryStore
 
 CaFiles = tuple[Path, Path, Path]
@@ -64,9 +64,33 @@ def test_clients_verify_the_broker(tls_broker: BrokerThread, ca: CaFiles,
     assert topic_list(address, None) is grpc.StatusCode.UNAVAILABLE
     with MQAdmin("", timeout=3) as admin, pytest.raises(AdminError, match="TLS port"):
         admin.broker_runtime(address)  # plaintext: the error says what to do
-    # the broker keeps serving, and has no plaintext send channel
+    # the broker keeps serving
     assert topic_list(address, ClientTls(str(ca[0]))) is grpc.StatusCode.OK
-    assert tls_broker.controller.send_channel_addr == ""
+
+
+def test_send_channel_over_tls(tls_broker: BrokerThread, ca: CaFiles) -> None:
+    from mqclient.send_channel import BlockingSendConnections, SendChannelClosed
+    from mqproto import messaging_pb2
+    from mqproto.framing import KIND_SEND_BATCH, encode_batch_message
+
+    channel = tls_broker.controller.send_channel_addr
+    assert channel
+    request = messaging_pb2.SendBatchRequest(
+        producer_group="PG", topic="TlsTopic", queue_id=0, default_topic_queue_nums=1,
+        encoded_messages=encode_batch_message(0, b"x", b""), born_timestamp=1
+    ).SerializeToString()
+    plain = BlockingSendConnections()
+    with pytest.raises((SendChannelClosed, TimeoutError, ConnectionError)):
+        plain.request(channel, KIND_SEND_BATCH, request, 3)
+    plain.close()
+    secure = BlockingSendConnections(ssl_context=ClientTls(str(ca[0])).ssl_context())
+    try:
+        for _ in range(2):  # the second reuses the pooled TLS connection
+            r = messaging_pb2.SendBatchResponse.FromString(
+                secure.request(channel, KIND_SEND_BATCH, request, RPC_TIMEOUT_S))
+            assert r.status.code == common_pb2.SUCCESS, r.status
+    finally:
+        secure.close()
 
 
 def test_mutual_tls_needs_a_client_certificate(tmp_path: Path, ca: CaFiles) -> None:
