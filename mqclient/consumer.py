@@ -72,7 +72,8 @@ SHUTDOWN_STEP_S = 3.0  # each other step of a shutdown (tasks ending, commits) a
 RETRY_ROUTE_ATTEMPTS = 30
 # Heartbeat answers that mean "this consumer's subscriptions cannot be served here".
 _SUBSCRIPTION_REFUSALS = frozenset({common_pb2.SUBSCRIPTION_PARSE_FAILED,
-                                    common_pb2.REQUEST_CODE_NOT_SUPPORTED})
+                                    common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                                    common_pb2.NO_PERMISSION})  # access control
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "MessageSelector",
            "PushConsumer"]
@@ -287,8 +288,9 @@ class PushConsumer:
 
     async def _check_subscriptions(self) -> None:
         """RocketMQ's checkClientInBroker: a broker that refused this consumer's
-        subscriptions at the first heartbeat (a SQL92 expression that does not parse, or
-        a broker without enablePropertyFilter) fails start() with its reason."""
+        subscriptions at the first heartbeat (a SQL92 expression that does not parse, a
+        broker without enablePropertyFilter, or access control: no SUB on the group or a
+        topic) fails start() with its reason."""
         refused = {addr: s for addr, s in self.instance.heartbeat_refusals.items()
                    if s.code in _SUBSCRIPTION_REFUSALS}
         if not refused:

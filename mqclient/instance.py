@@ -259,7 +259,15 @@ class ClientInstance:
             r = await self.channels.messaging(address).Heartbeat(
                 self.heartbeat_request(), timeout=ADMIN_CALL_TIMEOUT_S)
         except grpc.RpcError as e:
-            log.debug("heartbeat to %s failed: %s", address, e.code())  # type: ignore[attr-defined]
+            code = e.code()  # type: ignore[attr-defined]
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                if address not in self.heartbeat_refusals:  # access control: once
+                    log.error("broker %s refused the heartbeat of %s: %s: %s", address,
+                              self.client_id, code.name, e.details())  # type: ignore[attr-defined]
+                self.heartbeat_refusals[address] = common_pb2.Status(
+                    code=common_pb2.NO_PERMISSION, remark=str(e.details()))  # type: ignore[attr-defined]
+            else:
+                log.debug("heartbeat to %s failed: %s", address, code)
             return False
         if r.status.code != common_pb2.SUCCESS:
             if address not in self.heartbeat_refusals:

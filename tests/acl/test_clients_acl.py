@@ -49,6 +49,13 @@ def test_producer_and_consumer_with_credentials(processes: Processes, tmp_path: 
     finally:
         anonymous.shutdown()
 
+    # an account without SUB on the group: start() fails with the broker's reason
+    denied = PushConsumer("billing", ns.address, access_key="producer",
+                          secret_key=KEYS["producer"])
+    denied.subscribe(TOPIC).register_listener_concurrently(lambda msgs: None)
+    with pytest.raises(MQClientError, match="NO_PERMISSION.*account producer lacks SUB"):
+        denied.start()
+
     got: list[bytes] = []
     done = threading.Event()
 
