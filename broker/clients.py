@@ -188,6 +188,14 @@ class QueueLocks:
                 locked.append(queue)
         return locked
 
+    def holder_other_than(self, group: str, client_id: str, queue: QueueId) -> str | None:
+        """The client holding a live lock of `queue` if it is not `client_id`."""
+        holder = self._locks.get(group, {}).get(queue)
+        if (holder is None or holder[0] == client_id
+                or self.clock_ms() - holder[1] > self.expiry_ms):
+            return None
+        return holder[0]
+
     def unlock_batch(self, group: str, client_id: str, queues: list[QueueId]) -> None:
         locks = self._locks.get(group, {})
         held = self._held.get((group, client_id), set())
