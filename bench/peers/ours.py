@@ -1,0 +1,102 @@
+"""This project's cluster as a peer: `mqcluster up` in a temporary directory (a name server
+and one broker group; a slave for class c), driven by mqclient's Producer and PushConsumer."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from bench import e2e
+from bench.peers import BODY, Peer, Target
+from bench.peers.servers import wait_until
+from mqclient import Message, Producer
+from mqclient.admin import MQAdmin
+from mqclient.cli import mqcluster
+
+PULL_BATCH = 256
+SEND_TIMEOUT_S = 60.0
+SYNC_WAIT_S = 60.0
+# class -> (flushDiskType, brokerRole of the master, slaves)
+SHAPES = {"a": ("ASYNC_FLUSH", "ASYNC_MASTER", 0),
+          "b": ("SYNC_FLUSH", "ASYNC_MASTER", 0),
+          "c": ("ASYNC_FLUSH", "SYNC_MASTER", 1)}
+
+
+def _setting(cls: str) -> str:
+    flush, role, slaves = SHAPES[cls]
+    return f"flushDiskType={flush}, brokerRole={role}" + (f", {slaves} slave" if slaves else "")
+
+
+class OursTarget:
+    def __init__(self, namesrv: str) -> None:
+        self.namesrv = namesrv
+        self.producer = Producer("BenchPeersProducer", namesrv,
+                                 default_topic_queue_nums=e2e.QUEUES).start()
+
+    def close(self) -> None:
+        self.producer.shutdown()
+
+    def prepare(self, topics: Sequence[str]) -> None:
+        for topic in topics:  # the first send creates the topic (autoCreateTopicEnable)
+            self.producer.send(Message(topic, BODY))
+
+    def one_at_a_time(self, n: int) -> tuple[float, float, float]:
+        figures = e2e.bench_sync(self.producer, n)
+        return (figures["send_sync_msgs_s"], figures["send_sync_p50_ms"],
+                figures["send_sync_p99_ms"])
+
+    def in_flight(self, topics: Sequence[str], n: int, window: int) -> float:
+        """send_async: the producer batches what is in flight per topic (up to its
+        max_inflight_batches per topic); `window` does not apply."""
+        started = time.perf_counter()
+        futures = [self.producer.send_async(Message(topics[i % len(topics)], BODY))
+                   for i in range(n)]
+        for f in futures:
+            f.result(timeout=SEND_TIMEOUT_S)
+        return n / (time.perf_counter() - started)
+
+    def consume(self, total: int) -> float:
+        return e2e.bench_pull(self.namesrv, total, PULL_BATCH)
+
+
+def _wait_slave_in_sync(namesrv: str, master_addr: str) -> None:
+    with MQAdmin(namesrv) as admin:
+        wait_until(lambda: admin.ha_status(master_addr).in_sync_slave_nums >= 1, SYNC_WAIT_S,
+                   "the slave in sync")
+
+
+@contextlib.contextmanager
+def open_target(cls: str, work: Path) -> Iterator[Target]:
+    flush, role, slaves = SHAPES[cls]
+    directory = work / f"ours-{cls}"
+    log = work / f"ours-{cls}-mqcluster.log"
+    argv = ["up", "--dir", str(directory), "--flush", flush, "--role", role,
+            "--slaves", str(slaves),
+            "--set", f"maxTransferCountOnMessageInMemory={PULL_BATCH}",
+            "--set", f"maxTransferBytesOnMessageInMemory={PULL_BATCH * 1200}"]
+    with log.open("w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = mqcluster.main(argv)
+    try:
+        if code != 0:
+            raise RuntimeError(f"mqcluster up failed: {log.read_text()[-500:]}")
+        state = mqcluster.load_state(directory.resolve())
+        assert state is not None
+        layout = state[0]
+        if slaves:
+            _wait_slave_in_sync(layout.namesrv_addr, layout.brokers[0].address)
+        target = OursTarget(layout.namesrv_addr)
+        try:
+            yield target
+        finally:
+            target.close()
+    finally:
+        with log.open("a") as out, contextlib.redirect_stdout(out):
+            mqcluster.main(["down", "--dir", str(directory)])
+
+
+def peer() -> Peer:
+    return Peer(name="ours", missing=None, settings={c: _setting(c) for c in SHAPES},
+                open=open_target)
+

@@ -1,0 +1,167 @@
+"""Runs every peer in every durability class and writes the table, JSON and chart."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from bench.peers import (
+    CLASSES,
+    FULL,
+    QUICK,
+    TOPIC,
+    Peer,
+    Sizes,
+    Target,
+    machine,
+    report,
+    topic_names,
+)
+
+PEER_NAMES = ("ours", "jetstream", "redis", "rabbitmq")
+
+
+def _load_peer(name: str) -> Peer:
+    if name == "ours":
+        from bench.peers import ours
+        return ours.peer()
+    if name == "jetstream":
+        from bench.peers import jetstream
+        return jetstream.peer()
+    if name == "redis":
+        from bench.peers import redis_streams
+        return redis_streams.peer()
+    from bench.peers import rabbitmq
+    return rabbitmq.peer()
+
+
+def progress(line: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
+
+
+def measure(target: Target, sizes: Sizes, say: Callable[[str], None]) -> dict[str, float]:
+    """The workloads, in order, on one running peer; returns its figures."""
+    topics = topic_names(sizes.topics)
+    target.prepare(topics)
+    target.one_at_a_time(sizes.warm_up)
+    rate, p50, p99 = target.one_at_a_time(sizes.one_at_a_time)
+    say(f"one at a time: {rate:,.0f} msgs/s, p50 {p50:.3f} ms, p99 {p99:.3f} ms")
+    figures = {"one_at_a_time_msgs_s": rate, "one_at_a_time_p50_ms": p50,
+               "one_at_a_time_p99_ms": p99, "in_flight_msgs_s": 0.0, "many_topics_msgs_s": 0.0}
+    for _ in range(sizes.rounds):  # alternating, so that neither load gets the quieter half
+        rate = target.in_flight([TOPIC], sizes.in_flight, sizes.window)
+        say(f"many in flight, 1 topic: {rate:,.0f} msgs/s")
+        figures["in_flight_msgs_s"] = max(figures["in_flight_msgs_s"], rate)
+        rate = target.in_flight(topics, sizes.in_flight, sizes.window)
+        say(f"many in flight, {len(topics)} topics: {rate:,.0f} msgs/s")
+        figures["many_topics_msgs_s"] = max(figures["many_topics_msgs_s"], rate)
+    figures["many_topics_vs_1"] = figures["many_topics_msgs_s"] / figures["in_flight_msgs_s"]
+    total = sizes.warm_up + sizes.one_at_a_time + sizes.rounds * sizes.in_flight
+    rate = target.consume(total)
+    say(f"consume {total:,} messages: {rate:,.0f} msgs/s")
+    figures["consume_msgs_s"] = rate
+    return figures
+
+
+def run_peer(peer: Peer, classes: list[str], sizes: Sizes, work: Path) -> dict[str, Any]:
+    entry: dict[str, Any] = {"version": peer.version, "classes": {}}
+    if peer.missing:
+        progress(f"{peer.name}: skipped ({peer.missing})")
+        entry["status"] = "skipped"
+        entry["reason"] = peer.missing
+        return entry
+    entry["status"] = "ran"
+    for cls in classes:
+        if cls in peer.not_applicable:
+            reason = peer.not_applicable[cls]
+            progress(f"{peer.name} ({cls}): n/a ({reason})")
+            entry["classes"][cls] = {"status": "n/a", "reason": reason}
+            continue
+        setting = peer.settings[cls]
+        progress(f"{peer.name} ({cls}) {setting}: starting")
+
+        def say(line: str, name: str = peer.name, c: str = cls) -> None:
+            progress(f"{name} ({c}) {line}")
+
+        started = time.monotonic()
+        try:
+            with peer.open(cls, work) as target:
+                figures = measure(target, sizes, say)
+            entry["classes"][cls] = {"status": "ok", "setting": setting, "figures": figures,
+                                     "seconds": round(time.monotonic() - started, 1)}
+        except Exception as e:  # one failing peer must not lose the others' figures
+            traceback.print_exc()
+            progress(f"{peer.name} ({cls}) FAILED: {e}")
+            entry["classes"][cls] = {"status": "failed", "setting": setting,
+                                     "error": f"{type(e).__name__}: {e}"}
+    return entry
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.peers",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="a smoke run: few messages, 8 topics instead of 256")
+    parser.add_argument("--out", default="bench-peers-out",
+                        help="where peers.json, peers.txt and peers.png go "
+                             "(default bench-peers-out)")
+    parser.add_argument("--peers", default=",".join(PEER_NAMES),
+                        help=f"comma-separated subset of {','.join(PEER_NAMES)}")
+    parser.add_argument("--classes", default=",".join(CLASSES),
+                        help="comma-separated subset of a,b,c")
+    parser.add_argument("--dir", default=None, help="parent of the temporary work directory")
+    return parser
+
+
+def _subset(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = [t for t in items if t not in allowed]
+    if unknown or not items:
+        raise SystemExit(f"--{what}: expected a comma-separated subset of "
+                         f"{','.join(allowed)}, got {text!r}")
+    return items
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    peers = _subset(args.peers, PEER_NAMES, "peers")
+    classes = _subset(args.classes, tuple(CLASSES), "classes")
+    sizes = QUICK if args.quick else FULL
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=args.dir))
+    result: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "quick": args.quick, "sizes": vars(sizes) | {"message_bytes": 1024},
+        "machine": machine.describe(work), "classes": CLASSES, "peers": {}}
+    began = time.monotonic()
+    progress(f"bench.peers: {', '.join(peers)}; classes {', '.join(classes)}; work in {work}")
+    try:
+        for name in peers:
+            result["peers"][name] = run_peer(_load_peer(name), classes, sizes, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    result["seconds"] = round(time.monotonic() - began, 1)
+    result["machine"]["loadavg_end"] = list(os.getloadavg())
+    result["ratios"] = report.ratios(result)
+    text = report.table(result)
+    (out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / "peers.txt").write_text(text + "\n")
+    report.chart(result, out / "peers.png")
+    print(text, flush=True)
+    progress(f"wrote {out / 'peers.json'}, {out / 'peers.txt'}, {out / 'peers.png'}")
+    failed = [f"{p} ({c})" for p, e in result["peers"].items()
+              for c, r in e["classes"].items() if r["status"] == "failed"]
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
