@@ -72,38 +72,39 @@ def measure(target: Target, sizes: Sizes, say: Callable[[str], None]) -> dict[st
     return figures
 
 
-def run_peer(peer: Peer, classes: list[str], sizes: Sizes, work: Path) -> dict[str, Any]:
+def _entry(peer: Peer) -> dict[str, Any]:
     entry: dict[str, Any] = {"version": peer.version, "classes": {}}
     if peer.missing:
         progress(f"{peer.name}: skipped ({peer.missing})")
-        entry["status"] = "skipped"
-        entry["reason"] = peer.missing
-        return entry
-    entry["status"] = "ran"
-    for cls in classes:
-        if cls in peer.not_applicable:
-            reason = peer.not_applicable[cls]
-            progress(f"{peer.name} ({cls}): n/a ({reason})")
-            entry["classes"][cls] = {"status": "n/a", "reason": reason}
-            continue
-        setting = peer.settings[cls]
-        progress(f"{peer.name} ({cls}) {setting}: starting")
-
-        def say(line: str, name: str = peer.name, c: str = cls) -> None:
-            progress(f"{name} ({c}) {line}")
-
-        started = time.monotonic()
-        try:
-            with peer.open(cls, work) as target:
-                figures = measure(target, sizes, say)
-            entry["classes"][cls] = {"status": "ok", "setting": setting, "figures": figures,
-                                     "seconds": round(time.monotonic() - started, 1)}
-        except Exception as e:  # one failing peer must not lose the others' figures
-            traceback.print_exc()
-            progress(f"{peer.name} ({cls}) FAILED: {e}")
-            entry["classes"][cls] = {"status": "failed", "setting": setting,
-                                     "error": f"{type(e).__name__}: {e}"}
+        entry.update(status="skipped", reason=peer.missing)
+    else:
+        entry["status"] = "ran"
     return entry
+
+
+def run_class(peer: Peer, cls: str, sizes: Sizes, work: Path) -> dict[str, Any]:
+    """One peer in one durability class: its figures, or why there are none."""
+    if cls in peer.not_applicable:
+        reason = peer.not_applicable[cls]
+        progress(f"{peer.name} ({cls}): n/a ({reason})")
+        return {"status": "n/a", "reason": reason}
+    setting = peer.settings[cls]
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    progress(f"{peer.name} ({cls}) {setting}: starting (load average {load})")
+
+    def say(line: str) -> None:
+        progress(f"{peer.name} ({cls}) {line}")
+
+    started = time.monotonic()
+    try:
+        with peer.open(cls, work) as target:
+            figures = measure(target, sizes, say)
+    except Exception as e:  # one failing peer must not lose the others' figures
+        traceback.print_exc()
+        progress(f"{peer.name} ({cls}) FAILED: {e}")
+        return {"status": "failed", "setting": setting, "error": f"{type(e).__name__}: {e}"}
+    return {"status": "ok", "setting": setting, "figures": figures,
+            "seconds": round(time.monotonic() - started, 1)}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,8 +147,15 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     progress(f"bench.peers: {', '.join(peers)}; classes {', '.join(classes)}; work in {work}")
     try:
-        for name in peers:
-            result["peers"][name] = run_peer(_load_peer(name), classes, sizes, work)
+        loaded = [_load_peer(name) for name in peers]
+        for peer in loaded:
+            result["peers"][peer.name] = _entry(peer)
+        # Class by class, so that the figures compared with each other are close in time.
+        for cls in classes:
+            for peer in loaded:
+                if not peer.missing:
+                    result["peers"][peer.name]["classes"][cls] = run_class(peer, cls, sizes,
+                                                                           work)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     result["seconds"] = round(time.monotonic() - began, 1)
