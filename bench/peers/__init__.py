@@ -45,11 +45,13 @@ class Sizes:
     window: int
     topics: int
     rounds: int  # the 1-topic and many-topic loads alternate this many times; best counts
+    in_flight_seconds: float  # a many-in-flight load stops early after this long
 
 
 FULL = Sizes(warm_up=200, one_at_a_time=2000, in_flight=50_000, window=256, topics=256,
-             rounds=2)
-QUICK = Sizes(warm_up=20, one_at_a_time=100, in_flight=1000, window=64, topics=8, rounds=1)
+             rounds=2, in_flight_seconds=15.0)
+QUICK = Sizes(warm_up=20, one_at_a_time=100, in_flight=1000, window=64, topics=8, rounds=1,
+              in_flight_seconds=10.0)
 
 
 def topic_names(count: int) -> list[str]:
@@ -66,8 +68,10 @@ class Target(Protocol):
     def one_at_a_time(self, n: int) -> tuple[float, float, float]:
         """n sends to TOPIC, each acknowledged before the next: (msgs/s, p50 ms, p99 ms)."""
 
-    def in_flight(self, topics: Sequence[str], n: int, window: int) -> float:
-        """n sends spread round-robin over `topics`, many unacknowledged at once: msgs/s."""
+    def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
+                  ) -> tuple[int, float]:
+        """Up to n sends spread round-robin over `topics`, many unacknowledged at once,
+        fewer when `seconds` have passed: (messages sent, msgs/s)."""
 
     def consume(self, total: int) -> float:
         """Reads the `total` messages of TOPIC back (acknowledging them): msgs/s."""

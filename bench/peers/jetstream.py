@@ -77,16 +77,23 @@ class JetStreamTarget:
         latencies = self.runner.run(self._one_at_a_time(n))
         return _summary(n, time.perf_counter() - started, latencies)
 
-    async def _in_flight(self, topics: Sequence[str], n: int, window: int) -> None:
+    async def _in_flight(self, topics: Sequence[str], n: int, window: int, stop_at: float
+                         ) -> int:
         js = self.nc.jetstream(timeout=30, publish_async_max_pending=window)
-        futures = [await js.publish_async(topics[i % len(topics)], BODY) for i in range(n)]
+        futures = []
+        for i in range(n):
+            if i % window == 0 and time.perf_counter() > stop_at:
+                break
+            futures.append(await js.publish_async(topics[i % len(topics)], BODY))
         await asyncio.wait_for(asyncio.gather(*futures), 120)
+        return len(futures)
 
-    def in_flight(self, topics: Sequence[str], n: int, window: int) -> float:
+    def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
+                  ) -> tuple[int, float]:
         """publish_async with at most `window` acks pending."""
         started = time.perf_counter()
-        self.runner.run(self._in_flight(topics, n, window))
-        return n / (time.perf_counter() - started)
+        sent = self.runner.run(self._in_flight(topics, n, window, started + seconds))
+        return sent, sent / (time.perf_counter() - started)
 
     async def _consume(self, total: int) -> None:
         from nats.js.api import AckPolicy, ConsumerConfig

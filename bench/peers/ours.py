@@ -7,15 +7,20 @@ import contextlib
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
+
+import grpc
 
 from bench import e2e
-from bench.peers import BODY, Peer, Target
+from bench.peers import BODY, TOPIC, Peer, Target
 from bench.peers.servers import wait_until
 from mqclient import Message, Producer
 from mqclient.admin import MQAdmin
 from mqclient.cli import mqcluster
+from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 PULL_BATCH = 256
+CHUNK = 5000
 SEND_TIMEOUT_S = 60.0
 SYNC_WAIT_S = 60.0
 # class -> (flushDiskType, brokerRole of the master, slaves)
@@ -30,8 +35,9 @@ def _setting(cls: str) -> str:
 
 
 class OursTarget:
-    def __init__(self, namesrv: str) -> None:
+    def __init__(self, namesrv: str, slave_addrs: Sequence[str] = ()) -> None:
         self.namesrv = namesrv
+        self.slave_addrs = list(slave_addrs)
         self.producer = Producer("BenchPeersProducer", namesrv,
                                  default_topic_queue_nums=e2e.QUEUES).start()
 
@@ -47,18 +53,46 @@ class OursTarget:
         return (figures["send_sync_msgs_s"], figures["send_sync_p50_ms"],
                 figures["send_sync_p99_ms"])
 
-    def in_flight(self, topics: Sequence[str], n: int, window: int) -> float:
+    def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
+                  ) -> tuple[int, float]:
         """send_async: the producer batches what is in flight per topic (up to its
-        max_inflight_batches per topic); `window` does not apply."""
+        max_inflight_batches per topic); `window` does not apply. Submitted in chunks,
+        the next before the previous is waited for, so that `seconds` can stop it."""
         started = time.perf_counter()
-        futures = [self.producer.send_async(Message(topics[i % len(topics)], BODY))
-                   for i in range(n)]
-        for f in futures:
+        sent = 0
+        waiting: list[Any] = []
+        while sent < n and time.perf_counter() - started < seconds:
+            count = min(CHUNK, n - sent)
+            submitted = [self.producer.send_async(Message(topics[(sent + i) % len(topics)],
+                                                          BODY)) for i in range(count)]
+            sent += count
+            for f in waiting:
+                f.result(timeout=SEND_TIMEOUT_S)
+            waiting = submitted
+        for f in waiting:
             f.result(timeout=SEND_TIMEOUT_S)
-        return n / (time.perf_counter() - started)
+        return sent, sent / (time.perf_counter() - started)
 
     def consume(self, total: int) -> float:
+        for addr in self.slave_addrs:
+            _wait_topic_on_slave(addr)
         return e2e.bench_pull(self.namesrv, total, PULL_BATCH)
+
+
+def _wait_topic_on_slave(addr: str) -> None:
+    """Until the slave knows TOPIC (it copies the master's topics every few seconds). A
+    consumer asks the slave for offsets too, and a queue whose slave answers TOPIC_NOT_EXIST
+    is not taken until the next rebalance: a cost of a topic made seconds ago, not of
+    consuming, so it is kept out of the timing."""
+    channel = grpc.insecure_channel(addr)
+    stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+    request = messaging_pb2.QueryConsumerOffsetRequest(consumer_group=e2e.CONSUMER_GROUP,
+                                                        topic=TOPIC, queue_id=0)
+    try:
+        wait_until(lambda: stub.QueryConsumerOffset(request, timeout=5).status.code
+                   != common_pb2.TOPIC_NOT_EXIST, SYNC_WAIT_S, f"{TOPIC} on the slave")
+    finally:
+        channel.close()
 
 
 def _wait_slave_in_sync(namesrv: str, master_addr: str) -> None:
@@ -86,7 +120,8 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
         layout = state[0]
         if slaves:
             _wait_slave_in_sync(layout.namesrv_addr, layout.brokers[0].address)
-        target = OursTarget(layout.namesrv_addr)
+        target = OursTarget(layout.namesrv_addr,
+                            [n.address for n in layout.brokers if n.broker_id != 0])
         try:
             yield target
         finally:

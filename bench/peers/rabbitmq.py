@@ -29,8 +29,10 @@ NOT_APPLICABLE = {"c": "a quorum queue replicates to other RabbitMQ nodes; this 
                        "starts one node"}
 
 
-async def windowed(send: Callable[[int], Awaitable[object]], n: int, window: int) -> None:
-    """send(0..n-1) with at most `window` awaiting their acknowledgement at once."""
+async def windowed(send: Callable[[int], Awaitable[object]], n: int, window: int,
+                   stop_at: float) -> int:
+    """send(0..n-1) with at most `window` awaiting their acknowledgement at once; no new
+    send after `stop_at` (perf_counter). Returns how many were sent."""
     slots = asyncio.Semaphore(window)
     tasks = []
 
@@ -42,8 +44,11 @@ async def windowed(send: Callable[[int], Awaitable[object]], n: int, window: int
 
     for i in range(n):
         await slots.acquire()
+        if i % window == 0 and time.perf_counter() > stop_at:
+            break
         tasks.append(asyncio.ensure_future(one(i)))
     await asyncio.gather(*tasks)
+    return len(tasks)
 
 
 class RabbitTarget:
@@ -95,11 +100,13 @@ class RabbitTarget:
         latencies = self.runner.run(self._one_at_a_time(n))
         return _summary(n, time.perf_counter() - started, latencies)
 
-    def in_flight(self, topics: Sequence[str], n: int, window: int) -> float:
+    def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
+                  ) -> tuple[int, float]:
         """Publishes with at most `window` confirms pending."""
         started = time.perf_counter()
-        self.runner.run(windowed(lambda i: self._publish(topics[i % len(topics)]), n, window))
-        return n / (time.perf_counter() - started)
+        sent = self.runner.run(windowed(lambda i: self._publish(topics[i % len(topics)]), n,
+                                        window, started + seconds))
+        return sent, sent / (time.perf_counter() - started)
 
     async def _consume(self, total: int) -> None:
         channel = await self.connection.channel()

@@ -57,11 +57,15 @@ class RedisTarget:
         elapsed = time.perf_counter() - started
         return _summary(n, elapsed, latencies)
 
-    def in_flight(self, topics: Sequence[str], n: int, window: int) -> float:
+    def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
+                  ) -> tuple[int, float]:
         """Pipelines of `window` XADDs (and a WAIT), one pipeline in flight."""
         pipe = self.client.pipeline(transaction=False)
         started = time.perf_counter()
+        sent = 0
         for first in range(0, n, window):
+            if time.perf_counter() - started > seconds:
+                break
             for i in range(first, min(n, first + window)):
                 pipe.xadd(topics[i % len(topics)], {FIELD: BODY})
             if self.replicas:
@@ -69,7 +73,8 @@ class RedisTarget:
                 self._check_wait(pipe.execute()[-1])
             else:
                 pipe.execute()
-        return n / (time.perf_counter() - started)
+            sent = min(n, first + window)
+        return sent, sent / (time.perf_counter() - started)
 
     def consume(self, total: int) -> float:
         """XREADGROUP of up to READ_COUNT entries, then XACK of them, until `total`."""

@@ -57,15 +57,18 @@ def measure(target: Target, sizes: Sizes, say: Callable[[str], None]) -> dict[st
     say(f"one at a time: {rate:,.0f} msgs/s, p50 {p50:.3f} ms, p99 {p99:.3f} ms")
     figures = {"one_at_a_time_msgs_s": rate, "one_at_a_time_p50_ms": p50,
                "one_at_a_time_p99_ms": p99, "in_flight_msgs_s": 0.0, "many_topics_msgs_s": 0.0}
+    total = sizes.warm_up + sizes.one_at_a_time  # on TOPIC, to be consumed
     for _ in range(sizes.rounds):  # alternating, so that neither load gets the quieter half
-        rate = target.in_flight([TOPIC], sizes.in_flight, sizes.window)
-        say(f"many in flight, 1 topic: {rate:,.0f} msgs/s")
+        sent, rate = target.in_flight([TOPIC], sizes.in_flight, sizes.window,
+                                      sizes.in_flight_seconds)
+        total += sent
+        say(f"many in flight, 1 topic: {rate:,.0f} msgs/s ({sent:,} messages)")
         figures["in_flight_msgs_s"] = max(figures["in_flight_msgs_s"], rate)
-        rate = target.in_flight(topics, sizes.in_flight, sizes.window)
-        say(f"many in flight, {len(topics)} topics: {rate:,.0f} msgs/s")
+        sent, rate = target.in_flight(topics, sizes.in_flight, sizes.window,
+                                      sizes.in_flight_seconds)
+        say(f"many in flight, {len(topics)} topics: {rate:,.0f} msgs/s ({sent:,} messages)")
         figures["many_topics_msgs_s"] = max(figures["many_topics_msgs_s"], rate)
     figures["many_topics_vs_1"] = figures["many_topics_msgs_s"] / figures["in_flight_msgs_s"]
-    total = sizes.warm_up + sizes.one_at_a_time + sizes.rounds * sizes.in_flight
     rate = target.consume(total)
     say(f"consume {total:,} messages: {rate:,.0f} msgs/s")
     figures["consume_msgs_s"] = rate
