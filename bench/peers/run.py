@@ -102,11 +102,14 @@ def run_class(peer: Peer, cls: str, sizes: Sizes, work: Path) -> dict[str, Any]:
     try:
         with peer.open(cls, work) as target:
             figures = measure(target, sizes, say)
+            extra = target.extra() if hasattr(target, "extra") else {}
+            if extra:
+                say(", ".join(f"{k} {v}" for k, v in extra.items()))
     except Exception as e:  # one failing peer must not lose the others' figures
         traceback.print_exc()
         progress(f"{peer.name} ({cls}) FAILED: {e}")
         return {"status": "failed", "setting": setting, "error": f"{type(e).__name__}: {e}"}
-    return {"status": "ok", "setting": setting, "figures": figures,
+    return {"status": "ok", "setting": setting, "figures": figures, "extra": extra,
             "seconds": round(time.monotonic() - started, 1)}
 
 
