@@ -46,8 +46,8 @@ class JetStreamTarget:
     async def _add_streams(self, names: Sequence[str]) -> None:
         from nats.js.api import StorageType, StreamConfig
 
-        deadline = time.monotonic() + READY_TIMEOUT_S
         for name in names:
+            deadline = time.monotonic() + READY_TIMEOUT_S
             while True:  # a new cluster answers once its meta leader is elected
                 try:
                     await self.js.add_stream(StreamConfig(
