@@ -43,7 +43,9 @@ class OursTarget:
         self.slave_addrs = list(slave_addrs)
         self.admin = MQAdmin(namesrv)
         self.dispatch_waits: dict[str, float] = {}
-        self.producer = Producer("BenchPeersProducer", namesrv,
+        # A send's timeout counts from send_async: with thousands queued in the producer, its
+        # 3 s default fails on a stall of this shared machine; the peers get 30-60 s too.
+        self.producer = Producer("BenchPeersProducer", namesrv, send_timeout_s=SEND_TIMEOUT_S,
                                  default_topic_queue_nums=e2e.QUEUES).start()
 
     def close(self) -> None:
