@@ -62,6 +62,10 @@ def _num(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
+def _cpu(item: dict[str, float] | None) -> str:
+    return "-" if item is None else f"{item['server_us']:,.0f} + {item['client_us']:,.0f}"
+
+
 def table(result: dict[str, Any]) -> str:
     topics = result["sizes"]["topics"]
     lines = []
@@ -89,6 +93,17 @@ def table(result: dict[str, Any]) -> str:
         lines.append(text_table(["Peer", "Setting", "1-at-a-time/s", "p50 ms", "p99 ms",
                                  "in flight/s", f"{topics} topics/s", f"{topics}/1",
                                  "consume/s"], rows))
+        lines.append("")
+    rows = []
+    for cls in result["classes"]:
+        for peer, entry in result["peers"].items():
+            cpu = entry.get("classes", {}).get(cls, {}).get("cpu_us_per_message")
+            if cpu:
+                rows.append([cls, peer] + [_cpu(cpu.get(w)) for w in WORKLOADS])
+    if rows:
+        lines.append("CPU µs per message: servers + this client (the last round of each load)")
+        lines.append(text_table(["Class", "Peer", *(label for _, label in WORKLOADS.values())],
+                                rows))
         lines.append("")
     rows = []
     for cls, row in result.get("ratios", {}).items():

@@ -26,6 +26,7 @@ from bench.peers import (
     report,
     topic_names,
 )
+from bench.peers.cpu import CpuMeter
 
 PEER_NAMES = ("ours", "jetstream", "redis", "rabbitmq")
 
@@ -48,31 +49,45 @@ def progress(line: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {line}", flush=True)
 
 
-def measure(target: Target, sizes: Sizes, say: Callable[[str], None]) -> dict[str, float]:
-    """The workloads, in order, on one running peer; returns its figures."""
+def measure(target: Target, sizes: Sizes, say: Callable[[str], None]
+            ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """The workloads, in order, on one running peer: its figures, and the CPU µs per message
+    of the servers and of this client in each workload (its last round)."""
     topics = topic_names(sizes.topics)
+    meter = CpuMeter()
+    cpu: dict[str, dict[str, float]] = {}
     target.prepare(topics)
     target.one_at_a_time(sizes.warm_up)
+    meter.start()
     rate, p50, p99 = target.one_at_a_time(sizes.one_at_a_time)
+    cpu["one_at_a_time"] = meter.per_message(sizes.one_at_a_time)
     say(f"one at a time: {rate:,.0f} msgs/s, p50 {p50:.3f} ms, p99 {p99:.3f} ms")
     figures = {"one_at_a_time_msgs_s": rate, "one_at_a_time_p50_ms": p50,
                "one_at_a_time_p99_ms": p99, "in_flight_msgs_s": 0.0, "many_topics_msgs_s": 0.0}
     total = sizes.warm_up + sizes.one_at_a_time  # on TOPIC, to be consumed
     for _ in range(sizes.rounds):  # alternating, so that neither load gets the quieter half
+        meter.start()
         sent, rate = target.in_flight([TOPIC], sizes.in_flight, sizes.window,
                                       sizes.in_flight_seconds)
+        cpu["in_flight"] = meter.per_message(sent)
         total += sent
         say(f"many in flight, 1 topic: {rate:,.0f} msgs/s ({sent:,} messages)")
         figures["in_flight_msgs_s"] = max(figures["in_flight_msgs_s"], rate)
+        meter.start()
         sent, rate = target.in_flight(topics, sizes.in_flight, sizes.window,
                                       sizes.in_flight_seconds)
+        cpu["many_topics"] = meter.per_message(sent)
         say(f"many in flight, {len(topics)} topics: {rate:,.0f} msgs/s ({sent:,} messages)")
         figures["many_topics_msgs_s"] = max(figures["many_topics_msgs_s"], rate)
     figures["many_topics_vs_1"] = figures["many_topics_msgs_s"] / figures["in_flight_msgs_s"]
+    meter.start()
     rate = target.consume(total)
+    cpu["consume"] = meter.per_message(total)
     say(f"consume {total:,} messages: {rate:,.0f} msgs/s")
     figures["consume_msgs_s"] = rate
-    return figures
+    say("CPU µs per message, servers + this client: " + ", ".join(
+        f"{k} {v['server_us']:.0f} + {v['client_us']:.0f}" for k, v in cpu.items()))
+    return figures, cpu
 
 
 def _entry(peer: Peer) -> dict[str, Any]:
@@ -101,7 +116,7 @@ def run_class(peer: Peer, cls: str, sizes: Sizes, work: Path) -> dict[str, Any]:
     started = time.monotonic()
     try:
         with peer.open(cls, work) as target:
-            figures = measure(target, sizes, say)
+            figures, cpu = measure(target, sizes, say)
             extra = target.extra() if hasattr(target, "extra") else {}
             if extra:
                 say(", ".join(f"{k} {v}" for k, v in extra.items()))
@@ -110,6 +125,7 @@ def run_class(peer: Peer, cls: str, sizes: Sizes, work: Path) -> dict[str, Any]:
         progress(f"{peer.name} ({cls}) FAILED: {e}")
         return {"status": "failed", "setting": setting, "error": f"{type(e).__name__}: {e}"}
     return {"status": "ok", "setting": setting, "figures": figures, "extra": extra,
+            "cpu_us_per_message": cpu,
             "seconds": round(time.monotonic() - started, 1)}
 
 

@@ -32,7 +32,9 @@ def _result() -> dict[str, Any]:
         "sizes": {"topics": 256}, "machine": {"cpu_model": "test", "cores": 2},
         "peers": {
             "ours": {"status": "ran", "classes": {
-                "a": {"status": "ok", "setting": "ASYNC_FLUSH", "figures": _figures(3.0)},
+                "a": {"status": "ok", "setting": "ASYNC_FLUSH", "figures": _figures(3.0),
+                      "cpu_us_per_message": {"one_at_a_time": {"server_us": 315.0,
+                                                               "client_us": 135.0}}},
                 "b": {"status": "ok", "setting": "SYNC_FLUSH", "figures": _figures(1.0)}}},
             "redis": {"status": "ran", "classes": {
                 "a": {"status": "ok", "setting": "everysec", "figures": _figures(1.0)},
@@ -61,7 +63,7 @@ def test_table_and_chart_show_every_peer(tmp_path: Path) -> None:
     result["ratios"] = report.ratios(result)
     text = report.table(result)
     for word in ("skipped: not installed: epmd", "n/a: old server", "failed: boom",
-                 "Best peer", "ours 256 topics / 1"):
+                 "Best peer", "ours 256 topics / 1", "315 + 135"):
         assert word in text
     report.chart(result, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes().startswith(PNG_MAGIC)
