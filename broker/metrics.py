@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from broker import consume_stats
 from broker.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from mqproto.metrics_http import ExpositionRenderer, MetricsHttpServer, Render, histogram_family
+from mqproto.metrics_http import (
+    GIL_YIELD_LINES,
+    ExpositionRenderer,
+    MetricsHttpServer,
+    Render,
+    histogram_family,
+)
 from store.histogram import HistogramSnapshot
 
 if TYPE_CHECKING:
@@ -221,9 +228,14 @@ def _groups(s: BrokerSnapshot, store: DefaultMessageStore) -> Iterator[Metric]:
         got.add_metric([*base, topic, group], n)
         consumer_tps.add_metric([*base, topic, group], s.group_topic_get_tps.get(
             (group, topic), 0.0))
+    since_pause = 0
     for g in s.groups:
         for t in g.topics:
             lag = queue_lags(store, t, s.now_ms)
+            since_pause += len(lag)
+            if since_pause >= GIL_YIELD_LINES:  # let the event loop have the GIL
+                since_pause = 0
+                time.sleep(0)
             labels = [*base, t.topic, g.group]
             diffs[_diff_family(t.topic)].add_metric(
                 [g.group, t.topic, str(g.online_consumers), MSG_MODEL_CLUSTERING,
