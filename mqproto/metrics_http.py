@@ -210,9 +210,16 @@ class MetricsHttpServer:
         for task in list(self._connections):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self._executor is not None:
-            self._executor.shutdown(wait=False, cancel_futures=True)
-            self._executor = None
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # A render in progress reads the owner's state (a broker's store, about to be
+            # closed): wait for it, within the render timeout.
+            done = asyncio.to_thread(executor.shutdown, wait=True, cancel_futures=True)
+            try:
+                await asyncio.wait_for(done, self.limits.render_timeout_s)
+            except TimeoutError:
+                log.warning("%s metrics: a scrape still renders after %g s; stopping anyway",
+                            self.name, self.limits.render_timeout_s)
 
     async def _on_connect(self, reader: asyncio.StreamReader,
                           writer: asyncio.StreamWriter) -> None:
