@@ -14,6 +14,7 @@ import fcntl
 import logging
 import os
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -32,22 +33,26 @@ from broker.constants import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from broker.convert import UniqKeyFactory, format_host
+from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
 from broker.metrics import BrokerMetrics
 from broker.pull import PullRequestHoldService
-from broker.registration import BrokerOuterAPI
+from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
+from broker.transaction import ProducerCheckStreams, TransactionalMessageService
+from broker.transaction.checks import check_request
+from broker.transaction.prepare import HalfMessages
 from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
-from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
-from mqproto.serving import add_servicer, log_accept_errors_briefly
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
 from store.message import Message
@@ -57,6 +62,8 @@ from store.waiters import OffsetWaiters
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+REGISTER_BODY_COMPRESS_LEVEL = 1  # zlib: topic tables shrink ~5x already at the fastest level
+ENCODE_CHUNK = 1000  # topic configs serialized per protobuf call
 
 
 def wall_clock_ms() -> int:
@@ -86,6 +93,7 @@ class BrokerController:
         self.delay_offsets = DelayOffsetManager(root / "config" / "delayOffset.json")
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
+        self.filters = FilterRegistry(self.config.enable_property_filter)
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
                                         self.config.register_broker_timeout_mills / 1000)
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
@@ -106,6 +114,10 @@ class BrokerController:
                 self, self.config.slave_synchronize_interval / 1000,
                 self.config.register_broker_timeout_mills / 1000)
         self.schedule: ScheduleMessageService | None = None  # a master's, once started
+        # Transactions (broker/transaction): producers' check streams; a master's service.
+        self.check_streams: ProducerCheckStreams[messaging_pb2.CheckTransactionStateRequest] = (
+            ProducerCheckStreams())
+        self.transactions: TransactionalMessageService | None = None
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
@@ -116,6 +128,8 @@ class BrokerController:
         self.metrics_addr = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
+        # (data version, broker permission) -> the compressed topic table it registers
+        self._register_body: tuple[tuple[object, int], bytes] | None = None
         self._lock_fd: int | None = None
         self._started = False
         self._stopped = False
@@ -168,6 +182,11 @@ class BrokerController:
                  self.config.broker_cluster_name, self.config.broker_id,
                  self.config.broker_role.value, self.broker_addr, self.root)
         await self.register_broker_all()
+        if self.outer_api.all_refused():
+            raise RegistrationRefused(
+                "every name server refused this broker's registration, so none of its "
+                "topics is routable: " + "; ".join(
+                    f"{a}: {why}" for a, why in self.outer_api.refused.items()))
         # A name server that comes back (or restarted) hears from this broker at once.
         self.outer_api.start_links(self.broker_addr, lambda _addr: self._register_now.set())
         self._tasks = [
@@ -178,12 +197,19 @@ class BrokerController:
             asyncio.create_task(self._periodic(
                 "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
         ]
+        stall_watch = watch_loop_stalls(log)
+        if stall_watch is not None:
+            self._tasks.append(stall_watch)
         if self.slave_sync is not None:
             self._tasks.append(asyncio.create_task(self.slave_sync.run(), name="slaveSynchronize"))
         else:
             self.schedule = ScheduleMessageService(store, self.delay_offsets, self._put_one,
                                                    self.clock_ms)
             self.schedule.start()
+            self.transactions = TransactionalMessageService(
+                self, lambda group, half: self.check_streams.send(group, check_request(half)),
+                self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
+            self.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
                 self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
@@ -300,6 +326,7 @@ class BrokerController:
             ("grpc.max_send_message_length", -1),
         ])
         self.messaging = MessagingServicer(self)
+        self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.messaging, log)
@@ -338,6 +365,8 @@ class BrokerController:
             self.metrics = None
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transactions is not None:
+            await self.transactions.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -403,25 +432,28 @@ class BrokerController:
                 log.exception("registerBrokerAll failed")
 
     # -- name servers ----------------------------------------------------------------------
-    def register_request(self) -> namesrv_pb2.RegisterBrokerRequest:
+    async def register_request(self) -> namesrv_pb2.RegisterBrokerRequest:
+        """The registration with the whole topic table, compressed. The table is encoded in
+        a worker thread from a copy taken here, once per data version."""
         c = self.config
-        configs: list[TopicConfig] = list(self.topics.table.values())
-        protos = [topic_config_to_proto(t) for t in configs]
-        if c.broker_permission != PERM_READ_WRITE:  # a read-only broker offers read-only queues
-            for p in protos:
-                p.perm = c.broker_permission
+        key = (self.topics.data_version, c.broker_permission)
+        cached = self._register_body
+        if cached is None or cached[0] != key:
+            configs: list[TopicConfig] = list(self.topics.table.values())
+            body = await asyncio.to_thread(encode_topic_table, configs, c.broker_permission)
+            cached = self._register_body = (key, body)
         return namesrv_pb2.RegisterBrokerRequest(
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
             broker_addr=self.broker_addr, broker_id=c.broker_id,
             ha_server_addr=self.ha_server_addr,
-            data_version=data_version_to_proto(self.topics.data_version),
-            topic_configs=protos)
+            data_version=data_version_to_proto(key[0]),
+            compressed_topic_configs=cached[1])
 
     async def register_broker_all(self) -> int:
         """Registers with every name server; returns how many answered."""
         if not self.outer_api.namesrv_addrs:
             return 0
-        answers = await self.outer_api.register_broker_all(self.register_request())
+        answers = await self.outer_api.register_broker_all(await self.register_request())
         for answer in answers:
             if answer.master_addr and answer.master_addr != self.master_addr:
                 self.master_addr = answer.master_addr
@@ -443,9 +475,10 @@ class BrokerController:
             broker_addr=self.broker_addr, broker_id=c.broker_id))
 
     async def topics_changed(self) -> None:
-        """After a topic config change: persist the table, register again soon."""
-        await self.topics.persist_async()
+        """After a topic config change: persist the table (changes close together share
+        one write), register again soon (likewise one registration)."""
         self._register_now.set()
+        await self.topics.persist_coalesced()
 
     def master_available(self) -> bool:
         """A slave's view: its HA link to the master is up (a master is its own master)."""
@@ -481,6 +514,21 @@ class BrokerController:
                                f"offset {offset} out of range for {topic}-{queue_id}: the "
                                f"queue holds [{min_offset}, {max_offset}]")
         self.offsets.commit_offset(group, topic, queue_id, offset)
+
+
+def encode_topic_table(configs: list[TopicConfig], broker_permission: int) -> bytes:
+    """A TopicConfigTable of `configs`, serialized and zlib-compressed (any thread). A
+    read-only broker offers its queues read-only. Serialized by parts that are joined
+    (concatenated messages merge their repeated fields): protobuf's C code holds the GIL
+    for a whole message, which would stall the event loop at tens of thousands of topics."""
+    parts = []
+    for start in range(0, len(configs), ENCODE_CHUNK):
+        protos = [topic_config_to_proto(t) for t in configs[start:start + ENCODE_CHUNK]]
+        if broker_permission != PERM_READ_WRITE:
+            for p in protos:
+                p.perm = broker_permission
+        parts.append(namesrv_pb2.TopicConfigTable(topic_configs=protos).SerializeToString())
+    return zlib.compress(b"".join(parts), REGISTER_BODY_COMPRESS_LEVEL)
 
 
 __all__ = ["BrokerController", "ConfigError", "StoreDirLocked", "wall_clock_ms"]

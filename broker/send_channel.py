@@ -25,7 +25,7 @@ import logging
 import resource
 import time
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.constants import (
     DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
@@ -35,24 +35,32 @@ from broker.constants import (
 from broker.convert import format_host
 from broker.status import RequestError, answer
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import KIND_SEND_BATCH, FrameError, FrameReader, encode_frame
+from mqproto.framing import (
+    KIND_SEND_BATCH,
+    KIND_SEND_BATCHES,
+    FrameError,
+    FrameReader,
+    encode_frame,
+)
 from mqproto.serving import RateLimitedLog
 
 if TYPE_CHECKING:
     from broker.send import SendProcessor
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 MAX_INFLIGHT_PER_CONNECTION = 1024
 LISTEN_BACKLOG = 1024  # asyncio's default, 100, drops SYNs of a burst (1 s retransmits)
 FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at most half)
 INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
+RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn
 
 
-async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
+async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
     """Drives, as its task would, a coroutine started outside one and now suspended on
-    the future `waiting` (or on a bare yield, None)."""
+    the future `waiting` (or on a bare yield, None); returns its result."""
     loop = asyncio.get_running_loop()
     while True:
         try:
@@ -71,8 +79,37 @@ async def _resume(coro: Coroutine[Any, Any, None], waiting: Any) -> None:
             step = functools.partial(coro.send, None)
         try:
             waiting = step()
-        except StopIteration:
-            return
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
+async def run_all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+    """The results of `coros`, in order: each is started here and most complete at once
+    (no task); only those that suspend get one, and are awaited together. The loop gets a
+    turn after every RUN_ALL_SLICE of them (a frame may carry a thousand batches)."""
+    results: list[Any] = [None] * len(coros)
+    waiting_on: list[tuple[int, asyncio.Task[T]]] = []
+    loop = asyncio.get_running_loop()
+    started = 0
+    try:
+        for i, coro in enumerate(coros):
+            if i and i % RUN_ALL_SLICE == 0:
+                await asyncio.sleep(0)
+            started = i + 1
+            try:
+                waiting = coro.send(None)
+            except StopIteration as stop:
+                results[i] = stop.value
+                continue
+            waiting_on.append((i, loop.create_task(_resume(coro, waiting))))
+    finally:
+        for coro in coros[started:]:  # cancelled between slices: never started
+            coro.close()
+    if waiting_on:
+        done = await asyncio.gather(*(t for _, t in waiting_on))
+        for (i, _), value in zip(waiting_on, done, strict=True):
+            results[i] = value
+    return results
 
 
 def _wake(woken: asyncio.Future[None], _: object) -> None:
@@ -259,10 +296,29 @@ class _Connection(asyncio.BufferedProtocol):
                 self.transport.resume_reading()
 
     async def _handle(self, request_id: int, kind: int, payload: bytes) -> None:
-        assert kind == KIND_SEND_BATCH  # the only kind FrameReader lets through
-        response = await answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel)",
-                                self._send_batch(payload))
-        self._reply(encode_frame(request_id, kind, response.SerializeToString()))
+        if kind == KIND_SEND_BATCHES:
+            answer_bytes = await self._send_batches(payload)
+        else:
+            assert kind == KIND_SEND_BATCH  # the only other kind FrameReader lets through
+            response = await answer(messaging_pb2.SendBatchResponse,
+                                    "SendBatch (send channel)", self._send_batch(payload))
+            answer_bytes = response.SerializeToString()
+        self._reply(encode_frame(request_id, kind, answer_bytes))
+
+    async def _send_batches(self, payload: bytes) -> bytes:
+        """A SendBatchesResponse: each batch handled as a SendBatch frame of its own."""
+        try:
+            request = messaging_pb2.SendBatchesRequest.FromString(payload)
+        except Exception:  # protobuf's DecodeError
+            refused = messaging_pb2.SendBatchResponse(status=common_pb2.Status(
+                code=common_pb2.INVALID_PARAMETER,
+                remark="the frame is not a SendBatchesRequest"))
+            return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
+        send, peer = self.server.send, self.peer
+        responses = await run_all([
+            answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
+                   send.send_batch(batch, peer)) for batch in request.batches])
+        return messaging_pb2.SendBatchesResponse(responses=responses).SerializeToString()
 
     async def _send_batch(self, payload: bytes) -> messaging_pb2.SendBatchResponse:
         try:

@@ -26,7 +26,9 @@ from broker.config import ConfigError, LoadedConfig, load_config_file
 from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
+from broker.registration import RegistrationRefused
 from mqproto.serving import raise_nofile_limit
+from store.cq_files import limits_report
 
 log = logging.getLogger("broker")
 
@@ -103,9 +105,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in loaded.unknown_keys:
         log.warning("unknown key %s in %s ignored", key, args.config_file)
     raise_nofile_limit(log)  # a descriptor per connection and per store file
+    log.info("%s", limits_report(loaded.store.consume_queue_open_files))
     try:
         asyncio.run(serve(loaded))
-    except (OSError, ConfigError, ConfigFileCorrupt) as e:
+    except (OSError, ConfigError, ConfigFileCorrupt, RegistrationRefused) as e:
         log.error("broker failed: %s", e)
         return 1
     return 0

@@ -115,7 +115,7 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
         async def commit(mq: MessageQueue, offset: int) -> None:
             request = messaging_pb2.UpdateConsumerOffsetRequest(
                 consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                commit_offset=offset)
+                commit_offset=offset, client_id=self.instance.client_id)
             try:
                 addrs = self._offset_addrs(mq)
             except MQClientError as e:

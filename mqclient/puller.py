@@ -104,6 +104,7 @@ class PullService:
     async def _pull_loop(self, pq: ProcessQueue) -> None:
         mq = pq.mq
         subscription = self.instance.subscriptions.get(mq.topic, "*")
+        expression_type = self.instance.expression_types.get(mq.topic, "")
         while not pq.dropped:
             if self.flow_controlled(pq) or not self.may_pull(pq):
                 await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
@@ -118,7 +119,8 @@ class PullService:
                 consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                 queue_offset=pq.next_offset, max_msg_nums=self.batch_size,
                 subscription=subscription, suspend_timeout_millis=BROKER_SUSPEND_MAX_TIME_MS,
-                raw_records=True)
+                raw_records=True, expression_type=expression_type,
+                client_id=self.instance.client_id)
             commit = self.offset_store.read_memory(mq)
             # Not the offset the queue started from: the previous owner may have committed
             # a later one since (see _catch_up).

@@ -11,9 +11,10 @@ from types import TracebackType
 import grpc
 
 from mqproto import namesrv_pb2_grpc
-from mqproto.serving import add_servicer
+from mqproto.serving import add_servicer, watch_loop_stalls
 from nameserver.constants import (
     DEFAULT_LISTEN,
+    DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S,
     SCAN_NOT_ACTIVE_BROKER_INTERVAL_S,
@@ -55,10 +56,12 @@ class NamesrvController:
         clock: Clock = wall_clock_ms,
         sleep: Sleep = asyncio.sleep,
         max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+        max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
         metrics_port: int = 0,
     ) -> None:
         self.listen = listen
         self.max_topic_queue_nums = max_topic_queue_nums
+        self.max_receive_message_bytes = max_receive_message_bytes
         self.route_info_manager = RouteInfoManager(clock)
         # Prometheus /metrics on the listen host: 0 = off, -1 = any free port.
         self.metrics_port = metrics_port
@@ -70,6 +73,7 @@ class NamesrvController:
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
+        self._stall_watch: asyncio.Task[None] | None = None
         self.listen_address = ""
         """``host:port`` actually bound (the port is chosen when ``listen`` asks for 0)."""
 
@@ -78,10 +82,15 @@ class NamesrvController:
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
         interceptors = [self.metrics.interceptor] if self.metrics is not None else []
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
+        server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", self.max_receive_message_bytes),
+            ("grpc.max_send_message_length", -1),
+        ], interceptors=interceptors)
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server,
-                     NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums), log)
+                     NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums,
+                                     self.max_receive_message_bytes), log)
         try:
             port = server.add_insecure_port(self.listen)
         except RuntimeError as exc:
@@ -102,6 +111,7 @@ class NamesrvController:
         self._scan_task = asyncio.create_task(
             self.scan_not_active_broker_loop(), name="scanNotActiveBroker"
         )
+        self._stall_watch = watch_loop_stalls(log)
         log.info("name server listening on %s", self.listen_address)
         return self.listen_address
 
@@ -117,6 +127,11 @@ class NamesrvController:
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Stop the scan task, then the server (in-flight RPCs get ``grace`` seconds)."""
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stall_watch
+            self._stall_watch = None
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,7 +1,7 @@
 """Process entry point of the name server (RocketMQ's NamesrvStartup).
 
-    mqnamesrv            [--listen HOST:PORT] [--max-topic-queue-nums N] [--metrics-port N]
-                         [--log-level LEVEL]
+    mqnamesrv            [--listen HOST:PORT] [--max-topic-queue-nums N]
+                         [--max-receive-mib N] [--metrics-port N] [--log-level LEVEL]
     python -m nameserver (the same)
 
 Logs go to stderr. Once listening it prints one line on stdout,
@@ -23,6 +23,7 @@ from nameserver.constants import (
     BOOT_SUCCESS_MESSAGE,
     DEFAULT_LISTEN,
     DEFAULT_LOG_LEVEL,
+    DEFAULT_MAX_RECEIVE_MIB,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
 )
 from nameserver.controller import NamesrvController, split_host_port
@@ -56,6 +57,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              "maxTopicQueueNums)",
     )
     parser.add_argument(
+        "--max-receive-mib", type=int, default=DEFAULT_MAX_RECEIVE_MIB, metavar="N",
+        help="the largest request taken, in MiB: a broker's registration carries its whole "
+             f"topic table (default {DEFAULT_MAX_RECEIVE_MIB})",
+    )
+    parser.add_argument(
         "--metrics-port", type=int, default=0, metavar="N",
         help="serve Prometheus /metrics on this port of the --listen host (default 0: off; "
              "-1: any free port, logged)",
@@ -67,13 +73,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_topic_queue_nums < 1:
         parser.error("--max-topic-queue-nums must be >= 1")
+    if not 1 <= args.max_receive_mib <= 2047:
+        parser.error("--max-receive-mib must be 1..2047")
     if not -1 <= args.metrics_port <= 65535:
         parser.error("--metrics-port must be a port, 0 (off) or -1 (any free port)")
     return args
 
 
 async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
-                metrics_port: int = 0) -> None:
+                max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB, metrics_port: int = 0) -> None:
     """Run one name server until SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -86,6 +94,7 @@ async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     controller = NamesrvController(listen, max_topic_queue_nums=max_topic_queue_nums,
+                                   max_receive_message_bytes=max_receive_mib * 1024 * 1024,
                                    metrics_port=metrics_port)
     try:
         address = await controller.start()
@@ -102,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
         raise_nofile_limit(log)
-        asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.metrics_port))
+        asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.max_receive_mib,
+                          args.metrics_port))
     except OSError as exc:
         log.error("name server failed: %s", exc)
         return 1

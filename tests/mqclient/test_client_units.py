@@ -280,3 +280,50 @@ def test_offset_not_found_on_the_master_is_asked_of_its_slave() -> None:
     assert asked == [master, slave]
     answers[slave] = common_pb2.QUERY_NOT_FOUND
     assert asyncio.run(store.read_from_store(mq)) == -1
+def test_accumulator_sends_the_batches_of_many_topics_together() -> None:
+    """Issue 18: async sends spread over topics leave in one multi-batch call per loop turn
+    (the producer sends those of one broker in one SEND_BATCHES request), not a call per
+    topic; a batch the multi-sender failed fails only its own futures."""
+    from mqclient.accumulator import Batch
+    from mqclient.message import SendFuture
+
+    loop = ClientLoop("test-accumulator-multi")
+    single_calls: list[str] = []
+    multi_calls: list[list[str]] = []
+
+    async def sender(topic: str, ids: list[str], encoded: bytes, born: float
+                     ) -> list[SendResult]:
+        single_calls.append(topic)
+        return [SendResult(SendStatus.SEND_OK, m, "", MessageQueue(topic, "b", 0), i)
+                for i, m in enumerate(ids)]
+
+    async def multi_sender(batches: list[Batch]) -> list[list[SendResult] | BaseException]:
+        multi_calls.append([b.topic for b in batches])
+        out: list[list[SendResult] | BaseException] = []
+        for b in batches:
+            if b.topic == "T-bad":
+                out.append(MQClientError("NO_PERMISSION", "refused"))
+            else:
+                out.append([SendResult(SendStatus.SEND_OK, m, "", MessageQueue(b.topic, "b", 0),
+                                       i) for i, m in enumerate(b.ids)])
+        return out
+
+    acc = BatchAccumulator(loop, sender, linger_s=0.05, max_count=10, max_bytes=1 << 20,
+                           max_inflight=2, multi_sender=multi_sender)
+    topics = [f"T{i}" for i in range(200)] + ["T-bad"]
+    futures = {}
+    for topic in topics:
+        f = SendFuture()
+        acc.append(topic, f"id-{topic}", encode_batch_message(0, topic.encode(), b""), f, 5.0)
+        futures[topic] = f
+    for topic in topics[:-1]:
+        assert futures[topic].result(timeout=5).msg_id == f"id-{topic}"
+    with pytest.raises(MQClientError, match="NO_PERMISSION"):
+        futures["T-bad"].result(timeout=5)
+    assert single_calls == []
+    assert sum(len(c) for c in multi_calls) == len(topics)
+    # Lingers that expire in one loop turn leave together: far fewer calls than topics.
+    assert len(multi_calls) <= 20, [len(c) for c in multi_calls]
+    loop.run(acc.close())
+    loop.loop.call_soon_threadsafe(loop.loop.stop)
+    loop.thread.join(5)

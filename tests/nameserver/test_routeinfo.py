@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -369,3 +370,32 @@ def test_route_for_unknown_topic_is_topic_not_exist(manager: RouteInfoManager) -
     response = asyncio.run(servicer.GetRouteInfoByTopic(request, None))  # type: ignore[arg-type]
     assert response.status.code == common_pb2.SUCCESS
     assert [qd.broker_name for qd in response.topic_route_data.queue_datas] == ["broker-a"]
+
+
+def test_prime_slave_through_the_register_call(manager: RouteInfoManager,
+                                               clock: FakeClock) -> None:
+    """The same through RegisterBroker as brokers call it (the table taken by the
+    processor, in parts)."""
+    servicer = NamesrvServicer(manager)
+    context = SimpleNamespace(peer=lambda: "")
+
+    def call(addr: str, broker_id: int) -> None:
+        request = namesrv_pb2.RegisterBrokerRequest(
+            cluster_name=CLUSTER, broker_addr=addr, broker_name="broker-a",
+            broker_id=broker_id, ha_server_addr=ha_addr(addr),
+            data_version=common_pb2.DataVersion(timestamp=1, counter=1),
+            topic_configs=[common_pb2.TopicConfig(topic_name=TOPIC, read_queue_nums=4,
+                                                  write_queue_nums=4, perm=PERM_RW)])
+        response = asyncio.run(servicer.RegisterBroker(request, context))  # type: ignore[arg-type]
+        assert response.status.code == common_pb2.SUCCESS
+
+    call(MASTER_A, MASTER_ID)
+    call(SLAVE_A, 1)
+    clock.advance(121)
+    assert sorted(manager.scan_not_active_broker()) == [MASTER_A, SLAVE_A]
+    call(SLAVE_A, 1)
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_READ
+    call(MASTER_A, MASTER_ID)
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_RW
