@@ -3,6 +3,7 @@ samples as prometheus_client's generate_latest) and the latency histogram."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +15,7 @@ from mqproto.metrics_http import (
     ExpositionRenderer,
     HttpError,
     HttpLimits,
+    MetricsHttpServer,
     exposition_text,
     histogram_family,
     parse_request_head,
@@ -87,3 +89,35 @@ def test_good_head() -> None:
     r = parse_request_head(b"GET /metrics?name[]=x HTTP/1.0\r\nAccept-Encoding: gzip, br\r\n"
                            b"Host: h", HttpLimits())
     assert (r.method, r.path, r.accepts_gzip, r.headers["host"]) == ("GET", "/metrics", True, "h")
+
+
+def test_server_limits_connections_and_stops_cleanly() -> None:
+    async def scenario() -> tuple[bytes, bytes]:
+        server = MetricsHttpServer(lambda: (lambda: b"up 1.0\n"), name="test",
+                                   limits=HttpLimits(max_connections=1, head_timeout_s=2.0))
+        port = await server.start("127.0.0.1", 0)
+
+        async def ask(request: bytes) -> bytes:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(request)
+            answer = await asyncio.wait_for(reader.read(), 10)
+            writer.close()
+            return answer
+
+        # A silent client holds the only slot: the next one is refused at once.
+        _, silent = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.1)
+        refused = await ask(b"GET /metrics HTTP/1.1\r\n\r\n")
+        silent.close()
+        await asyncio.sleep(0.1)
+        served = await ask(b"GET /metrics HTTP/1.1\r\n\r\n")
+        _, pending = await asyncio.open_connection("127.0.0.1", port)
+        await asyncio.sleep(0.1)
+        await asyncio.wait_for(server.stop(), 5)  # drops the pending client, no hang
+        pending.close()
+        assert server.scrapes == 1 and server.rejected == 1
+        return refused, served
+
+    refused, served = asyncio.run(scenario())
+    assert refused.startswith(b"HTTP/1.1 503 ") and b"scrapes at once" in refused
+    assert served.startswith(b"HTTP/1.1 200 OK") and served.endswith(b"up 1.0\n")
