@@ -117,6 +117,11 @@ def test_scrape_after_known_traffic(processes: Processes, tmp_path: Path,
     assert s.value("rocketmq_send_latency_seconds_count", **broker) == sends
     assert s.value("rocketmq_send_latency_seconds_bucket", le="+Inf", **broker) == sends
     assert 0 < s.value("rocketmq_send_latency_seconds_sum", **broker) < sends * 10
+    pmdt = [s.value(f"rocketmq_brokeruntime_pmdt_{suffix}", **broker)
+            for suffix in ("0ms", "0to10ms", "10to50ms", "50to100ms", "100to200ms",
+                           "200to500ms", "500to1s", "1to2s", "2to3s", "3to4s", "4to5s",
+                           "5to10s", "10stomore")]
+    assert sum(pmdt) == sends  # the exporter's put distribution: every send in one range
     flushes = s.value("rocketmq_storage_flush_latency_seconds_count", **broker)
     assert 1 <= flushes <= sends
     # Process metrics of prometheus_client.

@@ -66,6 +66,7 @@ def test_latency_histogram_buckets() -> None:
     snap = h.snapshot()
     assert snap.cumulative() == [(0.001, 3), (0.01, 4), (float("inf"), 5)]
     assert snap.count == 5 and snap.sum == pytest.approx(5.0035)
+    assert (snap.count_le(0.001), snap.count_le(0.01), snap.count_le(float("inf"))) == (3, 4, 5)
     with pytest.raises(ValueError):
         LatencyHistogram((0.1, 0.1))
 
