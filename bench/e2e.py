@@ -35,6 +35,7 @@ from nameserver.constants import BOOT_SUCCESS_MESSAGE
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BODY = os.urandom(1024)
 TOPIC = "BenchTopic"
+CONSUMER_GROUP = "BenchConsumer"
 QUEUES = 8
 BOOT_TIMEOUT_S = 30.0
 
@@ -136,7 +137,7 @@ def bench_pull(namesrv: str, total: int, pull_batch: int,
             if consumed >= total:
                 done.set()
 
-    consumer = PushConsumer("BenchConsumer", namesrv, pull_batch_size=pull_batch,
+    consumer = PushConsumer(CONSUMER_GROUP, namesrv, pull_batch_size=pull_batch,
                             consume_message_batch_max_size=pull_batch,
                             pull_threshold_for_queue=4 * pull_batch,
                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,

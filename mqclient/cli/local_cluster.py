@@ -218,9 +218,7 @@ def prometheus_config(layout: Layout) -> str:
     """A Prometheus config scraping every process of the layout that serves /metrics."""
     def job(name: str, nodes: list[Node]) -> str:
         targets = ", ".join(f"'{n.metrics_address}'" for n in nodes if n.metrics_port)
-        return (f"  - job_name: {name}\n    static_configs:\n"
-                f"      - targets: [{targets}]\n        labels: {{cluster: "
-                f"'{layout.cluster_name}'}}\n")
+        return f"  - job_name: {name}\n    static_configs:\n      - targets: [{targets}]\n"
     return ("# Written by `mqcluster up`: prometheus --config.file=prometheus.yml\n"
             "global:\n  scrape_interval: 15s\nscrape_configs:\n"
             + job("rocketmq-namesrv", [n for n in layout.nodes if n.kind == NAMESRV])
