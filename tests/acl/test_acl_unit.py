@@ -188,3 +188,12 @@ def test_nonce_cache_is_bounded_and_stays_sound() -> None:
         cache.check_and_add("ak", "n9", 8_000, 10_004)
     cache.check_and_add("ak", "late", 12_000, 12_000)  # expired entries go first
     assert len(cache) <= 3
+
+
+def test_every_messaging_rpc_has_its_permissions() -> None:
+    """A new MessagingService RPC must be added to acl/resources.py (else it would need
+    an admin account)."""
+    from acl.resources import MESSAGING_NEEDS
+
+    service = messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+    assert sorted(m.name for m in service.methods) == sorted(MESSAGING_NEEDS)
