@@ -245,11 +245,13 @@ def main() -> None:
     figures: dict[str, object] = {"message_bytes": len(BODY), "queues": QUEUES,
                                   "pull_batch_size": args.pull_batch}
     try:
-        for mode in modes:
-            run_dir = work / mode.replace("+", "-")
+        for i, mode in enumerate(modes):
+            run_dir = work / f"{i}-{mode.replace('+', '-')}"
             run_dir.mkdir()
             broker_sec, ns_args, client = security(mode, run_dir)
-            prefix = "" if modes == ["plain"] else f"{mode}_"
+            repeat = modes[:i].count(mode)  # a mode given again: its figures as MODE.2_
+            prefix = ("" if modes == ["plain"] else
+                      f"{mode}{'.' + str(repeat + 1) if repeat else ''}_")
             with cluster(run_dir, {**broker_extra, **broker_sec}, ns_args) as namesrv:
                 run_clients(namesrv, args, client, figures, prefix)
     finally:
