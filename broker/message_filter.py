@@ -87,6 +87,7 @@ class FilterRegistry:
             try:
                 compiled = SqlMessageFilter(SqlFilter(expression))
             except FilterError as e:
+                log.warning("SQL92 subscription refused: %s", e)
                 compiled = e
             self._compiled[expression] = compiled
             if len(self._compiled) > self.size:
