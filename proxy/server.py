@@ -45,6 +45,12 @@ class GrpcProxy:
         port = broker.config.grpc_proxy_port
         if port == 0:
             return None
+        if broker.config.acl_enable or broker.config.tls_enable:
+            # The v2 endpoint has neither yet: serving it would bypass the broker's access
+            # control (and its encryption).
+            log.warning("grpcProxyPort off: the v2 endpoint (RocketMQ 5 SDKs) does not "
+                        "serve with aclEnable or tlsEnable yet")
+            return None
         if port < 0:  # unset: listenPort + 3, or any free port when listenPort is
             listen = broker.config.listen_port
             port = int(broker.broker_addr.rpartition(":")[2]) + GRPC_PROXY_PORT_OFFSET \
