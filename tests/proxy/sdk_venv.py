@@ -29,7 +29,7 @@ def sdk_python(venv: Path | None = None) -> Path:
     python = venv / "bin" / "python"
     stamp = venv / f".installed-{SDK_PACKAGE}-{SDK_VERSION}"
     venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f".{venv.name}.lock", "w") as lock:
+    with open(venv.with_name(f"{venv.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if stamp.exists() and python.exists():
             return python
