@@ -121,7 +121,9 @@ def test_producer_killed_before_end_is_checked_through_another_member(
         seen = consume(cluster, consumers, "TopicKilled")
         exactly_once(seen, "CHILD-KEY")
         with survivor_listener.lock:
-            assert survivor_listener.checked["CHILD-KEY"] == 1
+            # Checked again if the answer took longer than the 100 ms check interval (a
+            # loaded machine): checks are at least once, the delivery exactly once.
+            assert survivor_listener.checked["CHILD-KEY"] >= 1
         assert pending(cluster, "PG_KILLED") == 0
     finally:
         survivor.shutdown()
@@ -147,7 +149,7 @@ def test_broker_killed_between_half_and_end_commits_once(
         seen = consume(cluster, consumers, "TopicHalfKill")
         exactly_once(seen, "HALF-KILL")
         with listener.lock:
-            assert listener.checked["HALF-KILL"] == 1
+            assert listener.checked["HALF-KILL"] >= 1  # at least once, as above
         assert pending(cluster, "PG_HALF_KILL") == 0
     finally:
         p.shutdown()
