@@ -407,7 +407,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if service is None:
             raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
                                "transactions live on the master; this broker is a slave")
-        summary = service.summary(request.producer_group)
+        summary = await service.current_summary(request.producer_group)
         return A.GetPendingTransactionsResponse(
             status=ok(), half_offset=summary.half_offset, op_offset=summary.op_offset,
             half_max_offset=summary.half_max_offset,
