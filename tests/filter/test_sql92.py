@@ -287,3 +287,21 @@ def test_random_text_gives_a_filter_or_a_filter_error_and_every_entry_agrees() -
 def _values_of(encoded: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ...]:
     pairs = dict(p.split(b"\x01", 1) for p in encoded.split(b"\x02") if p)
     return tuple(pairs.get(n) for n in names)
+
+
+@pytest.mark.parametrize("expression", [
+    "(" * 3000 + "a > 1" + ")" * 3000,
+    " OR ".join(["a > 1"] * 3000),
+    "NOT " * 3000 + "a > 1",
+])
+def test_an_expression_nested_too_deeply_is_a_clear_error(expression: str) -> None:
+    with pytest.raises(FilterError, match="nests too deeply"):
+        compile_sql(expression)
+
+
+def test_a_selector_that_does_not_parse_fails_at_once_in_the_client() -> None:
+    """Before any broker is asked: a topic without a route yet would hide it until later."""
+    from mqclient import MessageSelector
+    with pytest.raises(FilterError, match="column 5"):
+        MessageSelector.by_sql("a > AND")
+    assert MessageSelector.by_sql("").expression == "TRUE"
