@@ -196,7 +196,11 @@ def zero_tail(fd: int, pos: int, file_size: int, zero_run_proof: int | None,
         cur = data_at
         if cur >= file_size or (zero_run_proof is not None and zeros >= zero_run_proof):
             return
-        n = min(len(_ZEROS), file_size - cur)
+        try:  # within this data region: zeros written into a hole would allocate it
+            region_end = os.lseek(fd, cur, os.SEEK_HOLE)
+        except OSError:
+            region_end = file_size
+        n = min(len(_ZEROS), max(region_end, cur + 1) - cur, file_size - cur)
         chunk = os.pread(fd, n, cur)
         if chunk == _ZEROS[: len(chunk)]:
             zeros += len(chunk)

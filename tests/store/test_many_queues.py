@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from store.constants import GetMessageStatus, PutMessageStatus
+from store.consume_queue import ConsumeQueue
 from store.message import Message
 from store.message_store import DefaultMessageStore
 from tests.store.conftest import wait_dispatched
@@ -112,3 +113,26 @@ def test_restart_with_a_broken_queue_loads_the_others(make_store: MakeStore,
     refused = again.put_message(Message("T", b"y", queue_id=1))
     assert refused.status is PutMessageStatus.CREATE_MAPPED_FILE_FAILED
     assert again.put_message(Message("T", b"y", queue_id=2)).ok
+
+
+def test_recovery_touches_only_allocated_bytes(tmp_path: Path) -> None:
+    """A queue file is sparse: recovery reads its allocated start, zeroes stale bytes in a
+    later data region, and leaves its holes unallocated (no 1 MiB zero-run read per queue)."""
+    size = 300_000 * 20
+    cq = ConsumeQueue("T", 0, tmp_path, size)
+    cq.put_entries(0, [100, 10, 7, 110, 10, 7, 120, 10, 7])
+    path = cq.files[0].path
+    cq.close()
+    with open(path, "r+b") as f:  # stale bytes behind a hole, as a torn earlier run leaves
+        f.seek(100_000)
+        f.write(b"\x01" * 20)
+    again = ConsumeQueue("T", 0, tmp_path, size)
+    again.load()
+    again.recover()
+    assert again.max_offset_in_queue == 3 and again.max_physic_offset == 130
+    with open(path, "rb") as f:
+        f.seek(100_000)
+        assert f.read(20) == bytes(20)
+    assert os.stat(path).st_blocks * 512 <= 64 * 1024  # the holes stayed holes
+    again.put_entries(3, [130, 10, 7])
+    assert again.get_entry(3) == (130, 10, 7)
