@@ -152,9 +152,13 @@ class DefaultMessageStore:
         with os.scandir(cq_root) as topics:
             topic_dirs = sorted((e.name, e.path) for e in topics if e.is_dir())
         for topic, path in topic_dirs:
-            with os.scandir(path) as queues:
-                queue_dirs = sorted((int(e.name), e.path) for e in queues
-                                    if e.name.isdigit() and e.is_dir())
+            try:
+                with os.scandir(path) as queues:
+                    queue_dirs = sorted((int(e.name), e.path) for e in queues
+                                        if e.name.isdigit() and e.is_dir())
+            except OSError as e:  # this topic only: the others load
+                log.error("consume queues of topic %s not loaded: %s", topic, e)
+                continue
             for queue_id, qpath in queue_dirs:
                 cq = self._new_consume_queue(topic, queue_id)
                 try:
