@@ -65,6 +65,13 @@ def write(path: str, commitlog_max: int, queues: Iterable[ConsumeQueue]) -> None
         os.close(dfd)
 
 
+def discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def take(path: str, cq_root: str, new_queue: Callable[[str, int], ConsumeQueue]) -> int | None:
     """Makes the queues of the snapshot at `path` with `new_queue` and deletes the file;
     returns the commitlog max offset it was written at, or None (no file, or one that does
@@ -75,10 +82,7 @@ def take(path: str, cq_root: str, new_queue: Callable[[str, int], ConsumeQueue])
     except FileNotFoundError:
         return None
     finally:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
+        discard(path)
     problem = _check(body, cq_root)
     if isinstance(problem, str):
         log.warning("consume-queue snapshot not used (%s): scanning every queue", problem)

@@ -132,10 +132,13 @@ class DefaultMessageStore:
         self.commitlog.queue.load()
         # After a clean stop the queues' positions come from the snapshot written then
         # (deleted here in any case: a later crash must not meet it).
-        snapshot = cq_snapshot.take(str(self.root / cq_snapshot.FILE_NAME), self.cq_root,
-                                    self._new_consume_queue)
-        if crashed or snapshot is None:
-            self.consume_queues.clear()
+        snapshot_path = str(self.root / cq_snapshot.FILE_NAME)
+        snapshot = None
+        if crashed:
+            cq_snapshot.discard(snapshot_path)
+        else:
+            snapshot = cq_snapshot.take(snapshot_path, self.cq_root, self._new_consume_queue)
+        if snapshot is None:
             self._load_consume_queues()
         self.index.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
