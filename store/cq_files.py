@@ -22,6 +22,7 @@ import logging
 import os
 import resource
 import threading
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,12 @@ class FileHandles:
                 os.close(self._fds.popitem()[1])
 
 
-def _load_syncfs() -> ctypes._CFuncPtr | None:
+def _load_syncfs() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
+        fn: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return None
+    return fn
 
 
 _syncfs = _load_syncfs()

@@ -9,6 +9,7 @@ there with EMFILE and retried forever.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import resource
@@ -136,3 +137,26 @@ def test_recovery_touches_only_allocated_bytes(tmp_path: Path) -> None:
     assert os.stat(path).st_blocks * 512 <= 64 * 1024  # the holes stayed holes
     again.put_entries(3, [130, 10, 7])
     assert again.get_entry(3) == (130, 10, 7)
+
+
+def test_commitlog_roll_out_of_fds_is_one_status_and_one_line(
+        make_store: MakeStore, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = make_store()
+    queue = store.commitlog.queue
+    assert store.put_message(Message("T", bytes(1024), queue_id=0)).ok  # the first file
+
+    def out_of_fds(offset: int) -> None:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(queue, "create_file", out_of_fds)
+    caplog.set_level(logging.ERROR, logger="store")
+    statuses = set()
+    for _ in range(200):  # 64 KiB files: the roll comes within the first 100 puts
+        result = store.put_message(Message("T", bytes(1024), queue_id=0))
+        statuses.add(result.status)
+        if not result.ok:
+            assert result.append is not None and "Too many open files" in result.append.error
+    assert PutMessageStatus.CREATE_MAPPED_FILE_FAILED in statuses
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, [r.getMessage() for r in errors]
