@@ -154,6 +154,7 @@ class DefaultMessageStore:
         else:
             snapshot = cq_snapshot.take(snapshot_path, self.cq_root, self._new_consume_queue)
         if snapshot is None:
+            self.consume_queues.clear()
             self._load_consume_queues()
         self.index.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
