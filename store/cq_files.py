@@ -180,24 +180,32 @@ def data_end(fd: int, file_size: int) -> int:
 
 def zero_tail(fd: int, pos: int, file_size: int, zero_run_proof: int | None,
               known_zero_to: int = 0) -> None:
+    """See _zero_tail; what it zeroed is forced to disk (a rare case: stale bytes found)."""
+    if _zero_tail(fd, pos, file_size, zero_run_proof, known_zero_to):
+        os.fdatasync(fd)
+
+
+def _zero_tail(fd: int, pos: int, file_size: int, zero_run_proof: int | None,
+               known_zero_to: int) -> bool:
     """Zeroes [pos, file_size) so a later scan sees the end of data there, not stale bytes;
     [pos, known_zero_to) is known zero already. Holes are zeros, and reading stops once
     `zero_run_proof` zero bytes in a row were seen (data is written front to back)."""
     cur = max(pos, known_zero_to)
     zeros = cur - pos
+    wrote = False
     while cur < file_size:
         if zero_run_proof is not None and zeros >= zero_run_proof:
-            return
+            return wrote
         try:
             data_at = os.lseek(fd, cur, os.SEEK_DATA)
         except OSError as e:
             if e.errno == errno.ENXIO:  # nothing but holes to the end
-                return
+                return wrote
             data_at = cur  # the file system cannot tell: read everything
         zeros += data_at - cur
         cur = data_at
         if cur >= file_size or (zero_run_proof is not None and zeros >= zero_run_proof):
-            return
+            return wrote
         try:  # within this data region: zeros written into a hole would allocate it
             region_end = os.lseek(fd, cur, os.SEEK_HOLE)
         except OSError:
@@ -208,7 +216,9 @@ def zero_tail(fd: int, pos: int, file_size: int, zero_run_proof: int | None,
             zeros += len(chunk)
         else:
             os.pwrite(fd, _ZEROS[: len(chunk)], cur)
+            wrote = True
             zeros = 0
         if not chunk:
-            return
+            return wrote
         cur += len(chunk)
+    return wrote

@@ -289,8 +289,7 @@ class DefaultMessageStore:
                 self.checkpoint.physic_msg_timestamp)
             self.checkpoint.close()
         self.commitlog.close()
-        for cq in self.consume_queues.values():
-            cq.close()
+        # The queues hold no fd of their own, and _flush_logics forced them all to disk.
         self.cq_handles.close_all()
         if not self.failed_queues:
             try:
