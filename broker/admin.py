@@ -131,6 +131,7 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
         "brokerRole": broker.config.broker_role.value,
         "clusterName": broker.config.broker_cluster_name,
         "haServerAddr": broker.ha_server_addr,
+        "metricsAddr": broker.metrics_addr,
         "bootTimestamp": str(broker.boot_timestamp),
         "putTps": f"{stats.put_tps():.2f}",
         "getTotalTps": f"{stats.get_total_tps():.2f}",
@@ -174,6 +175,41 @@ def _reset_offsets(broker: BrokerController, topic: str, committed: dict[int, in
     return {q: store.get_offset_in_queue_by_time(topic, q, timestamp) for q in queue_ids}
 
 
+def create_problem(config: TopicConfig, max_queue_nums: int, cluster_name: str) -> str | None:
+    """Why an admin may not create or update `config` on this broker, or None."""
+    problem = config_problem(config, max_queue_nums)
+    if problem is not None:
+        return problem
+    if is_system_topic(config.topic_name):
+        return f"the topic[{config.topic_name}] is conflict with system topic"
+    if config.topic_name == cluster_name:
+        return (f"the topic[{config.topic_name}] is conflict with system reserved words "
+                "(the cluster name)")
+    return None
+
+
+def checked_configs(pbs: list[common_pb2.TopicConfig], max_queue_nums: int,
+                    cluster_name: str) -> list[TopicConfig]:
+    """The configs of a batch create, each checked (any thread: pure); RequestError naming
+    the first refused one, or a topic listed twice."""
+    out: list[TopicConfig] = []
+    seen: set[str] = set()
+    for pb in pbs:
+        config = topic_config_from_proto(pb)
+        problem = create_problem(config, max_queue_nums, cluster_name)
+        if problem is None and config.topic_name in seen:
+            problem = f"topic {config.topic_name} is listed twice"
+        if problem is not None:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               f"{problem}; no topic of the batch was created")
+        seen.add(config.topic_name)
+        out.append(config)
+    return out
+
+
+BATCH_APPLY_CHUNK = 5000  # topics put into the table per loop turn
+
+
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -183,19 +219,33 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def CreateOrUpdateTopic(self, request: A.CreateOrUpdateTopicRequest,
                                   context: Context) -> Any:
         config = topic_config_from_proto(request.topic_config)
-        problem = config_problem(config, self.broker.config.max_topic_queue_nums)
+        problem = create_problem(config, self.broker.config.max_topic_queue_nums,
+                                 self.broker.config.broker_cluster_name)
         if problem is not None:
             raise RequestError(common_pb2.INVALID_PARAMETER, problem)
-        if is_system_topic(config.topic_name):
-            raise RequestError(common_pb2.INVALID_PARAMETER,
-                               f"the topic[{config.topic_name}] is conflict with system topic")
-        if config.topic_name == self.broker.config.broker_cluster_name:
-            raise RequestError(common_pb2.INVALID_PARAMETER,
-                               f"the topic[{config.topic_name}] is conflict with system "
-                               "reserved words (the cluster name)")
         self.broker.topics.update(config)
         await self.broker.topics_changed()
         return A.CreateOrUpdateTopicResponse(status=ok())
+
+    @rpc(A.CreateOrUpdateTopicsResponse)
+    async def CreateOrUpdateTopics(self, request: A.CreateOrUpdateTopicsRequest,
+                                   context: Context) -> Any:
+        """Checked whole in a worker thread, put into the table a chunk per loop turn, then
+        one write of topics.json and one registration."""
+        c = self.broker.config
+        configs = await asyncio.to_thread(checked_configs, list(request.topic_configs),
+                                          c.max_topic_queue_nums, c.broker_cluster_name)
+        created = updated = 0
+        for start in range(0, len(configs), BATCH_APPLY_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+            n_created, n_updated = self.broker.topics.update_many(
+                configs[start:start + BATCH_APPLY_CHUNK])
+            created += n_created
+            updated += n_updated
+        if created or updated:
+            await self.broker.topics_changed()
+        return A.CreateOrUpdateTopicsResponse(status=ok(), created=created, updated=updated)
 
     @rpc(A.DeleteTopicResponse)
     async def DeleteTopic(self, request: A.DeleteTopicRequest, context: Context) -> Any:
@@ -348,6 +398,23 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if merged:
             log.info("merged %d larger consumer offsets reported by a slave", merged)
         return A.MergeConsumerOffsetResponse(status=ok(), merged=merged)
+
+    @rpc(A.GetPendingTransactionsResponse)
+    async def GetPendingTransactions(self, request: A.GetPendingTransactionsRequest,
+                                     context: Context) -> Any:
+        service = self.broker.transactions
+        if service is None:
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
+                               "transactions live on the master; this broker is a slave")
+        summary = service.summary(request.producer_group)
+        return A.GetPendingTransactionsResponse(
+            status=ok(), half_offset=summary.half_offset, op_offset=summary.op_offset,
+            half_max_offset=summary.half_max_offset,
+            groups=[A.PendingTransactionGroup(
+                producer_group=g.producer_group, pending=g.pending,
+                oldest_born_timestamp=g.oldest_born_timestamp,
+                max_check_times=g.max_check_times, online_producers=g.online_producers)
+                for g in summary.groups])
 
 
 def _checked_offset_entries(store: Any, topics: dict[str, TopicConfig],

@@ -30,6 +30,9 @@ from broker.constants import (
     REGISTER_BROKER_TIMEOUT_MS,
     REGISTER_NAME_SERVER_PERIOD_MS,
     SLAVE_SYNCHRONIZE_INTERVAL_MS,
+    TRANSACTION_CHECK_INTERVAL_MS,
+    TRANSACTION_CHECK_MAX,
+    TRANSACTION_TIME_OUT_MS,
 )
 from ha.constants import (
     HA_HOUSEKEEPING_INTERVAL,
@@ -69,6 +72,11 @@ class BrokerConfig:
     send_channel_frame_timeout_mills: int = DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS
     # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
     ha_master_address: str = ""
+    # Prometheus `/metrics` (broker/metrics.py) on this port of bindAddress: 0 = off (the
+    # default, as RocketMQ's metricsExporterType=DISABLE: the endpoint has no access control
+    # and a port derived from listenPort could be a neighbour's); -1 = any free port (tests;
+    # GetRuntimeInfo's metricsAddr says which). RocketMQ's metricsPromExporterPort is 5557.
+    metrics_port: int = 0
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
     ha_slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX
     # SYNC_MASTER: a slave whose last ack is older than this (ms) is not in sync.
@@ -95,6 +103,33 @@ class BrokerConfig:
     flush_delay_offset_interval: int = FLUSH_DELAY_OFFSET_INTERVAL_MS
     # SLAVE: copy topic configs and offsets from the master this often (ms).
     slave_synchronize_interval: int = SLAVE_SYNCHRONIZE_INTERVAL_MS
+    # SQL92 subscriptions (filter/, broker/message_filter.py): refused unless true.
+    enable_property_filter: bool = False
+    # Transactions (SPEC §7): a half message with no outcome this long (ms) after it was
+    # born is checked back with its producer group, every transactionCheckInterval (ms), at
+    # most transactionCheckMax times, then rolled back.
+    transaction_time_out: int = TRANSACTION_TIME_OUT_MS
+    transaction_check_interval: int = TRANSACTION_CHECK_INTERVAL_MS
+    transaction_check_max: int = TRANSACTION_CHECK_MAX
+    # Access control (acl/, issue 22): off by default, as RocketMQ's aclEnable. When on,
+    # every gRPC request must be signed by an account of aclFile (plain_acl.yml layout,
+    # YAML or JSON, reloaded when it changes) and the send channel is off (clients send by
+    # gRPC, where each request is signed).
+    acl_enable: bool = False
+    acl_file: str = ""
+    # A secret shared by the cluster's brokers and name servers (env MQ_CLUSTER_KEY when
+    # absent): registrations with the name servers and slaves' HA links must prove it, and
+    # with aclEnable a slave calls its master's admin service with it. Empty: none.
+    cluster_key: str = ""
+    # TLS (mqproto/tls.py) on the gRPC and HA ports; the broker then dials name servers and
+    # its master with TLS too (verified against tlsCaPath; empty: the system's CAs). With
+    # tlsMutual, clients must show a certificate signed by tlsCaPath. The send channel is
+    # off with TLS (clients send by gRPC).
+    tls_enable: bool = False
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    tls_ca_path: str = ""
+    tls_mutual: bool = False
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
 
@@ -182,6 +217,8 @@ def parse_config(props: dict[str, str], env: dict[str, str] | None = None) -> Lo
             unknown.append(key)
     if "namesrv_addr" not in values and env.get("NAMESRV_ADDR"):
         values["namesrv_addr"] = env["NAMESRV_ADDR"]
+    if "cluster_key" not in values and env.get("MQ_CLUSTER_KEY"):
+        values["cluster_key"] = env["MQ_CLUSTER_KEY"]
     broker = BrokerConfig(**values)
     _check(broker)
     try:
@@ -210,6 +247,9 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
     if not -1 <= c.send_listen_port <= 65535:
         raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
+    if not -1 <= c.metrics_port <= 65535:
+        raise ConfigError(f"metricsPort: {c.metrics_port} is not a port (0 = off, -1 = any "
+                          "free port)")
     if c.ha_master_address:
         host, sep, port = c.ha_master_address.rpartition(":")
         if not sep or not host or not port.isdigit():
@@ -226,9 +266,21 @@ def _check(c: BrokerConfig) -> None:
                  "register_broker_timeout_mills",
                  "flush_consumer_offset_interval", "flush_delay_offset_interval",
                  "slave_synchronize_interval", "ha_max_time_slave_not_catchup",
-                 "ha_housekeeping_interval"):
+                 "ha_housekeeping_interval", "transaction_check_interval"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"{name}: must be > 0")
+    if c.transaction_time_out < 0:
+        raise ConfigError("transactionTimeOut: must be >= 0")
+    if c.transaction_check_max < 0:
+        raise ConfigError("transactionCheckMax: must be >= 0")
+    if c.acl_enable and not c.acl_file:
+        raise ConfigError("aclFile: aclEnable=true needs the account file's path")
+    if c.tls_enable and not (c.tls_cert_path and c.tls_key_path):
+        raise ConfigError("tlsEnable=true needs tlsCertPath and tlsKeyPath")
+    if c.tls_mutual and not c.tls_ca_path:
+        raise ConfigError("tlsMutual=true needs tlsCaPath (the CA of client certificates)")
+    if c.cluster_key and len(c.cluster_key) < 8:
+        raise ConfigError("clusterKey: at least 8 characters")
     for addr in c.namesrv_addr_list:
         host, sep, port = addr.rpartition(":")
         if not sep or not host or not port.isdigit():

@@ -13,13 +13,18 @@ import contextlib
 import fcntl
 import logging
 import os
+import ssl
 import time
+import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
 
 import grpc
 
+from acl.config import AclConfigError
+from acl.grpc_auth import ClientAuth, ServerAuth
+from acl.store import AclStore
 from broker.admin import AdminServicer, data_version_to_proto, topic_config_to_proto
 from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
@@ -32,21 +37,27 @@ from broker.constants import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from broker.convert import UniqKeyFactory, format_host
+from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
+from broker.metrics import BrokerMetrics
 from broker.pull import PullRequestHoldService
-from broker.registration import BrokerOuterAPI
+from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
+from broker.transaction import ProducerCheckStreams, TransactionalMessageService
+from broker.transaction.checks import check_request
+from broker.transaction.prepare import HalfMessages
 from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
-from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
-from mqproto.serving import add_servicer, log_accept_errors_briefly
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
+from mqproto.tls import ServerTls, TlsError
 from store.config import StoreConfig
 from store.constants import BrokerRole, PutMessageStatus
 from store.message import Message
@@ -56,6 +67,8 @@ from store.waiters import OffsetWaiters
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+REGISTER_BODY_COMPRESS_LEVEL = 1  # zlib: topic tables shrink ~5x already at the fastest level
+ENCODE_CHUNK = 1000  # topic configs serialized per protobuf call
 
 
 def wall_clock_ms() -> int:
@@ -85,8 +98,18 @@ class BrokerController:
         self.delay_offsets = DelayOffsetManager(root / "config" / "delayOffset.json")
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
+        self.filters = FilterRegistry(self.config.enable_property_filter)
+        # The cluster key signs what this broker asks of name servers and of its master.
+        self.cluster_auth = ClientAuth.cluster(self.config.cluster_key)
+        c = self.config
+        self.tls = (ServerTls(c.tls_cert_path, c.tls_key_path, c.tls_ca_path, c.tls_mutual)
+                    if c.tls_enable else None)
+        self.peer_tls = self.tls.client() if self.tls is not None else None
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
-                                        self.config.register_broker_timeout_mills / 1000)
+                                        self.config.register_broker_timeout_mills / 1000,
+                                        auth=self.cluster_auth, tls=self.peer_tls)
+        self.acl: AclStore | None = None  # aclEnable: the accounts, once started
+        self.auth: ServerAuth | None = None
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
         self.pull_hold: PullRequestHoldService = None  # type: ignore[assignment]
         self.store_host: tuple[str, int] = ("127.0.0.1", 0)
@@ -105,14 +128,22 @@ class BrokerController:
                 self, self.config.slave_synchronize_interval / 1000,
                 self.config.register_broker_timeout_mills / 1000)
         self.schedule: ScheduleMessageService | None = None  # a master's, once started
+        # Transactions (broker/transaction): producers' check streams; a master's service.
+        self.check_streams: ProducerCheckStreams[messaging_pb2.CheckTransactionStateRequest] = (
+            ProducerCheckStreams())
+        self.transactions: TransactionalMessageService | None = None
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
         self.messaging: MessagingServicer | None = None
         self.send_channel: SendChannelServer | None = None
         self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_addr = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
+        # (data version, broker permission) -> the compressed topic table it registers
+        self._register_body: tuple[tuple[object, int], bytes] | None = None
         self._lock_fd: int | None = None
         self._started = False
         self._stopped = False
@@ -122,14 +153,18 @@ class BrokerController:
         """Binds, loads the store and config files, serves, registers; returns brokerAddr."""
         self._lock_store_dir()
         log_accept_errors_briefly(asyncio.get_running_loop(), log)
+        self._start_acl()
         server = self._build_server()
         self._server = server
         # brokerIP1, else the local address of a socket connected to a name server.
         host = self.config.broker_ip1 or await asyncio.to_thread(
             local_ip, self.config.namesrv_addr_list)
+        listen = format_host((self.config.bind_address, self.config.listen_port))
         try:
-            port = server.add_insecure_port(
-                format_host((self.config.bind_address, self.config.listen_port)))
+            port = (server.add_secure_port(listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(listen))
+        except TlsError as e:
+            raise ConfigError(str(e)) from None
         except RuntimeError as e:
             raise OSError(f"cannot listen on port {self.config.listen_port}: {e}") from e
         if port == 0:
@@ -156,6 +191,7 @@ class BrokerController:
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
         await self._start_ha(ha_host, ha_port)
         await self._start_send_channel(host, port)
+        await self._start_metrics(host)
 
         await server.start()
         self._started = True
@@ -164,6 +200,11 @@ class BrokerController:
                  self.config.broker_cluster_name, self.config.broker_id,
                  self.config.broker_role.value, self.broker_addr, self.root)
         await self.register_broker_all()
+        if self.outer_api.all_refused():
+            raise RegistrationRefused(
+                "every name server refused this broker's registration, so none of its "
+                "topics is routable: " + "; ".join(
+                    f"{a}: {why}" for a, why in self.outer_api.refused.items()))
         # A name server that comes back (or restarted) hears from this broker at once.
         self.outer_api.start_links(self.broker_addr, lambda _addr: self._register_now.set())
         self._tasks = [
@@ -174,12 +215,19 @@ class BrokerController:
             asyncio.create_task(self._periodic(
                 "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
         ]
+        stall_watch = watch_loop_stalls(log)
+        if stall_watch is not None:
+            self._tasks.append(stall_watch)
         if self.slave_sync is not None:
             self._tasks.append(asyncio.create_task(self.slave_sync.run(), name="slaveSynchronize"))
         else:
             self.schedule = ScheduleMessageService(store, self.delay_offsets, self._put_one,
                                                    self.clock_ms)
             self.schedule.start()
+            self.transactions = TransactionalMessageService(
+                self, lambda group, half: self.check_streams.send(group, check_request(half)),
+                self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
+            self.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
                 self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
@@ -192,7 +240,10 @@ class BrokerController:
             self.ha_client = HAClient(
                 self.store, c.ha_master_address, on_connected=self.slave_sync.wake,
                 hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
-                housekeeping_interval=c.ha_housekeeping_interval / 1000)
+                housekeeping_interval=c.ha_housekeeping_interval / 1000,
+                cluster_key=c.cluster_key,
+                ssl_context=self._ssl(lambda: self.peer_tls.ssl_context()  # type: ignore[union-attr]
+                                      if self.peer_tls else None))
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
@@ -200,7 +251,10 @@ class BrokerController:
                             slave_fallbehind_max=self.config.ha_slave_fallbehind_max,
                             max_time_slave_not_catchup_ms=(
                                 self.config.ha_max_time_slave_not_catchup),
-                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000)
+                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000,
+                            cluster_key=self.config.cluster_key,
+                            ssl_context=self._ssl(lambda: self.tls.ssl_context()  # type: ignore[union-attr]
+                                                  if self.tls else None))
         try:
             bound = await service.start()
         except OSError as e:
@@ -209,6 +263,13 @@ class BrokerController:
         # With a write buffer, a put becomes readable only when committed: wake HA then too.
         self.store.commit_listeners.append(lambda _: service.notify_data_arrived())
         self.ha_server_addr = format_host((host, bound))
+
+    @staticmethod
+    def _ssl(make: Callable[[], ssl.SSLContext | None]) -> ssl.SSLContext | None:
+        try:
+            return make()
+        except TlsError as e:
+            raise ConfigError(str(e)) from None
 
     async def _start_send_channel(self, host: str, port: int) -> None:
         if not self.config.send_channel_enable:
@@ -221,13 +282,28 @@ class BrokerController:
         channel = SendChannelServer(self.messaging.send, ChannelLimits(
             max_connections=c.send_channel_max_connections,
             idle_timeout_s=c.send_channel_idle_timeout_mills / 1000,
-            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000))
+            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000),
+            auth=self.auth)  # aclEnable: connections authenticate first (AUTH frame)
         try:
-            bound = await channel.start(self.config.bind_address, send_port)
+            bound = await channel.start(self.config.bind_address, send_port, self._ssl(
+                lambda: self.tls.ssl_context() if self.tls else None))  # type: ignore[union-attr]
         except OSError as e:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel
         self.send_channel_addr = format_host((host, bound))
+
+    async def _start_metrics(self, host: str) -> None:
+        port = self.config.metrics_port
+        if port == 0:
+            return
+        metrics = BrokerMetrics(self)
+        try:
+            bound = await metrics.start(self.config.bind_address, port)
+        except OSError as e:
+            raise OSError(f"cannot listen on metricsPort {port}: {e}") from e
+        self.metrics = metrics
+        self.metrics_addr = format_host((host, bound))
+        log.info("metrics served on http://%s/metrics", self.metrics_addr)
 
     async def _stop_ha(self) -> None:
         if self.ha_client is not None:
@@ -275,14 +351,31 @@ class BrokerController:
         self.offsets.load()
         self.delay_offsets.load()
 
+    def _start_acl(self) -> None:
+        if not self.config.acl_enable:
+            return
+        try:
+            self.acl = AclStore(self.config.acl_file)
+        except AclConfigError as e:
+            raise ConfigError(f"aclFile: {e}") from None
+        self.auth = ServerAuth(self.acl, self.config.cluster_key)
+        self.acl.start()
+        log.info("access control on: %d accounts from %s%s", len(self.acl.config.accounts),
+                 self.config.acl_file, "" if self.config.cluster_key else
+                 " (no clusterKey: slaves cannot call this broker's admin service)")
+        if self.config.is_slave and not self.config.cluster_key:
+            log.warning("aclEnable without clusterKey: this slave cannot sign its calls to "
+                        "its master's admin service (set clusterKey on both)")
+
     def _build_server(self) -> grpc.aio.Server:
         max_receive = 2 * self.store_config.max_message_size + (1 << 20)
         server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", max_receive),
             ("grpc.max_send_message_length", -1),
-        ])
+        ], interceptors=[self.auth] if self.auth is not None else None)
         self.messaging = MessagingServicer(self)
+        self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.messaging, log)
@@ -316,8 +409,15 @@ class BrokerController:
             self.send_channel = None
         if self._server is not None:
             await self._server.stop(grace)
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
+        if self.acl is not None:
+            await self.acl.stop()
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transactions is not None:
+            await self.transactions.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -383,25 +483,28 @@ class BrokerController:
                 log.exception("registerBrokerAll failed")
 
     # -- name servers ----------------------------------------------------------------------
-    def register_request(self) -> namesrv_pb2.RegisterBrokerRequest:
+    async def register_request(self) -> namesrv_pb2.RegisterBrokerRequest:
+        """The registration with the whole topic table, compressed. The table is encoded in
+        a worker thread from a copy taken here, once per data version."""
         c = self.config
-        configs: list[TopicConfig] = list(self.topics.table.values())
-        protos = [topic_config_to_proto(t) for t in configs]
-        if c.broker_permission != PERM_READ_WRITE:  # a read-only broker offers read-only queues
-            for p in protos:
-                p.perm = c.broker_permission
+        key = (self.topics.data_version, c.broker_permission)
+        cached = self._register_body
+        if cached is None or cached[0] != key:
+            configs: list[TopicConfig] = list(self.topics.table.values())
+            body = await asyncio.to_thread(encode_topic_table, configs, c.broker_permission)
+            cached = self._register_body = (key, body)
         return namesrv_pb2.RegisterBrokerRequest(
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
             broker_addr=self.broker_addr, broker_id=c.broker_id,
             ha_server_addr=self.ha_server_addr,
-            data_version=data_version_to_proto(self.topics.data_version),
-            topic_configs=protos)
+            data_version=data_version_to_proto(key[0]),
+            compressed_topic_configs=cached[1])
 
     async def register_broker_all(self) -> int:
         """Registers with every name server; returns how many answered."""
         if not self.outer_api.namesrv_addrs:
             return 0
-        answers = await self.outer_api.register_broker_all(self.register_request())
+        answers = await self.outer_api.register_broker_all(await self.register_request())
         for answer in answers:
             if answer.master_addr and answer.master_addr != self.master_addr:
                 self.master_addr = answer.master_addr
@@ -423,9 +526,10 @@ class BrokerController:
             broker_addr=self.broker_addr, broker_id=c.broker_id))
 
     async def topics_changed(self) -> None:
-        """After a topic config change: persist the table, register again soon."""
-        await self.topics.persist_async()
+        """After a topic config change: persist the table (changes close together share
+        one write), register again soon (likewise one registration)."""
         self._register_now.set()
+        await self.topics.persist_coalesced()
 
     def master_available(self) -> bool:
         """A slave's view: its HA link to the master is up (a master is its own master)."""
@@ -461,6 +565,21 @@ class BrokerController:
                                f"offset {offset} out of range for {topic}-{queue_id}: the "
                                f"queue holds [{min_offset}, {max_offset}]")
         self.offsets.commit_offset(group, topic, queue_id, offset)
+
+
+def encode_topic_table(configs: list[TopicConfig], broker_permission: int) -> bytes:
+    """A TopicConfigTable of `configs`, serialized and zlib-compressed (any thread). A
+    read-only broker offers its queues read-only. Serialized by parts that are joined
+    (concatenated messages merge their repeated fields): protobuf's C code holds the GIL
+    for a whole message, which would stall the event loop at tens of thousands of topics."""
+    parts = []
+    for start in range(0, len(configs), ENCODE_CHUNK):
+        protos = [topic_config_to_proto(t) for t in configs[start:start + ENCODE_CHUNK]]
+        if broker_permission != PERM_READ_WRITE:
+            for p in protos:
+                p.perm = broker_permission
+        parts.append(namesrv_pb2.TopicConfigTable(topic_configs=protos).SerializeToString())
+    return zlib.compress(b"".join(parts), REGISTER_BODY_COMPRESS_LEVEL)
 
 
 __all__ = ["BrokerController", "ConfigError", "StoreDirLocked", "wall_clock_ms"]

@@ -5,6 +5,11 @@ temp file is renamed over `NAME`; the directory is fsynced last. At every moment
 is either the old or the new content, never a torn mix. A load that finds `NAME` missing
 or corrupt falls back to `NAME.bak`; when both exist and are unreadable it refuses to go
 on (ConfigFileCorrupt) rather than start with nothing and lose offsets or topics.
+
+Files are encoded with orjson when it is installed (a dependency; measured ~20x faster than
+the standard encoder with indent=2, which took 67 % of a broker's CPU while topics were
+created one by one), else with the standard encoder, compact. Both write sorted keys; the
+file stays JSON either way.
 """
 
 from __future__ import annotations
@@ -19,8 +24,28 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+try:
+    import orjson
+except ImportError:  # pragma: no cover - orjson is a dependency; the fallback is kept
+    orjson = None  # type: ignore[assignment]
+
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def encode_json(data: Any) -> bytes:
+    """`data` as UTF-8 JSON with sorted keys: orjson when installed, else the standard
+    encoder without indentation (both keep non-ASCII characters as they are)."""
+    if orjson is not None:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    return json.dumps(data, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=False).encode()
+
+
+def decode_json(raw: bytes) -> Any:
+    if orjson is not None:
+        return orjson.loads(raw)
+    return json.loads(raw.decode("utf-8"))
 
 
 class ConfigFileCorrupt(ValueError):
@@ -46,10 +71,10 @@ def _fsync_dir(directory: Path) -> None:
 def write_json_atomic(path: Path, data: Any) -> None:
     """Writes `data` as JSON to `path` atomically, keeping the previous file as `.bak`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, sort_keys=True)
+    raw = encode_json(data)
     tmp = _temp_path(path)
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(raw)
         f.flush()
         os.fsync(f.fileno())
     if path.exists():
@@ -67,7 +92,7 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def _read(path: Path) -> Any:
-    return json.loads(path.read_text(encoding="utf-8"))
+    return decode_json(path.read_bytes())
 
 
 def read_json_with_backup(path: Path, parse: Callable[[Any], T]) -> T | None:
@@ -103,6 +128,7 @@ class JsonConfigFile:
         self.path = path
         self._lock = threading.Lock()
         self._written_seq = 0
+        self.writes = 0  # files written (tests, benchmarks)
 
     def write(self, seq: int, data: Any) -> bool:
         with self._lock:
@@ -110,6 +136,7 @@ class JsonConfigFile:
                 return False
             write_json_atomic(self.path, data)
             self._written_seq = seq
+            self.writes += 1
             return True
 
 
@@ -118,13 +145,22 @@ class ConfigManager(Generic[T]):
 
     Subclasses give `encode` (table -> JSON data, on the loop), `parse` (JSON data ->
     table, pure; raises on a bad shape) and `apply` (install a parsed table), and set
-    `dirty` when the table changed.
+    `dirty` when the table changed. A large table overrides `snapshot_state` (a cheap copy,
+    on the loop) and `encode_state` (that copy -> JSON data, in the worker thread).
+
+    `persist_coalesced` is the write after a change: changes made while a write is in
+    flight (or within `debounce_s` of the first) share the next write.
     """
+
+    debounce_s = 0.0
 
     def __init__(self, path: Path) -> None:
         self.file = JsonConfigFile(path)
         self._seq = 0
         self.dirty = False
+        self._requested = 0  # persist_coalesced calls so far
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._writer: asyncio.Task[None] | None = None
 
     @property
     def path(self) -> Path:
@@ -147,20 +183,64 @@ class ConfigManager(Generic[T]):
         self.apply(parsed)
         return True
 
+    def snapshot_state(self) -> Any:
+        """What the file will hold, taken on the loop (default: the encoded data)."""
+        return self.encode()
+
+    def encode_state(self, state: Any) -> Any:
+        """`snapshot_state`'s result -> JSON data (any thread)."""
+        return state
+
     def snapshot(self) -> tuple[int, Any]:
         self._seq += 1
-        data = self.encode()
+        state = self.snapshot_state()
         self.dirty = False
-        return self._seq, data
+        return self._seq, state
+
+    def _write_state(self, seq: int, state: Any) -> bool:
+        return self.file.write(seq, self.encode_state(state))
 
     def persist(self) -> None:
         """Writes now, in this thread (start-up, shutdown, tests)."""
-        self.file.write(*self.snapshot())
+        self._write_state(*self.snapshot())
 
     async def persist_async(self) -> None:
-        """Snapshots on the loop, writes in a worker thread."""
-        seq, data = self.snapshot()
-        await asyncio.to_thread(self.file.write, seq, data)
+        """Snapshots on the loop, encodes and writes in a worker thread."""
+        seq, state = self.snapshot()
+        await asyncio.to_thread(self._write_state, seq, state)
+
+    async def persist_coalesced(self) -> None:
+        """Returns once a write that started after this call is done: one write covers
+        every call made while the previous write was in flight."""
+        self._requested += 1
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((self._requested, future))
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._write_requested(),
+                                               name=f"persist-{self.path.name}")
+        await future
+
+    async def _write_requested(self) -> None:
+        while self._waiters:
+            if self.debounce_s > 0:
+                await asyncio.sleep(self.debounce_s)
+            covered = self._requested
+            try:
+                await self.persist_async()
+            except Exception as e:
+                self.dirty = True  # the periodic persistence (or the next change) retries
+                error: Exception | None = e
+            else:
+                error = None
+            done = [f for n, f in self._waiters if n <= covered]
+            self._waiters = [(n, f) for n, f in self._waiters if n > covered]
+            for future in done:
+                if future.done():
+                    continue
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
 
     async def persist_if_dirty(self) -> bool:
         """The periodic persistence: writes only when the table changed since last time."""

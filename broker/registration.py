@@ -1,6 +1,13 @@
 """The broker's calls to the name servers (RocketMQ's BrokerOuterAPI): register with every
 name server (at start, every 30 s, after a topic change) and unregister on a clean stop.
 
+A registration carries the whole topic table (compressed) only to a name server that does
+not hold the broker's current data version; to the others it is a keep-alive without the
+table (RocketMQ 4.9 skips unchanged bodies too). A name server that answers body_required
+(it restarted, or lost the broker) gets the table at once. A name server that refuses a
+registration (INVALID_PARAMETER, a table over its receive limit) is logged as an ERROR
+that says the broker's topics are not routable there.
+
 While the broker runs it also keeps a link (a `WatchBrokerLink` stream) open to every name
 server over the channel it registers on: the name server drops the broker at once when that
 connection closes (the process exited), and the link coming back up after a name server
@@ -15,7 +22,9 @@ from collections.abc import Callable
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from mqproto.tls import ClientTls, aio_channel
 
 log = logging.getLogger(__name__)
 
@@ -27,25 +36,46 @@ MAX_RECONNECT_BACKOFF_MS = 2000
 CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
+    ("grpc.max_send_message_length", -1),
 ]
+# gRPC codes of a name server that received the registration and would not take it (a
+# server-side size limit answers RESOURCE_EXHAUSTED): retrying the same body cannot help.
+REFUSAL_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT,
+                           # a name server with --cluster-key, and a wrong or no clusterKey
+                           grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+
+
+class RegistrationRefused(RuntimeError):
+    """Every name server refused the broker's registration."""
 
 
 class BrokerOuterAPI:
     """One gRPC channel per name server; every call goes to all of them at once."""
 
-    def __init__(self, namesrv_addrs: list[str], timeout_s: float) -> None:
+    def __init__(self, namesrv_addrs: list[str], timeout_s: float,
+                 auth: ClientAuth | None = None, tls: ClientTls | None = None) -> None:
         self.namesrv_addrs = list(namesrv_addrs)
+        self.auth = auth  # the cluster key's signature on every call
+        self.tls = tls  # TLS to the name servers (the broker's tlsEnable)
         self.timeout_s = timeout_s
         self._stubs: dict[str, namesrv_pb2_grpc.NamesrvServiceStub] = {}
         self._channels: list[grpc.aio.Channel] = []
         self._failing: set[str] = set()  # name servers whose last call failed
         self._links: dict[str, asyncio.Task[None]] = {}
         self.linked: set[str] = set()  # name servers whose link is up
+        # Per name server: the data version it took with the whole table, so the next
+        # registration with that version is a keep-alive.
+        self.accepted: dict[str, tuple[int, int]] = {}
+        self.refused: dict[str, str] = {}  # name servers whose last answer was a refusal
+        self.full_bodies_sent = 0
+        self.keep_alives_sent = 0
 
     def _stub(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         stub = self._stubs.get(addr)
         if stub is None:
-            channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = aio_channel(
+                addr, self.tls, options=CHANNEL_OPTIONS,
+                interceptors=self.auth.aio_interceptors() if self.auth else None)
             self._channels.append(channel)
             stub = self._stubs[addr] = namesrv_pb2_grpc.NamesrvServiceStub(channel)
         return stub
@@ -58,23 +88,53 @@ class BrokerOuterAPI:
 
     async def _register(self, addr: str, request: namesrv_pb2.RegisterBrokerRequest
                         ) -> namesrv_pb2.RegisterBrokerResponse | None:
+        version = (request.data_version.timestamp, request.data_version.counter)
+        stub = self._stub(addr)
+        response: namesrv_pb2.RegisterBrokerResponse | None = None
         try:
-            response = await self._stub(addr).RegisterBroker(request, timeout=self.timeout_s)
+            if self.accepted.get(addr) == version:
+                response = await stub.RegisterBroker(keep_alive(request), timeout=self.timeout_s)
+                self.keep_alives_sent += 1
+                if response.body_required:
+                    log.info("name server %s asks for the topic table again", addr)
+                    self.accepted.pop(addr, None)
+                    response = None
+            if response is None:
+                self.full_bodies_sent += 1
+                response = await stub.RegisterBroker(request, timeout=self.timeout_s)
         except grpc.aio.AioRpcError as e:
-            self._failed(addr, f"registerBroker to name server {addr} failed: "
-                               f"{e.code().name} {e.details()}")
+            self.accepted.pop(addr, None)
+            if e.code() in REFUSAL_CODES:
+                self._refused(addr, f"{e.code().name} {e.details()}", request.ByteSize())
+            else:
+                self._failed(addr, f"registerBroker to name server {addr} failed: "
+                                   f"{e.code().name} {e.details()}")
             return None
         if response.status.code != common_pb2.SUCCESS:
-            self._failed(addr, f"registerBroker to name server {addr} refused: "
-                               f"{common_pb2.ResponseCode.Name(response.status.code)} "
-                               f"{response.status.remark}")
+            self.accepted.pop(addr, None)
+            self._refused(addr, f"{common_pb2.ResponseCode.Name(response.status.code)} "
+                                f"{response.status.remark}", request.ByteSize())
             return None
+        self.accepted[addr] = version
+        if self.refused.pop(addr, None) is not None:
+            log.info("registerBroker to name server %s accepted again", addr)
+            self._failing.discard(addr)
         if addr in self._failing:
             self._failing.discard(addr)
             log.info("registerBroker to name server %s OK again", addr)
         else:
             log.debug("registerBroker to name server %s OK", addr)
         return response
+
+    def _refused(self, addr: str, why: str, request_bytes: int) -> None:
+        first = self.refused.get(addr) != why
+        self.refused[addr] = why
+        self._failing.add(addr)
+        (log.error if first else log.debug)(
+            "registerBroker REFUSED by name server %s: %s (request of %d bytes); this "
+            "broker's topics are NOT routable through that name server until it takes a "
+            "registration (for a size limit: raise its --max-receive-mib)", addr, why,
+            request_bytes)
 
     def _failed(self, addr: str, message: str) -> None:
         # Warn on the first failure of a streak; the rest at debug level.
@@ -128,9 +188,14 @@ class BrokerOuterAPI:
             if addr in self.linked:
                 log.info("link to name server %s lost: %s", addr, reason)
             self.linked.discard(addr)
+            self.accepted.pop(addr, None)  # it may come back without our table
             was_down = True
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RECONNECT_BACKOFF_MS / 1000)
+
+    def all_refused(self) -> bool:
+        """Every name server answered the last registration with a refusal."""
+        return bool(self.namesrv_addrs) and all(a in self.refused for a in self.namesrv_addrs)
 
     async def close(self) -> None:
         links = list(self._links.values())
@@ -144,3 +209,13 @@ class BrokerOuterAPI:
             await channel.close()
         self._channels.clear()
         self._stubs.clear()
+
+
+def keep_alive(request: namesrv_pb2.RegisterBrokerRequest) -> namesrv_pb2.RegisterBrokerRequest:
+    """`request` without its topic table: a registration that only says "still here, data
+    version unchanged"."""
+    return namesrv_pb2.RegisterBrokerRequest(
+        cluster_name=request.cluster_name, broker_name=request.broker_name,
+        broker_addr=request.broker_addr, broker_id=request.broker_id,
+        ha_server_addr=request.ha_server_addr, data_version=request.data_version,
+        body_omitted=True)

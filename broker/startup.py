@@ -26,6 +26,7 @@ from broker.config import ConfigError, LoadedConfig, load_config_file
 from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
+from broker.registration import RegistrationRefused
 from mqproto.serving import raise_nofile_limit
 from store.cq_files import limits_report
 
@@ -107,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%s", limits_report(loaded.store.consume_queue_open_files))
     try:
         asyncio.run(serve(loaded))
-    except (OSError, ConfigError, ConfigFileCorrupt) as e:
+    except (OSError, ConfigError, ConfigFileCorrupt, RegistrationRefused) as e:
         log.error("broker failed: %s", e)
         return 1
     return 0

@@ -133,8 +133,15 @@ def send_topic_problem(topic: str) -> str | None:
 Table = tuple[dict[str, TopicConfig], DataVersion]
 
 
+# Changes arriving this close together share one write of topics.json (a burst of creates).
+TOPIC_PERSIST_DEBOUNCE_S = 0.01
+
+
 class TopicConfigManager(ConfigManager[Table]):
-    """The topic table; used from the event loop only."""
+    """The topic table; used from the event loop only. Persisted from a snapshot (a copy of
+    the table: its configs are immutable) encoded in a worker thread."""
+
+    debounce_s = TOPIC_PERSIST_DEBOUNCE_S
 
     def __init__(self, path: Path, config: BrokerConfig, clock_ms: Clock, *,
                  delay_levels: int = len(DELAY_LEVELS_MS)) -> None:
@@ -147,9 +154,16 @@ class TopicConfigManager(ConfigManager[Table]):
 
     # -- persistence -----------------------------------------------------------------------
     def encode(self) -> Any:
+        return self.encode_state(self.snapshot_state())
+
+    def snapshot_state(self) -> Table:
+        return dict(self.table), self.data_version
+
+    def encode_state(self, state: Table) -> Any:
+        table, version = state
         return {
-            "topicConfigTable": {n: c.to_json() for n, c in sorted(self.table.items())},
-            "dataVersion": self.data_version.to_json(),
+            "topicConfigTable": {n: c.to_json() for n, c in table.items()},
+            "dataVersion": version.to_json(),
         }
 
     def parse(self, data: Any) -> Table:
@@ -235,6 +249,17 @@ class TopicConfigManager(ConfigManager[Table]):
         log.info("created topic %s with %d queues for sent-back messages", topic, queue_nums)
         return config
 
+    def create_system_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """A topic the broker itself writes to (the transaction half and op topics), made
+        when first needed. The caller persists and re-registers."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        config = self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self._changed()
+        log.info("created system topic %s with %d queues", topic, queue_nums)
+        return config
+
     def update(self, config: TopicConfig) -> None:
         """Creates or replaces a topic config (admin); the caller validated it."""
         old = self.table.get(config.topic_name)
@@ -243,6 +268,25 @@ class TopicConfigManager(ConfigManager[Table]):
         self.table[config.topic_name] = config
         self._changed()
         log.info("%s topic config %s", "updated" if old else "created", config)
+
+    def update_many(self, configs: list[TopicConfig]) -> tuple[int, int]:
+        """Creates or replaces many topic configs (admin) with one data version change;
+        the caller validated them. Returns (created, updated)."""
+        created = updated = 0
+        table = self.table
+        for config in configs:
+            old = table.get(config.topic_name)
+            if old == config:
+                continue
+            table[config.topic_name] = config
+            if old is None:
+                created += 1
+            else:
+                updated += 1
+        if created or updated:
+            self._changed()
+            log.info("topic configs: %d created, %d updated in one batch", created, updated)
+        return created, updated
 
     def copy_from_master(self, configs: list[TopicConfig], version: DataVersion) -> bool:
         """Slave side: the table becomes the master's when its data version differs (as

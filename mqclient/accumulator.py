@@ -6,6 +6,11 @@ Messages batch with messages of their topic and delay level (a batch is stored i
 queue). `append` is called from any thread; batches are sent on the client loop, at most
 `max_inflight` per topic and level at a time. At most `max_pending` messages wait in all; past that,
 `append` blocks its (non-loop) caller until batches complete.
+
+Batches that become ready in one loop turn leave together: with a `multi_sender`, the
+producer sends those of one broker in one request whatever their topics (a SEND_BATCHES
+frame), so sends spread over many topics, each batch small, cost the broker about what
+one topic's do.
 """
 
 from __future__ import annotations
@@ -46,14 +51,19 @@ class Batch:
 # (topic, UNIQ_KEYs, encoded messages, born) -> one result per message; raises
 # MQClientError when the batch could not be stored after its retries.
 BatchSender = Callable[[str, list[str], bytes, float], Awaitable[list[SendResult]]]
+# Several batches -> per batch its results, or the exception that failed it.
+MultiSender = Callable[[list[Batch]], Awaitable[list[list[SendResult] | BaseException]]]
 
 
 class BatchAccumulator:
     def __init__(self, loop: ClientLoop, sender: BatchSender, *, linger_s: float,
                  max_count: int, max_bytes: int, max_inflight: int,
-                 max_pending: int = MAX_PENDING_MESSAGES) -> None:
+                 max_pending: int = MAX_PENDING_MESSAGES,
+                 multi_sender: MultiSender | None = None) -> None:
         self.loop = loop
         self.sender = sender
+        self.multi_sender = multi_sender
+        self._drain_scheduled = False
         self.linger_s = linger_s
         self.max_count = max_count
         self.max_bytes = max_bytes
@@ -119,16 +129,60 @@ class BatchAccumulator:
         self._pump(batch.key)
 
     def _pump(self, key: BatchKey) -> None:
+        if self.multi_sender is None:
+            self._start(self._take_ready([key]))
+        elif not self._drain_scheduled:  # the batches ready in this loop turn leave together
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._drain_scheduled = False
         with self._lock:
-            ready = self._ready.get(key)
-            batches: list[Batch] = []
-            while ready and self._inflight.get(key, 0) < self.max_inflight:
-                batches.append(ready.popleft())
-                self._inflight[key] = self._inflight.get(key, 0) + 1
-        for batch in batches:
-            task = asyncio.get_running_loop().create_task(self._send(batch))
+            keys = list(self._ready)
+        self._start(self._take_ready(keys))
+
+    def _take_ready(self, keys: list[BatchKey]) -> list[Batch]:
+        batches: list[Batch] = []
+        with self._lock:
+            for key in keys:
+                ready = self._ready.get(key)
+                while ready and self._inflight.get(key, 0) < self.max_inflight:
+                    batches.append(ready.popleft())
+                    self._inflight[key] = self._inflight.get(key, 0) + 1
+                if not ready:
+                    self._ready.pop(key, None)
+        return batches
+
+    def _start(self, batches: list[Batch]) -> None:
+        if not batches:
+            return
+        loop = asyncio.get_running_loop()
+        if len(batches) == 1 or self.multi_sender is None:
+            tasks = [loop.create_task(self._send(batch)) for batch in batches]
+        else:
+            tasks = [loop.create_task(self._send_many(batches))]
+        for task in tasks:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    async def _send_many(self, batches: list[Batch]) -> None:
+        assert self.multi_sender is not None
+        try:
+            outcomes = await self.multi_sender(batches)
+        except Exception as e:  # a bug: fail them all rather than leave them waiting
+            log.exception("async batch send of %d batches failed", len(batches))
+            outcomes = [e] * len(batches)
+        try:
+            for batch, outcome in zip(batches, outcomes, strict=True):
+                _settle(batch, outcome)
+        finally:
+            with self._lock:
+                for batch in batches:
+                    self._inflight[batch.key] -= 1
+                    self._pending -= len(batch.ids)
+                self._room.notify_all()
+            for key in {b.key for b in batches}:
+                self._pump(key)
 
     async def _send(self, batch: Batch) -> None:
         try:
@@ -156,16 +210,34 @@ class BatchAccumulator:
         with self._lock:
             for key in list(self._open):
                 self._ready.setdefault(key, collections.deque()).append(self._open.pop(key))
-        for key in list(self._ready):
-            self._pump(key)
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        if self.multi_sender is None:
+            for key in list(self._ready):
+                self._pump(key)
+        else:
+            self._drain()
+        while self._tasks or self._drain_scheduled:
+            if self._tasks:
+                await asyncio.gather(*list(self._tasks), return_exceptions=True)
+            else:  # a drain of batches that waited for room in flight is due
+                await asyncio.sleep(0)
 
     async def close(self) -> None:
         await self.flush()
         with self._lock:
             self.closed = True
             self._room.notify_all()
+
+
+def _settle(batch: Batch, outcome: list[SendResult] | BaseException) -> None:
+    """Completes the futures of `batch` with its results or its error."""
+    if isinstance(outcome, BaseException):
+        for future in batch.futures:
+            if future is not None:
+                _complete(future.set_exception, outcome)
+        return
+    for future, result in zip(batch.futures, outcome, strict=True):
+        if future is not None:
+            _complete(future.set_result, result)
 
 
 def _complete(complete: Callable[[Any], None], value: Any) -> None:

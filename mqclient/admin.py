@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.admin_types import (
     AdminError,
     BrokerGroup,
@@ -26,6 +27,7 @@ from mqclient.admin_types import (
     GroupSummary,
     HAStatus,
     MasterLink,
+    PendingTransactions,
     QueueOffsetReset,
     QueueProgress,
     QueueStatus,
@@ -48,6 +50,7 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
+from mqproto.tls import ClientTls, grpc_channel, plaintext_hint
 from nameserver.routeinfo import QueueData
 from store import codec as store_codec
 
@@ -129,11 +132,23 @@ RESET_EARLIEST = "earliest"
 RESET_LATEST = "now"
 
 
+CREATE_TOPICS_CHUNK = 50_000  # topics per CreateOrUpdateTopics call (a few MiB)
+
+
 class MQAdmin:
     """`MQAdmin("127.0.0.1:9876;127.0.0.1:9877")`; use as a context manager or close()."""
 
     def __init__(self, namesrv_addr: str | Sequence[str],
-                 timeout: float = DEFAULT_RPC_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_RPC_TIMEOUT_S, *, access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
+        """`access_key`/`secret_key`: an admin account of brokers with aclEnable (default
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); `tls_ca`: the CA of TLS servers (default
+        $MQ_TLS_CA; none: plaintext)."""
+        self.tls = ClientTls.from_env(tls_ca)
+        try:
+            self.auth = ClientAuth.from_env(access_key, secret_key)
+        except ValueError as e:
+            raise AdminError(str(e)) from None
         # Empty is allowed: commands aimed at one broker address need no name server.
         self.namesrv_addrs = parse_addresses(namesrv_addr, allow_empty=True)
         self.timeout = timeout
@@ -156,8 +171,11 @@ class MQAdmin:
         with self._channels_lock:
             channel = self._channels.get(addr)
             if channel is None:
-                channel = self._channels[addr] = grpc.insecure_channel(
-                    addr, options=CHANNEL_OPTIONS)  # the clients' 200 ms - 2 s backoff
+                channel = grpc_channel(
+                    addr, self.tls, options=CHANNEL_OPTIONS)  # the clients' 200 ms - 2 s backoff
+                if self.auth is not None:
+                    channel = self.auth.intercept(channel)
+                self._channels[addr] = channel
             return channel
 
     def each_broker(self, brokers: Sequence[tuple[str, str, int]],
@@ -182,13 +200,15 @@ class MQAdmin:
         return [(g.broker_name, addr, broker_id) for g in groups
                 for broker_id, addr in sorted(g.addrs.items())]
 
-    def _call(self, what: str, addr: str, fn: Callable[..., T], request: Any) -> T:
+    def _call(self, what: str, addr: str, fn: Callable[..., T], request: Any,
+              timeout: float | None = None) -> T:
         try:
-            return fn(request, timeout=self.timeout)
+            return fn(request, timeout=timeout or self.timeout)
         except grpc.RpcError as e:
             code = e.code().name if isinstance(e, grpc.Call) else "ERROR"
             detail = _one_line(e.details() or "") if isinstance(e, grpc.Call) else str(e)
-            raise AdminError(f"{what} {addr}: {code}: {detail}") from None
+            hint = plaintext_hint(code, detail, self.tls)
+            raise AdminError(f"{what} {addr}: {code}: {detail}{hint}") from None
 
     def _namesrv(self, method: str, request: Any) -> Any:
         """Asks each name server in turn until one answers."""
@@ -204,9 +224,10 @@ class MQAdmin:
                 failures.append(str(e))
         raise AdminError("no name server answered: " + "; ".join(failures))
 
-    def _admin_rpc(self, addr: str, method: str, request: Any) -> Any:
+    def _admin_rpc(self, addr: str, method: str, request: Any,
+                   timeout: float | None = None) -> Any:
         stub = admin_pb2_grpc.AdminServiceStub(self._channel(addr))
-        return self._call("broker", addr, getattr(stub, method), request)
+        return self._call("broker", addr, getattr(stub, method), request, timeout)
 
     def _messaging_rpc(self, addr: str, method: str, request: Any) -> Any:
         stub = messaging_pb2_grpc.MessagingServiceStub(self._channel(addr))
@@ -303,6 +324,30 @@ class MQAdmin:
             r = self._admin_rpc(addr, "CreateOrUpdateTopic",
                              admin_pb2.CreateOrUpdateTopicRequest(topic_config=config))
             self._check(r.status, f"create topic {topic} on {addr}")
+        return addrs
+
+    def create_topics(self, topics: Sequence[str], *, cluster: str | None = None,
+                      broker_addr: str | None = None, read_queue_nums: int = 8,
+                      write_queue_nums: int = 8, perm: int = PERM_READ | PERM_WRITE,
+                      order: bool = False) -> list[str]:
+        """Creates or updates many topics of one config with one CreateOrUpdateTopics call
+        per broker (per CREATE_TOPICS_CHUNK topics), on one broker or on every master of a
+        cluster (all clusters when neither is given); returns the brokers' addresses. A
+        broker takes a call whole or refuses it whole."""
+        names = list(dict.fromkeys(topics))  # once each, in order
+        if not names:
+            raise AdminError("no topic to create")
+        addrs = self._master_addrs(cluster, broker_addr)
+        for addr in addrs:
+            for start in range(0, len(names), CREATE_TOPICS_CHUNK):
+                chunk = names[start:start + CREATE_TOPICS_CHUNK]
+                request = admin_pb2.CreateOrUpdateTopicsRequest(topic_configs=[
+                    common_pb2.TopicConfig(topic_name=t, read_queue_nums=read_queue_nums,
+                                           write_queue_nums=write_queue_nums, perm=perm,
+                                           order=order) for t in chunk])
+                r = self._admin_rpc(addr, "CreateOrUpdateTopics", request,
+                                    self.timeout + len(chunk) / 5_000)
+                self._check(r.status, f"create {len(chunk)} topics (from {chunk[0]}) on {addr}")
         return addrs
 
     def delete_topic(self, topic: str, *, cluster: str | None = None) -> list[str]:
@@ -437,6 +482,25 @@ class MQAdmin:
     def broker_runtimes_of_cluster(self, cluster: str
                                    ) -> list[BrokerRuntime | BrokerUnreachable]:
         return self.each_broker(self.cluster_brokers(cluster), self.broker_runtime)
+
+    def pending_transactions(self, addr: str, producer_group: str = "",
+                             broker_name: str = "") -> list[PendingTransactions]:
+        """Halves without an outcome on the master at `addr`, per producer group."""
+        r = self._admin_rpc(addr, "GetPendingTransactions",
+                            admin_pb2.GetPendingTransactionsRequest(
+                                producer_group=producer_group))
+        self._check(r.status, f"pending transactions of {addr}")
+        return [PendingTransactions(broker_name, addr, g.producer_group, g.pending,
+                                    g.oldest_born_timestamp, g.max_check_times,
+                                    g.online_producers) for g in r.groups]
+
+    def pending_transactions_of_cluster(self, cluster: str | None = None,
+                                        producer_group: str = ""
+                                        ) -> list[list[PendingTransactions] | BrokerUnreachable]:
+        """Every master of the cluster (of every cluster), one list per master."""
+        masters = [b for b in self.cluster_brokers(cluster) if b[2] == 0]
+        return self.each_broker(masters, lambda addr: self.pending_transactions(
+            addr, producer_group, next(n for n, a, _ in masters if a == addr)))
 
     def remove_slave(self, master_addr: str, broker_id: int) -> None:
         """The master forgets an absent slave that left its group for good."""

@@ -16,6 +16,11 @@ POLL_NAME_SERVER_INTERVAL_S = 30.0  # route refresh
 HEARTBEAT_BROKER_INTERVAL_S = 30.0
 PERSIST_CONSUMER_OFFSET_INTERVAL_S = 5.0
 NAMESRV_CALL_TIMEOUT_S = 3.0
+# A producer's route not used for this many refresh rounds is no longer refreshed (it is
+# dropped from the cache and fetched again at its next use); subscribed topics always are.
+ROUTE_IDLE_ROUNDS = 4
+# The batched refresh handles this many routes per client loop turn.
+ROUTE_REFRESH_CHUNK = 2000
 ADMIN_CALL_TIMEOUT_S = 3.0  # heartbeats, offsets, consumer lists
 
 # Producer (DefaultMQProducer).

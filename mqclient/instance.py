@@ -7,21 +7,26 @@ import asyncio
 import itertools
 import logging
 import os
+import time
 from collections.abc import Callable
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.constants import (
     ADMIN_CALL_TIMEOUT_S,
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     HEARTBEAT_BROKER_INTERVAL_S,
     POLL_NAME_SERVER_INTERVAL_S,
+    ROUTE_IDLE_ROUNDS,
+    ROUTE_REFRESH_CHUNK,
 )
 from mqclient.loop import Channels, ClientLoop, cancel_and_wait
-from mqclient.message import MessageQueue, MQClientError
+from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
-from mqproto import common_pb2, messaging_pb2
+from mqproto import common_pb2, messaging_pb2, namesrv_pb2
 from mqproto.local_address import local_ip
+from mqproto.tls import ClientTls
 
 log = logging.getLogger(__name__)
 _instance_counter = itertools.count()
@@ -50,17 +55,36 @@ class ClientInstance:
                  consumer_group: str = "", loop: ClientLoop | None = None,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S,
-                 client_ip: str = "") -> None:
+                 client_ip: str = "", access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.client_ip = resolve_client_ip(namesrv_addrs, client_ip)
         self.client_id = new_client_id(self.client_ip)
         self.loop = loop or ClientLoop.shared()
-        self.channels = Channels()
+        try:  # explicit keys, else $MQ_ACCESS_KEY / $MQ_SECRET_KEY (none: unsigned)
+            auth = ClientAuth.from_env(access_key, secret_key)
+        except ValueError as e:
+            raise MQClientError("ILLEGAL_ARGUMENT", str(e)) from None
+        # TLS: the servers' CA (tls_ca, else $MQ_TLS_CA); None: plaintext
+        self.channels = Channels(auth, ClientTls.from_env(tls_ca))
         self.namesrv = NameServerClient(namesrv_addrs, self.channels)
         self.producer_group = producer_group
         self.consumer_group = consumer_group
-        self.subscriptions: dict[str, str] = {}  # topic -> tag expression
+        self.subscriptions: dict[str, str] = {}  # topic -> tag expression (or SQL92)
+        # topic -> the expression type of a subscription that is not by tags ("SQL92")
+        self.expression_types: dict[str, str] = {}
+        # broker address -> the status of its last heartbeat answer that was not SUCCESS
+        self.heartbeat_refusals: dict[str, common_pb2.Status] = {}
         self.routes: dict[str, TopicRoute] = {}
+        # topic -> the refresh round in which a send last used its route (see
+        # `route_used`); routes unused for ROUTE_IDLE_ROUNDS rounds are not refreshed.
+        self.route_rounds: dict[str, int] = {}
+        self.refresh_round = 0
+        self.last_refresh_s = 0.0  # how long the last refresh round took
+        # What the last batched refresh answered per topic, serialized, and its broker
+        # groups: a route whose answer did not change is not rebuilt.
+        self._entries_seen: dict[str, bytes] = {}
+        self._groups_seen = b""
         self.default_topic_queue_nums: int | None = None  # producers route new topics
         self.poll_name_server_interval_s = poll_name_server_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -104,21 +128,105 @@ class ClientInstance:
             route = TopicRoute.from_proto(topic, default, self.default_topic_queue_nums)
         else:
             return self.routes.get(topic)
+        self._set_route(topic, route)
+        return route
+
+    def _set_route(self, topic: str, route: TopicRoute) -> None:
         old = self.routes.get(topic)
         if not route.same_as(old):
             self.routes[topic] = route
-            log.info("route of %s changed: %s", topic,
-                     {b.broker_name: b.addrs for b in route.brokers.values()})
+            if old is not None or len(self.routes) <= 100:  # not thousands of lines at start
+                log.info("route of %s changed: %s", topic,
+                         {b.broker_name: b.addrs for b in route.brokers.values()})
             for listener in self.route_listeners:
                 listener(topic, route)
-        return route
+
+    def route_used(self, topic: str) -> None:
+        """A send used the cached route of `topic` (any thread: one dict store)."""
+        self.route_rounds[topic] = self.refresh_round
+
+    def routes_in_use(self) -> list[str]:
+        """Subscribed topics and those whose route a send used in the last
+        ROUTE_IDLE_ROUNDS rounds; the routes of the others leave the cache."""
+        oldest = self.refresh_round - ROUTE_IDLE_ROUNDS
+        rounds = self.route_rounds
+        idle = [t for t in list(self.routes)
+                if t not in self.subscriptions and rounds.get(t, self.refresh_round) < oldest]
+        for topic in idle:
+            self.routes.pop(topic, None)
+            rounds.pop(topic, None)
+            self._entries_seen.pop(topic, None)
+        if idle:
+            log.info("%d routes unused for %d refresh rounds dropped from the cache",
+                     len(idle), ROUTE_IDLE_ROUNDS)
+        return sorted({*self.routes, *self.subscriptions})
+
+    async def update_routes(self, topics: list[str]) -> None:
+        """Fetches the routes of `topics` in one batched call and counts them in use (a
+        producer that knows its topics warms its cache this way)."""
+        for topic in topics:
+            self.route_rounds[topic] = self.refresh_round
+        await self._update_routes_batched(topics)
 
     async def update_all_routes(self) -> None:
-        for topic in list({*self.routes, *self.subscriptions}):
-            try:
-                await self.update_route(topic)
-            except MQClientError as e:
-                log.warning("route of %s not refreshed: %s", topic, e)
+        """One refresh round: the routes in use, in one batched call (per name server
+        tried); a name server without the batched call is asked topic by topic."""
+        started = time.monotonic()
+        for topic in self.routes:
+            self.route_rounds.setdefault(topic, self.refresh_round)
+        self.refresh_round += 1
+        topics = self.routes_in_use()
+        if not topics:
+            return
+        try:
+            await self._update_routes_batched(topics)
+        except MQClientError as e:
+            if e.code != "UNIMPLEMENTED":
+                log.warning("routes of %d topics not refreshed: %s", len(topics), e)
+                return
+            for topic in topics:
+                try:
+                    await self.update_route(topic)
+                except MQClientError as e:
+                    log.warning("route of %s not refreshed: %s", topic, e)
+        finally:
+            self.last_refresh_s = time.monotonic() - started
+
+    async def _update_routes_batched(self, topics: list[str]) -> None:
+        default_route: namesrv_pb2.TopicRouteData | None = None
+        asked = topics
+        if self.default_topic_queue_nums is not None:
+            asked = [*topics, AUTO_CREATE_TOPIC_KEY_TOPIC]
+        response = await self.namesrv.get_routes(asked)
+        groups = {b.broker_name: b for b in response.broker_datas}
+        groups_seen = b"".join(b.SerializeToString(deterministic=True)
+                               for b in response.broker_datas)
+        same_groups, self._groups_seen = groups_seen == self._groups_seen, groups_seen
+        seen = self._entries_seen
+        found: set[str] = set()
+        for i, entry in enumerate(response.routes):
+            if i and i % ROUTE_REFRESH_CHUNK == 0:
+                await asyncio.sleep(0)
+            topic = entry.topic
+            found.add(topic)
+            raw = entry.SerializeToString()
+            if same_groups and seen.get(topic) == raw and topic in self.routes:
+                continue  # unchanged
+            seen[topic] = raw
+            data = namesrv_pb2.TopicRouteData(
+                queue_datas=entry.queue_datas,
+                broker_datas=[groups[q.broker_name] for q in entry.queue_datas
+                              if q.broker_name in groups])
+            if entry.topic == AUTO_CREATE_TOPIC_KEY_TOPIC and self.default_topic_queue_nums:
+                default_route = data
+                if entry.topic not in self.routes and entry.topic not in self.subscriptions:
+                    continue
+            self._set_route(entry.topic, TopicRoute.from_proto(entry.topic, data))
+        if default_route is not None and self.default_topic_queue_nums is not None:
+            for topic in topics:  # a producer routes a topic no broker has yet by TBW102
+                if topic not in found:
+                    self._set_route(topic, TopicRoute.from_proto(
+                        topic, default_route, self.default_topic_queue_nums))
 
     def broker_group(self, mq: MessageQueue) -> BrokerGroup | None:
         """The broker group serving `mq` in the cached route of its topic."""
@@ -142,17 +250,33 @@ class ClientInstance:
         return messaging_pb2.HeartbeatRequest(
             client_id=self.client_id, producer_group=self.producer_group,
             consumer_group=self.consumer_group,
-            subscriptions=[messaging_pb2.ConsumerSubscription(topic=t, sub_string=s)
-                           for t, s in self.subscriptions.items()])
+            subscriptions=[messaging_pb2.ConsumerSubscription(
+                topic=t, sub_string=s, expression_type=self.expression_types.get(t, ""))
+                for t, s in self.subscriptions.items()])
 
     async def heartbeat(self, address: str) -> bool:
         try:
             r = await self.channels.messaging(address).Heartbeat(
                 self.heartbeat_request(), timeout=ADMIN_CALL_TIMEOUT_S)
         except grpc.RpcError as e:
-            log.debug("heartbeat to %s failed: %s", address, e.code())  # type: ignore[attr-defined]
+            code = e.code()  # type: ignore[attr-defined]
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                if address not in self.heartbeat_refusals:  # access control: once
+                    log.error("broker %s refused the heartbeat of %s: %s: %s", address,
+                              self.client_id, code.name, e.details())  # type: ignore[attr-defined]
+                self.heartbeat_refusals[address] = common_pb2.Status(
+                    code=common_pb2.NO_PERMISSION, remark=str(e.details()))  # type: ignore[attr-defined]
+            else:
+                log.debug("heartbeat to %s failed: %s", address, code)
             return False
-        return r.status.code == common_pb2.SUCCESS
+        if r.status.code != common_pb2.SUCCESS:
+            if address not in self.heartbeat_refusals:
+                log.error("broker %s refused the heartbeat of %s: %s %s", address,
+                          self.client_id, code_name(r.status.code), r.status.remark)
+            self.heartbeat_refusals[address] = r.status
+            return False
+        self.heartbeat_refusals.pop(address, None)
+        return True
 
     async def heartbeat_all(self) -> None:
         addrs = sorted(self.broker_addrs())

@@ -16,6 +16,8 @@ while (fault.py).
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import time
 import zlib
@@ -24,7 +26,7 @@ from typing import Any
 
 import grpc
 
-from mqclient.accumulator import BatchAccumulator
+from mqclient.accumulator import Batch, BatchAccumulator
 from mqclient.constants import (
     BATCH_LINGER_S,
     BATCH_MAX_BYTES,
@@ -53,7 +55,7 @@ from mqclient.message import (
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import KIND_SEND_BATCH
+from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES
 
 log = logging.getLogger(__name__)
 
@@ -64,13 +66,19 @@ RETRY_RESPONSE_CODES = frozenset({
     common_pb2.SYSTEM_BUSY, common_pb2.NO_PERMISSION, common_pb2.OS_PAGECACHE_BUSY,
     common_pb2.CREATE_MAPPED_FILE_FAILED, common_pb2.UNKNOWN_ERROR,
 })
+# Batches of many topics for one broker go in SEND_BATCHES requests of at most this size.
+MAX_SEND_BATCHES_BYTES = 1024 * 1024
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
+Outcome = list[SendResult] | BaseException
 QueueSelectorFn = Callable[[Sequence[MessageQueue], Message, Any], MessageQueue]
 
 
 def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> MessageQueue:
     """SelectMessageQueueByHash with a hash stable across processes (CRC32 of the key)."""
     return queues[zlib.crc32(str(key).encode()) % len(queues)]
+
+
+_ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
 class _Attempts:
@@ -97,7 +105,11 @@ class _Attempts:
 
     def unreachable(self, mq: MessageQueue, addr: str, started: float, error: BaseException,
                     timeout: float) -> None:
-        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError."""
+        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError.
+        Refused credentials or permission (access control) raise at once: no retry helps."""
+        if isinstance(error, grpc.RpcError) and error.code() in _ACCESS_REFUSED:  # type: ignore[attr-defined]
+            raise MQClientError("NO_PERMISSION", f"{mq.broker_name}: "  # type: ignore[attr-defined]
+                                f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
             why = f"no answer within {timeout:.3f} s"
         else:  # it may have restarted elsewhere: ask it again where its channel is
@@ -140,9 +152,13 @@ class Producer:
                  max_inflight_batches: int = MAX_INFLIGHT_BATCHES_PER_TOPIC,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None,
-                 client_ip: str = "") -> None:
+                 client_ip: str = "", access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         """`client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
-        default $MQCLIENT_IP, else the local address towards the name servers."""
+        default $MQCLIENT_IP, else the local address towards the name servers.
+        `access_key`/`secret_key`: the account of a broker with aclEnable (default
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); each request is signed, the secret never sent.
+        `tls_ca`: the CA of TLS servers (default $MQ_TLS_CA; none: plaintext)."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
@@ -152,7 +168,8 @@ class Producer:
         self.max_message_size = max_message_size
         self.instance = ClientInstance(namesrv_addr, producer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s,
-                                       client_ip=client_ip)
+                                       client_ip=client_ip, access_key=access_key,
+                                       secret_key=secret_key, tls_ca=tls_ca)
         self.instance.default_topic_queue_nums = default_topic_queue_nums
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)
@@ -161,7 +178,7 @@ class Producer:
         self.accumulator = BatchAccumulator(
             self.loop, self._send_batch_async, linger_s=batch_linger_s,
             max_count=batch_max_count, max_bytes=batch_max_bytes,
-            max_inflight=max_inflight_batches)
+            max_inflight=max_inflight_batches, multi_sender=self._send_batches_async)
         self.started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -196,13 +213,17 @@ class Producer:
 
     def publish_route(self, topic: str) -> TopicRoute:
         """The cached route of `topic`, fetched now when there is none (any thread)."""
-        route = self.instance.routes.get(topic)
+        instance = self.instance
+        instance.route_rounds[topic] = instance.refresh_round  # in use (route_used)
+        route = instance.routes.get(topic)
         if route is None or not route.publish_queues:
             route = self.loop.run(self.instance.update_route(topic), self.send_timeout_s)
         return self._check_route(topic, route)
 
     async def publish_route_async(self, topic: str) -> TopicRoute:
-        route = self.instance.routes.get(topic)
+        instance = self.instance
+        instance.route_rounds[topic] = instance.refresh_round  # in use (route_used)
+        route = instance.routes.get(topic)
         if route is None or not route.publish_queues:
             route = await self.instance.update_route(topic)
         return self._check_route(topic, route)
@@ -328,6 +349,83 @@ class Producer:
                                         _Attempts(self, self.send_timeout_s, born),
                                         self.retry_times)
 
+    async def _send_batches_async(self, batches: list[Batch]) -> list[Outcome]:
+        """Batches of any topics: those bound for one broker in one SEND_BATCHES request
+        (up to MAX_SEND_BATCHES_BYTES each); a batch whose broker failed or refused it is
+        retried on its own, as a batch of one topic would be."""
+        outcomes: list[Outcome | None] = [None] * len(batches)
+        groups: dict[str, list[list[_Planned]]] = {}
+        for i, batch in enumerate(batches):
+            attempts = _Attempts(self, self.send_timeout_s, batch.born)
+            encoded = b"".join(batch.elements)
+            try:
+                route = await self.publish_route_async(batch.topic)
+                target, addr, _ = attempts.next_target(route, None)
+            except MQClientError as e:
+                outcomes[i] = e
+                continue
+            request = self._request(batch.topic, encoded)
+            request.queue_id = target.queue_id
+            chunks = groups.setdefault(addr, [[]])
+            if sum(len(p.request.encoded_messages) for p in chunks[-1]) + len(
+                    encoded) > MAX_SEND_BATCHES_BYTES and chunks[-1]:
+                chunks.append([])
+            chunks[-1].append(_Planned(i, batch, target, request, attempts))
+        await asyncio.gather(*(self._send_planned(addr, chunk, outcomes)
+                               for addr, chunks in groups.items() for chunk in chunks))
+        return [o if o is not None else MQClientError("SYSTEM_ERROR", "batch not sent")
+                for o in outcomes]
+
+    async def _send_planned(self, addr: str, planned: list[_Planned],
+                            outcomes: list[Outcome | None]) -> None:
+        retry: list[_Planned] = planned
+        if len(planned) > 1:
+            retry = []
+            started = time.monotonic()
+            channels = self.instance.channels
+            try:
+                remaining = min(p.attempts.remaining() for p in planned)
+                channel = await channels.send_channel(addr, remaining)
+                if channel is not None:
+                    request = messaging_pb2.SendBatchesRequest(
+                        batches=[p.request for p in planned])
+                    answer = messaging_pb2.SendBatchesResponse.FromString(await channel.request(
+                        KIND_SEND_BATCHES, request.SerializeToString(), remaining))
+                    responses = list(answer.responses)
+                else:  # a broker without a send channel: one gRPC call per batch
+                    responses = []
+            except (SendChannelClosed, TimeoutError, MQClientError) as e:
+                for p in planned:
+                    if isinstance(e, MQClientError):
+                        outcomes[p.index] = e
+                    else:
+                        p.attempts.unreachable(p.target, addr, started, e, remaining)
+                        retry.append(p)
+                responses = None
+            if responses is not None and len(responses) != len(planned):
+                retry = planned  # no answer per batch (an old broker): one by one
+            elif responses is not None:
+                for p, r in zip(planned, responses, strict=True):
+                    try:
+                        if p.attempts.answered(p.target, started, r.status):
+                            outcomes[p.index] = _results(r, p.target, p.batch.ids)
+                        else:
+                            retry.append(p)
+                    except MQClientError as e:
+                        outcomes[p.index] = e
+        retries = self.retry_times if retry is planned else self.retry_times - 1
+
+        async def one(p: _Planned) -> None:
+            try:
+                outcomes[p.index] = await self._send_encoded(
+                    p.batch.topic, p.batch.ids, p.request.encoded_messages, None, p.attempts,
+                    max(retries, 0))
+            except MQClientError as e:
+                outcomes[p.index] = e
+
+        if retry:
+            await asyncio.gather(*(one(p) for p in retry))
+
     # -- requests (client loop) ----------------------------------------------------------------
     async def _send_encoded(self, topic: str, ids: list[str], encoded: bytes,
                             mq: MessageQueue | None, attempts: _Attempts, retries: int
@@ -354,6 +452,17 @@ class Producer:
             if attempts.answered(target, started, r.status):
                 return _results(r, target, ids)
         raise attempts.give_up()
+
+
+@dataclasses.dataclass(slots=True)
+class _Planned:
+    """A batch of an async multi-topic send, its first target and its attempts."""
+
+    index: int
+    batch: Batch
+    target: MessageQueue
+    request: messaging_pb2.SendBatchRequest
+    attempts: _Attempts
 
 
 def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:

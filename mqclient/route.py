@@ -115,6 +115,31 @@ class NameServerClient:
         self.channels = channels
         self._current = 0
 
+    async def get_routes(self, topics: list[str]) -> namesrv_pb2.GetRouteInfoByTopicsResponse:
+        """The routes of `topics` in one call (topics that do not exist are left out);
+        MQClientError when no name server answered, UNIMPLEMENTED when it has no batched
+        lookup."""
+        errors: list[str] = []
+        request = namesrv_pb2.GetRouteInfoByTopicsRequest(topics=topics)
+        for _ in range(len(self.addresses)):
+            address = self.addresses[self._current]
+            try:
+                response = await self.channels.namesrv(address).GetRouteInfoByTopics(
+                    request, timeout=NAMESRV_CALL_TIMEOUT_S + len(topics) / 20_000)
+            except grpc.RpcError as e:
+                code = e.code()  # type: ignore[attr-defined]
+                if code == grpc.StatusCode.UNIMPLEMENTED:
+                    raise MQClientError("UNIMPLEMENTED", f"{address} has no batched route "
+                                        "lookup") from None
+                errors.append(f"{address}: {code.name}")
+                self._current = (self._current + 1) % len(self.addresses)
+                continue
+            if response.status.code != common_pb2.SUCCESS:
+                raise MQClientError(code_name(response.status.code), response.status.remark)
+            return response
+        raise MQClientError("UNAVAILABLE", f"no name server answered the routes of "
+                            f"{len(topics)} topics: " + "; ".join(errors))
+
     async def get_route(self, topic: str) -> namesrv_pb2.TopicRouteData | None:
         """The route, None when the topic does not exist; MQClientError when no name
         server answered."""

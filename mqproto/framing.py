@@ -8,7 +8,10 @@ big-endian:
     length (4: bytes after this field) | request id (4) | kind (1) | payload
 
 A SEND_BATCH request's payload is a serialized SendBatchRequest with `encoded_messages`;
-its answer, with the same id and kind, a serialized SendBatchResponse. A frame over
+its answer, with the same id and kind, a serialized SendBatchResponse. A SEND_BATCHES
+request carries a SendBatchesRequest: batches of several topics (or queues) of one broker,
+each stored or refused on its own, answered by a SendBatchesResponse (one SendBatchResponse
+per batch, in order); producers gather async sends of many topics this way. A frame over
 MAX_FRAME_BYTES, or of an unknown kind, closes the connection.
 
 `encoded_messages` holds each message as RocketMQ's MessageDecoder.encodeMessage lays it
@@ -22,7 +25,14 @@ import struct
 
 FRAME_HEADER = struct.Struct(">IIB")
 KIND_SEND_BATCH = 1
-KINDS = frozenset({KIND_SEND_BATCH})
+KIND_SEND_BATCHES = 2
+# Access control (acl/): the first frame of a connection to a broker with aclEnable. Its
+# payload is JSON {accessKey, timestamp, nonce, signature} (acl.signing, method
+# SEND_CHANNEL_AUTH_METHOD, no fields); the answer (same id and kind) is a serialized
+# common Status: SUCCESS, or NO_PERMISSION with the reason (then the broker closes).
+KIND_AUTH = 3
+KINDS = frozenset({KIND_SEND_BATCH, KIND_SEND_BATCHES, KIND_AUTH})
+SEND_CHANNEL_AUTH_METHOD = "/mqcluster.v1.SendChannel/Auth"
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 REQUEST_ID_MASK = 0xFFFFFFFF
 READ_BUFFER_BYTES = 256 * 1024

@@ -21,7 +21,7 @@ class BrokerLinkEvent(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "data_version", "topic_configs")
+    __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "data_version", "topic_configs", "compressed_topic_configs", "body_omitted")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,8 @@ class RegisterBrokerRequest(_message.Message):
     HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
     DATA_VERSION_FIELD_NUMBER: _ClassVar[int]
     TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    COMPRESSED_TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    BODY_OMITTED_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_addr: str
@@ -36,17 +38,27 @@ class RegisterBrokerRequest(_message.Message):
     ha_server_addr: str
     data_version: _common_pb2.DataVersion
     topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_server_addr: _Optional[str] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
+    compressed_topic_configs: bytes
+    body_omitted: bool
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_server_addr: _Optional[str] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., compressed_topic_configs: _Optional[bytes] = ..., body_omitted: _Optional[bool] = ...) -> None: ...
+
+class TopicConfigTable(_message.Message):
+    __slots__ = ("topic_configs",)
+    TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
+    topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
+    def __init__(self, topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ...) -> None: ...
 
 class RegisterBrokerResponse(_message.Message):
-    __slots__ = ("status", "master_addr", "ha_server_addr")
+    __slots__ = ("status", "master_addr", "ha_server_addr", "body_required")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
     HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    BODY_REQUIRED_FIELD_NUMBER: _ClassVar[int]
     status: _common_pb2.Status
     master_addr: str
     ha_server_addr: str
-    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ...) -> None: ...
+    body_required: bool
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ..., body_required: _Optional[bool] = ...) -> None: ...
 
 class UnregisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id")
@@ -71,6 +83,30 @@ class GetRouteInfoByTopicRequest(_message.Message):
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     topic: str
     def __init__(self, topic: _Optional[str] = ...) -> None: ...
+
+class GetRouteInfoByTopicsRequest(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topics: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class TopicQueueDatas(_message.Message):
+    __slots__ = ("topic", "queue_datas")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DATAS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_datas: _containers.RepeatedCompositeFieldContainer[_common_pb2.QueueData]
+    def __init__(self, topic: _Optional[str] = ..., queue_datas: _Optional[_Iterable[_Union[_common_pb2.QueueData, _Mapping]]] = ...) -> None: ...
+
+class GetRouteInfoByTopicsResponse(_message.Message):
+    __slots__ = ("status", "routes", "broker_datas")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ROUTES_FIELD_NUMBER: _ClassVar[int]
+    BROKER_DATAS_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    routes: _containers.RepeatedCompositeFieldContainer[TopicQueueDatas]
+    broker_datas: _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerData]
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., routes: _Optional[_Iterable[_Union[TopicQueueDatas, _Mapping]]] = ..., broker_datas: _Optional[_Iterable[_Union[_common_pb2.BrokerData, _Mapping]]] = ...) -> None: ...
 
 class TopicRouteData(_message.Message):
     __slots__ = ("queue_datas", "broker_datas")

@@ -49,6 +49,11 @@ class NamesrvServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicResponse.FromString,
                 _registered_method=True)
+        self.GetRouteInfoByTopics = channel.unary_unary(
+                '/mqcluster.v1.NamesrvService/GetRouteInfoByTopics',
+                request_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicsRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicsResponse.FromString,
+                _registered_method=True)
         self.GetClusterInfo = channel.unary_unary(
                 '/mqcluster.v1.NamesrvService/GetClusterInfo',
                 request_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetClusterInfoRequest.SerializeToString,
@@ -85,6 +90,14 @@ class NamesrvServiceServicer:
 
     def GetRouteInfoByTopic(self, request, context):
         """Route of one topic; TOPIC_NOT_EXIST when no live broker group serves it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRouteInfoByTopics(self, request, context):
+        """Routes of many topics in one call (a client's periodic refresh): each topic's queue
+        data, and the broker groups of all of them once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -131,6 +144,11 @@ def add_NamesrvServiceServicer_to_server(servicer, server):
                     servicer.GetRouteInfoByTopic,
                     request_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicResponse.SerializeToString,
+            ),
+            'GetRouteInfoByTopics': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRouteInfoByTopics,
+                    request_deserializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicsRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicsResponse.SerializeToString,
             ),
             'GetClusterInfo': grpc.unary_unary_rpc_method_handler(
                     servicer.GetClusterInfo,
@@ -229,6 +247,33 @@ class NamesrvService:
             '/mqcluster.v1.NamesrvService/GetRouteInfoByTopic',
             mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicRequest.SerializeToString,
             mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRouteInfoByTopics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.NamesrvService/GetRouteInfoByTopics',
+            mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicsRequest.SerializeToString,
+            mqcluster_dot_v1_dot_namesrv__pb2.GetRouteInfoByTopicsResponse.FromString,
             options,
             channel_credentials,
             insecure,

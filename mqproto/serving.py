@@ -12,6 +12,8 @@
   as one line per 10 s.
 - `raise_nofile_limit`: the soft RLIMIT_NOFILE raised to the hard limit at process start, as
   RocketMQ's start scripts do with `ulimit -n`.
+- `watch_loop_stalls`: with $MQ_LOOP_STALL_LOG_MS set, one log line per event-loop stall
+  longer than that many milliseconds (a diagnostic: bench.scale reads these lines).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import errno
 import inspect
 import logging
+import os
 import resource
 import time
 import weakref
@@ -175,6 +178,37 @@ def add_servicer(server: grpc.aio.Server, add_to_server: Callable[[Any, Any], No
     add_to_server(servicer, registrar)
     if not registrar.registered:
         raise RuntimeError(f"{add_to_server.__name__} registered no handler table")
+
+
+LOOP_STALL_ENV = "MQ_LOOP_STALL_LOG_MS"
+LOOP_STALL_TICK_S = 0.005
+
+
+def watch_loop_stalls(logger: logging.Logger) -> asyncio.Task[None] | None:
+    """Starts, when $MQ_LOOP_STALL_LOG_MS is set, a task that wakes every 5 ms and logs
+    "event loop stalled N ms" when a wake-up came that much later than due (time the loop
+    was held by one callback, or the process was not scheduled); None when not set."""
+    text = os.environ.get(LOOP_STALL_ENV, "")
+    if not text:
+        return None
+    try:
+        threshold_ms = float(text)
+    except ValueError:
+        logger.warning("%s=%r is not a number of milliseconds: not watching", LOOP_STALL_ENV,
+                       text)
+        return None
+    return asyncio.get_running_loop().create_task(_watch(logger, threshold_ms),
+                                                  name="watchLoopStalls")
+
+
+async def _watch(logger: logging.Logger, threshold_ms: float) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LOOP_STALL_TICK_S
+        await asyncio.sleep(LOOP_STALL_TICK_S)
+        late_ms = (loop.time() - due) * 1000
+        if late_ms > threshold_ms:
+            logger.warning("event loop stalled %.1f ms", late_ms)
 
 
 def raise_nofile_limit(logger: logging.Logger | None = None) -> tuple[int, int]:

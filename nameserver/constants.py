@@ -17,6 +17,12 @@ SCAN_NOT_ACTIVE_BROKER_INTERVAL_S = 10.0
 # at least every broker's maxTopicQueueNums, whose default this is).
 DEFAULT_MAX_TOPIC_QUEUE_NUMS = 1024
 
+# The largest request the name server takes (--max-receive-mib): a registration carries the
+# broker's whole topic table (gRPC's default, 4 MiB, refused ~40,000 topics of 100-character
+# names). Compressed tables are held to this size once inflated, too.
+DEFAULT_MAX_RECEIVE_MIB = 128
+DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = DEFAULT_MAX_RECEIVE_MIB * 1024 * 1024
+
 # Permission bits of topics and queues (PermName).
 PERM_READ = 0x4
 PERM_WRITE = 0x2

@@ -10,16 +10,20 @@ from types import TracebackType
 
 import grpc
 
+from acl.grpc_auth import NAMESRV_BROKER_METHODS, ServerAuth
 from mqproto import namesrv_pb2_grpc
-from mqproto.serving import add_servicer
+from mqproto.serving import add_servicer, watch_loop_stalls
+from mqproto.tls import ServerTls
 from nameserver.constants import (
     DEFAULT_LISTEN,
+    DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     SCAN_NOT_ACTIVE_BROKER_INITIAL_DELAY_S,
     SCAN_NOT_ACTIVE_BROKER_INTERVAL_S,
     SHUTDOWN_GRACE_S,
 )
 from nameserver.links import broker_links
+from nameserver.metrics import NamesrvMetrics
 from nameserver.processor import NamesrvServicer
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
 
@@ -54,13 +58,31 @@ class NamesrvController:
         clock: Clock = wall_clock_ms,
         sleep: Sleep = asyncio.sleep,
         max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+        max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+        metrics_port: int = 0,
+        cluster_key: str = "",
+        tls: ServerTls | None = None,
     ) -> None:
         self.listen = listen
         self.max_topic_queue_nums = max_topic_queue_nums
+        self.max_receive_message_bytes = max_receive_message_bytes
         self.route_info_manager = RouteInfoManager(clock)
+        # Prometheus /metrics on the listen host: 0 = off, -1 = any free port.
+        self.metrics_port = metrics_port
+        self.metrics: NamesrvMetrics | None = None
+        if metrics_port:
+            self.metrics = NamesrvMetrics(self.route_info_manager, clock)
+        # Brokers prove the cluster key to register (acl/): a stranger cannot.
+        self.auth: ServerAuth | None = None
+        if cluster_key:
+            self.auth = ServerAuth(None, cluster_key, protected=NAMESRV_BROKER_METHODS)
+        self.tls = tls  # gRPC over TLS; None: plaintext
+        self.metrics_address = ""
+        """``host:port`` of /metrics; empty when off."""
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
+        self._stall_watch: asyncio.Task[None] | None = None
         self.listen_address = ""
         """``host:port`` actually bound (the port is chosen when ``listen`` asks for 0)."""
 
@@ -68,22 +90,41 @@ class NamesrvController:
         """Bind, serve and start the scan task; returns the bound ``host:port``."""
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
-        server = grpc.aio.server(options=[("grpc.so_reuseport", 0)])
+        interceptors: list[grpc.aio.ServerInterceptor] = (
+            [self.metrics.interceptor] if self.metrics is not None else [])
+        if self.auth is not None:
+            interceptors.append(self.auth)
+        server = grpc.aio.server(options=[
+            ("grpc.so_reuseport", 0),
+            ("grpc.max_receive_message_length", self.max_receive_message_bytes),
+            ("grpc.max_send_message_length", -1),
+        ], interceptors=interceptors)
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server,
-                     NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums), log)
+                     NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums,
+                                     self.max_receive_message_bytes), log)
         try:
-            port = server.add_insecure_port(self.listen)
+            port = (server.add_secure_port(self.listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(self.listen))
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
         if port == 0:
             raise OSError(f"cannot listen on {self.listen}")
+        if self.metrics is not None:
+            try:
+                metrics_port = await self.metrics.start(host, self.metrics_port)
+            except OSError as exc:
+                raise OSError(f"cannot listen on metrics port {self.metrics_port}: "
+                              f"{exc}") from exc
+            self.metrics_address = f"{host}:{metrics_port}"
+            log.info("metrics served on http://%s/metrics", self.metrics_address)
         await server.start()
         self._server = server
         self.listen_address = f"{host}:{port}"
         self._scan_task = asyncio.create_task(
             self.scan_not_active_broker_loop(), name="scanNotActiveBroker"
         )
+        self._stall_watch = watch_loop_stalls(log)
         log.info("name server listening on %s", self.listen_address)
         return self.listen_address
 
@@ -99,6 +140,11 @@ class NamesrvController:
 
     async def shutdown(self, grace: float = SHUTDOWN_GRACE_S) -> None:
         """Stop the scan task, then the server (in-flight RPCs get ``grace`` seconds)."""
+        if self._stall_watch is not None:
+            self._stall_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._stall_watch
+            self._stall_watch = None
         if self._scan_task is not None:
             self._scan_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -109,6 +155,8 @@ class NamesrvController:
             await self._server.stop(grace)
             self._server = None
             log.info("name server on %s stopped", self.listen_address)
+        if self.metrics is not None:
+            await self.metrics.stop()
 
     async def __aenter__(self) -> NamesrvController:
         await self.start()

@@ -2,29 +2,85 @@
 
 Each RPC converts its request to RouteInfoManager arguments and the result back to
 protobuf. The manager is synchronous and fast; the handlers run on the event loop.
+
+A registration carrying a large topic table (tens of thousands of topics) is decoded,
+checked and compared with the group's previous table in a worker thread; the loop applies
+only the differences, APPLY_CHUNK per turn. A keep-alive (body_omitted) costs what a
+heartbeat costs. A batched route lookup answers from per-topic entries serialized once and
+cached until the topic's queue data change.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import zlib
 from collections.abc import AsyncIterator
 
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import DEFAULT_MAX_TOPIC_QUEUE_NUMS
+from nameserver.constants import (
+    DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+    MASTER_ID,
+)
 from nameserver.links import broker_links
 from nameserver.routeinfo import (
     BrokerData,
     DataVersion,
     QueueData,
+    QueueDataDiff,
     RouteInfoManager,
     TopicConfig,
     TopicRouteData,
+    queue_data_table,
 )
-from nameserver.validation import register_problem
+from nameserver.validation import first_topic_problem, header_problem
 
 log = logging.getLogger(__name__)
+APPLY_CHUNK = 2000  # queue data changes applied per loop turn
+LOOKUP_CHUNK = 500  # topics of a batched route lookup answered per loop turn
+INLINE_TOPICS = 256  # tables this small are decoded and compared on the loop
+
+
+class TableRefused(ValueError):
+    """A registration's topic table cannot be taken (the reason is the message)."""
+
+
+def decode_topic_table(request: namesrv_pb2.RegisterBrokerRequest, max_queue_nums: int,
+                       max_bytes: int) -> list[common_pb2.TopicConfig]:
+    """The request's topic table (plain or compressed), checked (pure: any thread)."""
+    configs: list[common_pb2.TopicConfig]
+    if request.compressed_topic_configs:
+        inflater = zlib.decompressobj()
+        try:
+            raw = inflater.decompress(request.compressed_topic_configs, max_bytes)
+        except zlib.error as e:
+            raise TableRefused(f"compressed_topic_configs is not zlib data: {e}") from None
+        if inflater.unconsumed_tail or not inflater.eof:
+            raise TableRefused(f"compressed_topic_configs inflates to more than {max_bytes} "
+                               "bytes (the name server's receive limit) or is cut off")
+        try:
+            configs = list(namesrv_pb2.TopicConfigTable.FromString(raw).topic_configs)
+        except Exception:  # protobuf's DecodeError
+            raise TableRefused("compressed_topic_configs is not a TopicConfigTable") from None
+    else:
+        configs = list(request.topic_configs)
+    problem = first_topic_problem(configs, max_queue_nums)
+    if problem is not None:
+        raise TableRefused(problem)
+    return configs
+
+
+def table_diff(route_info_manager: RouteInfoManager, broker_name: str,
+               request: namesrv_pb2.RegisterBrokerRequest, max_queue_nums: int,
+               max_bytes: int) -> QueueDataDiff:
+    """Decodes and checks the table, and compares it with the group's (any thread)."""
+    configs = decode_topic_table(request, max_queue_nums, max_bytes)
+    table = queue_data_table(broker_name, (topic_config_from_proto(c) for c in configs),
+                             read_only=request.broker_id != MASTER_ID)
+    return route_info_manager.diff_queue_data(broker_name, table)
 
 
 def ok_status() -> common_pb2.Status:
@@ -74,40 +130,83 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
     """Method names are the RPC names of namesrv.proto (CamelCase, as gRPC wants)."""
 
     def __init__(self, route_info_manager: RouteInfoManager,
-                 max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS) -> None:
+                 max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+                 max_table_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES) -> None:
         self.route_info_manager = route_info_manager
         self.max_topic_queue_nums = max_topic_queue_nums
+        self.max_table_bytes = max_table_bytes
+        self._table_locks: dict[str, asyncio.Lock] = {}  # one table change per group at once
+
+    def _refuse(self, request: namesrv_pb2.RegisterBrokerRequest, peer: str,
+                problem: str) -> namesrv_pb2.RegisterBrokerResponse:
+        log.warning("registration of %s (%s, id %d) from %s refused: %s",
+                    request.broker_addr[:100], request.broker_name[:100], request.broker_id,
+                    peer, problem)
+        return namesrv_pb2.RegisterBrokerResponse(
+            status=common_pb2.Status(
+                code=common_pb2.INVALID_PARAMETER,
+                remark=f"registration refused, nothing registered: {problem}",
+            )
+        )
 
     async def RegisterBroker(
         self, request: namesrv_pb2.RegisterBrokerRequest, context: grpc.aio.ServicerContext
     ) -> namesrv_pb2.RegisterBrokerResponse:
-        problem = register_problem(request, self.max_topic_queue_nums)
+        peer = context.peer() or ""
+        problem = header_problem(request)
         if problem is not None:  # refused whole: nothing of it is taken
-            log.warning("registration of %s (%s, id %d) from %s refused: %s",
-                        request.broker_addr[:100], request.broker_name[:100], request.broker_id,
-                        context.peer(), problem)
-            return namesrv_pb2.RegisterBrokerResponse(
-                status=common_pb2.Status(
-                    code=common_pb2.INVALID_PARAMETER,
-                    remark=f"registration refused, nothing registered: {problem}",
-                )
-            )
-        result = self.route_info_manager.register_broker(
+            return self._refuse(request, peer, problem)
+        rim = self.route_info_manager
+        version = data_version_from_proto(request.data_version)
+        name, addr, broker_id = request.broker_name, request.broker_addr, request.broker_id
+        if request.body_omitted:
+            if not rim.holds_version(addr, name, broker_id, version):
+                return namesrv_pb2.RegisterBrokerResponse(status=ok_status(), body_required=True)
+        else:
+            lock = self._table_locks.setdefault(name, asyncio.Lock())
+            async with lock:
+                try:
+                    await self._take_table(request, name)
+                except TableRefused as e:
+                    return self._refuse(request, peer, str(e))
+        result = rim.register_broker(
             cluster_name=request.cluster_name,
-            broker_addr=request.broker_addr,
-            broker_name=request.broker_name,
-            broker_id=request.broker_id,
+            broker_addr=addr,
+            broker_name=name,
+            broker_id=broker_id,
             ha_server_addr=request.ha_server_addr,
-            data_version=data_version_from_proto(request.data_version),
-            # Converted only if read: only a master with a new data version reads them.
-            topic_configs=(topic_config_from_proto(tc) for tc in request.topic_configs),
-            peer=context.peer() or "",
+            data_version=version,
+            topic_configs=None,  # taken above
+            peer=peer,
         )
         return namesrv_pb2.RegisterBrokerResponse(
             status=ok_status(),
             master_addr=result.master_addr,
             ha_server_addr=result.ha_server_addr,
         )
+
+    async def _take_table(self, request: namesrv_pb2.RegisterBrokerRequest, name: str) -> None:
+        """Checks the table (always: a bad one is refused whole) and, when it is a master's
+        with a new data version, makes it the group's queue data."""
+        rim = self.route_info_manager
+        args = (rim, name, request, self.max_topic_queue_nums, self.max_table_bytes)
+        small = len(request.topic_configs) <= INLINE_TOPICS and not request.compressed_topic_configs
+        diff = table_diff(*args) if small else await asyncio.to_thread(table_diff, *args)
+        if not rim.needs_table(request.broker_addr, name, request.broker_id,
+                               data_version_from_proto(request.data_version)):
+            return
+        while True:
+            applied = True
+            for start in range(0, max(len(diff.upserts), 1), APPLY_CHUNK):
+                if start:
+                    await asyncio.sleep(0)
+                applied = rim.apply_queue_data_diff(name, diff, start, start + APPLY_CHUNK,
+                                                    source_addr=request.broker_addr)
+                if not applied:  # the group left (or changed) meanwhile: compare again
+                    break
+            if applied:
+                return
+            diff = rim.diff_queue_data(name, diff.table)
 
     async def UnregisterBroker(
         self, request: namesrv_pb2.UnregisterBrokerRequest, context: grpc.aio.ServicerContext
@@ -139,6 +238,40 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
         return namesrv_pb2.GetRouteInfoByTopicResponse(
             status=ok_status(), topic_route_data=topic_route_data_to_proto(route)
         )
+
+    async def GetRouteInfoByTopics(
+        self, request: namesrv_pb2.GetRouteInfoByTopicsRequest,
+        context: grpc.aio.ServicerContext
+    ) -> bytes:
+        """Answered serialized: cached per-topic entries joined (repeated fields of
+        concatenated messages append), then the broker groups once."""
+        rim = self.route_info_manager
+        table, entries, groups = rim.topic_queue_table, rim.route_entries, rim.broker_addr_table
+        parts: list[bytes] = []
+        names: set[str] = set()
+        for i, topic in enumerate(request.topics):
+            if i and i % LOOKUP_CHUNK == 0:
+                await asyncio.sleep(0)
+            entry = entries.get(topic)
+            if entry is None:
+                queue_datas = table.get(topic)
+                if not queue_datas:
+                    continue
+                entry = entries[topic] = (
+                    namesrv_pb2.GetRouteInfoByTopicsResponse(routes=[
+                        namesrv_pb2.TopicQueueDatas(topic=topic, queue_datas=[
+                            queue_data_to_proto(queue_datas[n]) for n in sorted(queue_datas)])
+                    ]).SerializeToString(),
+                    frozenset(queue_datas))
+            raw, brokers = entry  # type: ignore[misc]
+            if not any(n in groups for n in brokers):
+                continue  # as GetRouteInfoByTopic: no live group serves it
+            parts.append(raw)
+            names.update(brokers)
+        head = namesrv_pb2.GetRouteInfoByTopicsResponse(
+            status=ok_status(),
+            broker_datas=[broker_data_to_proto(groups[n]) for n in sorted(names) if n in groups])
+        return head.SerializeToString() + b"".join(parts)
 
     async def GetClusterInfo(
         self, request: namesrv_pb2.GetClusterInfoRequest, context: grpc.aio.ServicerContext

@@ -71,7 +71,14 @@ def topic_config_problem(config: common_pb2.TopicConfig, max_queue_nums: int) ->
 
 def register_problem(request: namesrv_pb2.RegisterBrokerRequest, max_queue_nums: int
                      ) -> str | None:
-    """Why a RegisterBrokerRequest cannot be taken, or None."""
+    """Why a RegisterBrokerRequest cannot be taken, or None (its topic_configs too, not
+    compressed_topic_configs: see first_topic_problem)."""
+    return (header_problem(request)
+            or first_topic_problem(request.topic_configs, max_queue_nums))
+
+
+def header_problem(request: namesrv_pb2.RegisterBrokerRequest) -> str | None:
+    """Why the broker part of a RegisterBrokerRequest cannot be taken, or None."""
     problem = (name_problem("clusterName", request.cluster_name)
                or name_problem("brokerName", request.broker_name))
     if problem is not None:
@@ -85,7 +92,11 @@ def register_problem(request: namesrv_pb2.RegisterBrokerRequest, max_queue_nums:
         problem = address_problem(request.ha_server_addr, min_port=0)
         if problem is not None:
             return f"haServerAddr {problem}"
-    return first_topic_problem(request.topic_configs, max_queue_nums)
+    if request.body_omitted and (request.topic_configs or request.compressed_topic_configs):
+        return "body_omitted with a topic table"
+    if request.topic_configs and request.compressed_topic_configs:
+        return "both topic_configs and compressed_topic_configs"
+    return None
 
 
 def first_topic_problem(configs: Iterable[common_pb2.TopicConfig], max_queue_nums: int

@@ -26,6 +26,7 @@ from store.constants import (
 )
 from store.consume_queue import ConsumeQueue
 from store.cq_files import FileHandles, open_files_cap, sync_filesystem
+from store.histogram import LatencyHistogram
 from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message
 from store.services import ServiceThread, monotonic
@@ -100,6 +101,8 @@ class DefaultMessageStore:
         self.role = config.broker_role
         self.disk_usage = disk_usage or _disk_used_ratio
         self.put_count = 0
+        # Seconds of each commitlog flush that wrote something (the flush service's thread).
+        self.flush_latency = LatencyHistogram()
         self.get_count = 0
         self.disk_fall_behind: dict[str, int] = {}  # group -> bytes, from the last pull
         self._last_dispatched_ts = 0
@@ -454,7 +457,11 @@ class DefaultMessageStore:
 
     def _flush_commitlog_now(self) -> None:
         ts = self.commitlog.last_store_timestamp
+        before = self.commitlog.flushed_offset
+        started = time.perf_counter()
         flushed = self.commitlog.flush()
+        if flushed > before:
+            self.flush_latency.observe(time.perf_counter() - started)
         if self.checkpoint is not None and ts:
             self.checkpoint.physic_msg_timestamp = ts
         self.flush_waiters.advance(flushed)

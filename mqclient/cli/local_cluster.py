@@ -5,6 +5,7 @@ A directory holds everything:
 
     DIR/mqcluster.layout.json   shape and ports of the last `up` (kept, reused by the next)
     DIR/mqcluster.state.json    PIDs of the running processes (removed by `down`)
+    DIR/prometheus.yml          a Prometheus scrape config of every process's /metrics
     DIR/logs/NAME.log           stdout + stderr of each process
     DIR/broker-a-0/broker.conf  one directory per broker: its config and its store/
 """
@@ -15,6 +16,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,10 +26,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mqproto.tls import ClientTls, make_local_ca
+
 LOOPBACK = "127.0.0.1"
 LAYOUT_FILE = "mqcluster.layout.json"
 STATE_FILE = "mqcluster.state.json"
 LOG_DIR = "logs"
+PROMETHEUS_FILE = "prometheus.yml"
 BROKER_CONF = "broker.conf"
 STORE_DIR = "store"
 NAMESRV = "namesrv"
@@ -39,6 +44,13 @@ DEFAULT_CLUSTER_NAME = "DefaultCluster"
 # Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
 # of use, and a laptop running four brokers should not write 8 GiB for that.
 LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
+# `up --acl` (issue 22): the cluster key, the account file and the admin's credentials.
+SECURITY_DIR = "security"
+CLUSTER_KEY_FILE = "cluster.key"
+ACL_FILE = "plain_acl.yml"
+CREDENTIALS_FILE = "credentials.env"
+LOCAL_ADMIN_ACCOUNT = "mqadmin"
+TLS_DIR = "tls"
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
 
@@ -56,10 +68,15 @@ class Node:
     ha_port: int = 0
     broker_name: str = ""
     broker_id: int = 0
+    metrics_port: int = 0  # Prometheus /metrics; 0: off (a layout from before metrics)
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{LOOPBACK}:{self.metrics_port}" if self.metrics_port else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,19 +124,29 @@ def group_name(index: int) -> str:
     return f"broker-{letters}"
 
 
+def metrics_ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
+    return namesrvs + groups * (1 + slaves)  # one /metrics port per process
+
+
 def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
                 role: str, broker_props: dict[str, str],
-                cluster_name: str = DEFAULT_CLUSTER_NAME) -> Layout:
-    """Name servers take the first ports, then each broker its gRPC port and its HA port."""
+                cluster_name: str = DEFAULT_CLUSTER_NAME,
+                metrics_ports: Sequence[int] = ()) -> Layout:
+    """Name servers take the first ports, then each broker its gRPC port and its HA port.
+    `metrics_ports` (none: metrics off) go to the processes in the same order."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
+    if metrics_ports and len(metrics_ports) != metrics_ports_needed(groups, slaves, namesrvs):
+        raise ValueError("wrong number of metrics ports for the shape")
     free = iter(ports)
-    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free)) for i in range(namesrvs)]
+    metrics = iter(metrics_ports or [0] * metrics_ports_needed(groups, slaves, namesrvs))
+    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free), metrics_port=next(metrics))
+             for i in range(namesrvs)]
     for g in range(groups):
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id))
+                              broker_id, next(metrics)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -150,7 +177,7 @@ def free_ports(count: int) -> list[int]:
 
 def check_ports_free(layout: Layout) -> None:
     for node in layout.nodes:
-        for port in (node.port, node.ha_port):
+        for port in (node.port, node.ha_port, node.metrics_port):
             if port and not port_is_free(port):
                 raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
                                         "--base-port (or omit it to use free ports)")
@@ -178,11 +205,24 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "autoCreateTopicEnable": "true",
         **LOCAL_BROKER_DEFAULTS,
     }
+    if node.metrics_port:
+        props["metricsPort"] = str(node.metrics_port)
     if node.broker_id != 0:
         props["haMasterAddress"] = f"{LOOPBACK}:{master.ha_port}"
     props.update(layout.broker_props)
     head = "# Written by `mqcluster up` (rewritten at every up; use --set KEY=VALUE to change)\n"
     return head + "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def prometheus_config(layout: Layout) -> str:
+    """A Prometheus config scraping every process of the layout that serves /metrics."""
+    def job(name: str, nodes: list[Node]) -> str:
+        targets = ", ".join(f"'{n.metrics_address}'" for n in nodes if n.metrics_port)
+        return f"  - job_name: {name}\n    static_configs:\n      - targets: [{targets}]\n"
+    return ("# Written by `mqcluster up`: prometheus --config.file=prometheus.yml\n"
+            "global:\n  scrape_interval: 15s\nscrape_configs:\n"
+            + job("rocketmq-namesrv", [n for n in layout.nodes if n.kind == NAMESRV])
+            + job("rocketmq-broker", layout.brokers))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -263,6 +303,59 @@ def _reap(pid: int) -> None:
         pass
 
 
+def write_security(directory: Path) -> dict[str, str]:
+    """`up --acl`: a random cluster key and an admin account (mode 0600 files under
+    DIR/security, kept across ups); returns the broker.conf keys that turn ACL on. The
+    cluster key reaches the processes as $MQ_CLUSTER_KEY, never on a command line."""
+    sec = directory / SECURITY_DIR
+    sec.mkdir(mode=0o700, exist_ok=True)
+
+    def secret_file(name: str, text: str) -> None:
+        path = sec / name
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+
+    secret = secrets.token_hex(16)
+    secret_file(CLUSTER_KEY_FILE, secrets.token_hex(32) + "\n")
+    secret_file(ACL_FILE, (
+        "# Written by `mqcluster up --acl`; edited while running, it is reloaded.\n"
+        "globalWhiteRemoteAddresses: []\n"
+        "accounts:\n"
+        f"  - accessKey: {LOCAL_ADMIN_ACCOUNT}\n"
+        f"    secretKey: {secret}\n"
+        "    admin: true\n"
+        "    defaultTopicPerm: PUB|SUB\n"
+        "    defaultGroupPerm: SUB\n"))
+    secret_file(CREDENTIALS_FILE, f"MQ_ACCESS_KEY={LOCAL_ADMIN_ACCOUNT}\n"
+                                  f"MQ_SECRET_KEY={secret}\n")
+    return {"aclEnable": "true", "aclFile": str(sec / ACL_FILE)}
+
+
+def write_tls(directory: Path) -> dict[str, str]:
+    """`up --tls`: a local CA and a certificate for loopback (openssl; kept across ups);
+    returns the broker.conf keys that turn TLS on."""
+    ca, cert, key = make_local_ca(directory / SECURITY_DIR / TLS_DIR)
+    return {"tlsEnable": "true", "tlsCertPath": str(cert), "tlsKeyPath": str(key),
+            "tlsCaPath": str(ca)}
+
+
+def client_tls(layout: Layout) -> ClientTls | None:
+    """How mqcluster itself reaches the cluster's processes."""
+    props = layout.broker_props
+    if props.get("tlsEnable", "").lower() != "true":
+        return None
+    return ClientTls(props.get("tlsCaPath", ""))
+
+
+def cluster_key_of(directory: Path) -> str:
+    try:
+        return (directory / SECURITY_DIR / CLUSTER_KEY_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
 def child_env() -> dict[str, str]:
     """The environment of the cluster's processes: this interpreter finds the packages
     (nameserver, broker) where this one found them, installed or not."""
@@ -274,22 +367,33 @@ def child_env() -> dict[str, str]:
                 PYTHONUNBUFFERED="1")
 
 
-def process_argv(node: Node, directory: Path) -> list[str]:
+def process_argv(node: Node, directory: Path, layout: Layout | None = None) -> list[str]:
     if node.kind == NAMESRV:
-        return [sys.executable, "-m", "nameserver", "--listen", node.address]
+        argv = [sys.executable, "-m", "nameserver", "--listen", node.address]
+        if node.metrics_port:
+            argv += ["--metrics-port", str(node.metrics_port)]
+        if layout is not None and client_tls(layout) is not None:  # `up --tls`
+            props = layout.broker_props
+            argv += ["--tls-cert", props["tlsCertPath"], "--tls-key", props["tlsKeyPath"]]
+        return argv
     return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
 
 
-def spawn(node: Node, directory: Path) -> tuple[ProcessRecord, int]:
+def spawn(node: Node, directory: Path, layout: Layout | None = None
+          ) -> tuple[ProcessRecord, int]:
     """Starts a node detached (own session, no terminal); returns its record and the log
     size before it started (its boot line comes after)."""
     log_rel = f"{LOG_DIR}/{node.name}.log"
     log_path = directory / log_rel
-    argv = process_argv(node, directory)
+    argv = process_argv(node, directory, layout)
+    env = child_env()
+    key = cluster_key_of(directory)  # `up --acl`: name servers and brokers share it
+    if key:
+        env["MQ_CLUSTER_KEY"] = key
     with log_path.open("ab") as log:
         offset = log.tell()
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=directory, env=child_env(),
+                                   stderr=subprocess.STDOUT, cwd=directory, env=env,
                                    start_new_session=True)
     stat = _proc_stat(process.pid)
     # Exited already: recorded with a start time no process has, so it reads as dead.

@@ -123,7 +123,31 @@ def topic_status(admin: MQAdmin, args: argparse.Namespace) -> None:
                  human_time(q.last_updated_ms)] for q in queues]))
 
 
+def topic_names(args: argparse.Namespace) -> list[str]:
+    """updateTopic's topics: `-t A` or `-t A,B,C`, or `--topicFile PATH` (one name a line;
+    blank lines and lines starting with # skipped; `-` reads stdin)."""
+    if args.topic_file is None:
+        return [t.strip() for t in args.topic.split(",") if t.strip()]
+    try:
+        if args.topic_file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(args.topic_file, encoding="utf-8") as f:
+                text = f.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise AdminError(f"cannot read the topic file {args.topic_file}: {e}") from None
+    return [line.strip() for line in text.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
 def update_topic(admin: MQAdmin, args: argparse.Namespace) -> None:
+    topics = topic_names(args)
+    if not topics:
+        raise AdminError("no topic given (the list or file is empty)")
+    if len(topics) > 1 or args.topic_file is not None:
+        update_topics(admin, args, topics)
+        return
+    args.topic = topics[0]
     addrs = admin.create_topic(args.topic, cluster=args.cluster, broker_addr=args.broker_addr,
                                read_queue_nums=args.read_queue_nums,
                                write_queue_nums=args.write_queue_nums, perm=args.perm,
@@ -139,6 +163,24 @@ def update_topic(admin: MQAdmin, args: argparse.Namespace) -> None:
     _out(f"TopicConfig [topicName={args.topic}, readQueueNums={args.read_queue_nums}, "
          f"writeQueueNums={args.write_queue_nums}, perm={perm_name(args.perm)}, "
          f"order={str(args.order).lower()}]")
+
+
+def update_topics(admin: MQAdmin, args: argparse.Namespace, topics: list[str]) -> None:
+    """Many topics of one config: one call per broker (CreateOrUpdateTopics)."""
+    addrs = admin.create_topics(topics, cluster=args.cluster, broker_addr=args.broker_addr,
+                                read_queue_nums=args.read_queue_nums,
+                                write_queue_nums=args.write_queue_nums, perm=args.perm,
+                                order=args.order)
+    config = {"read_queue_nums": args.read_queue_nums, "write_queue_nums": args.write_queue_nums,
+              "perm": args.perm, "order": args.order}
+    if args.json:
+        _out(dumps({"brokers": addrs, "topics": len(topics), "topic_config": config}))
+        return
+    for addr in addrs:
+        _out(f"create {len(topics)} topics to {addr} success.")
+    _out(f"TopicConfig [topics={len(topics)} ({topics[0]} .. {topics[-1]}), "
+         f"readQueueNums={args.read_queue_nums}, writeQueueNums={args.write_queue_nums}, "
+         f"perm={perm_name(args.perm)}, order={str(args.order).lower()}]")
 
 
 def delete_topic(admin: MQAdmin, args: argparse.Namespace) -> None:
@@ -311,6 +353,27 @@ def reset_offset_by_time(admin: MQAdmin, args: argparse.Namespace) -> None:
                 for r in resets]))
 
 
+def transaction_status(admin: MQAdmin, args: argparse.Namespace) -> None:
+    """Half messages without an outcome per master and producer group."""
+    group = args.group or ""
+    if args.broker_addr is not None:
+        results: list = [admin.pending_transactions(a, group) for a in
+                         parse_addresses(args.broker_addr)]
+    else:
+        results = admin.pending_transactions_of_cluster(args.cluster, group)
+    _warn_unreachable(results)
+    rows = [p for r in results if not isinstance(r, BrokerUnreachable) for p in r]
+    if args.json:
+        _out(dumps(rows))
+        return
+    _out(table(["Broker Name", "Broker Addr", "Producer Group", "Pending", "Oldest Born",
+                "Max Checks", "Online Producers"],
+               [[p.broker_name or "-", p.broker_addr, p.producer_group, p.pending,
+                 human_time(p.oldest_born_timestamp_ms) if p.pending else "-",
+                 p.max_check_times, p.online_producers] for p in rows]))
+    _out(f"\n{sum(p.pending for p in rows)} half message(s) without an outcome")
+
+
 def remove_slave(admin: MQAdmin, args: argparse.Namespace) -> None:
     admin.remove_slave(args.broker_addr, args.broker_id)
     _out(dumps({"master": args.broker_addr, "removed": args.broker_id}) if args.json
@@ -372,6 +435,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-n", "--namesrvAddr", dest="namesrv",
                         help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument("--accessKey", dest="access_key", default=None,
+                        help="an admin account of brokers with aclEnable (default "
+                             "$MQ_ACCESS_KEY)")
+    common.add_argument("--tlsCa", dest="tls_ca", default=None,
+                        help="the CA of TLS name servers and brokers (default $MQ_TLS_CA)")
+    common.add_argument("--secretKey", dest="secret_key", default=None,
+                        help="its secret (default $MQ_SECRET_KEY; prefer the variable: "
+                             "arguments show in the process list)")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per RPC (default 5)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -386,8 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--topic", required=True)
     p = command("topicStatus", topic_status, "per queue min/max offset and last update")
     p.add_argument("-t", "--topic", required=True)
-    p = command("updateTopic", update_topic, "create or update a topic")
-    p.add_argument("-t", "--topic", required=True)
+    p = command("updateTopic", update_topic,
+                "create or update a topic, or many (-t A,B,C or --topicFile) in one call "
+                "per broker")
+    names = p.add_mutually_exclusive_group(required=True)
+    names.add_argument("-t", "--topic", help="a topic, or topics separated by commas")
+    names.add_argument("-f", "--topicFile", dest="topic_file", metavar="PATH",
+                       help="a file of topic names, one a line (- for stdin)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("-c", "--clusterName", dest="cluster",
                        help="on every master of this cluster (default: every master)")
@@ -449,6 +525,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True,
                    help="the master's address")
     p.add_argument("-i", "--brokerId", dest="broker_id", type=_positive, required=True)
+    p = command("transactionStatus", transaction_status,
+                "half messages without a commit or rollback, per master and producer group")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="this master only")
+    where.add_argument("-c", "--clusterName", dest="cluster",
+                       help="every master of this cluster (default: every master)")
+    p.add_argument("-g", "--group", help="this producer group only")
     return parser
 
 
@@ -456,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         namesrv = args.namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")
-        with MQAdmin(namesrv, timeout=args.timeout) as admin:
+        with MQAdmin(namesrv, timeout=args.timeout, access_key=args.access_key,
+                     secret_key=args.secret_key, tls_ca=args.tls_ca) as admin:
             args.handler(admin, args)
     except AdminError as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)

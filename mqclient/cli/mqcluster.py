@@ -2,14 +2,16 @@
 
     mqcluster up     [--dir DIR] [--groups N] [--slaves M] [--namesrvs K] [--base-port P]
                      [--flush SYNC_FLUSH|ASYNC_FLUSH] [--role ASYNC_MASTER|SYNC_MASTER]
-                     [--set KEY=VALUE ...]
+                     [--set KEY=VALUE ...] [--no-metrics]
     mqcluster status [--dir DIR] [--json]
     mqcluster down   [--dir DIR] [--clean]
 
 `up` writes broker.conf files, starts the name servers and brokers detached (their own
 session; logs in DIR/logs), waits until every broker is registered with every name server
-and prints NAMESRV_ADDR. `down` stops exactly the PIDs recorded by `up` (after checking each
-is still the process it started). Exit codes: 0 done / all alive, 1 failure / not all alive.
+and prints NAMESRV_ADDR. Every process serves Prometheus /metrics on a port of its own
+(the Metrics column; DIR/prometheus.yml scrapes them all), unless --no-metrics. `down`
+stops exactly the PIDs recorded by `up` (after checking each is still the process it
+started). Exit codes: 0 done / all alive, 1 failure / not all alive.
 """
 
 from __future__ import annotations
@@ -27,30 +29,40 @@ from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli.local_cluster import (
     BROKER,
     BROKER_CONF,
+    CREDENTIALS_FILE,
     DEFAULT_CLUSTER_NAME,
     FLUSH_TYPES,
     LAYOUT_FILE,
     LOG_DIR,
     MASTER_ROLES,
+    PROMETHEUS_FILE,
+    SECURITY_DIR,
     STATE_FILE,
+    TLS_DIR,
     Layout,
     LocalClusterError,
     ProcessRecord,
     broker_conf,
     check_ports_free,
+    client_tls,
     free_ports,
     is_alive,
     is_stopped,
+    metrics_ports_needed,
     plan_layout,
     ports_needed,
+    prometheus_config,
     read_json,
     records_from_json,
     records_to_json,
     spawn,
     stop_processes,
     write_json,
+    write_security,
+    write_tls,
 )
 from mqclient.cli.output import dumps, table
+from mqproto.tls import TlsError
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
 PROG = "mqcluster"
@@ -112,17 +124,31 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
     props = dict(previous.broker_props) if previous and args.set is None else {}
     props.update(_parse_sets(args.set or []))
     count = ports_needed(shape["groups"], shape["slaves"], shape["namesrvs"])
+    metrics_count = (metrics_ports_needed(shape["groups"], shape["slaves"], shape["namesrvs"])
+                     if args.metrics else 0)
+    same_shape = previous is not None and previous.shape == (
+        shape["groups"], shape["slaves"], shape["namesrvs"])
+    metrics_ports: list[int] = []
     if args.base_port is not None:
-        if args.base_port + count - 1 > 65535:
-            raise LocalClusterError(f"--base-port {args.base_port}: {count} ports do not fit")
+        # The metrics ports follow the gRPC and HA ports (whose places stay as they were).
+        total = count + metrics_count
+        if args.base_port + total - 1 > 65535:
+            raise LocalClusterError(f"--base-port {args.base_port}: {total} ports do not fit")
         ports = list(range(args.base_port, args.base_port + count))
-    elif previous and previous.shape == (shape["groups"], shape["slaves"], shape["namesrvs"]):
+        metrics_ports = list(range(args.base_port + count, args.base_port + total))
+    elif same_shape and previous is not None:
         ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
                                                      else (n.port,))]
+        kept = [n.metrics_port for n in previous.nodes]
+        if metrics_count and all(kept):
+            metrics_ports = kept
+        elif metrics_count:  # a layout from before metrics: new ports for them only
+            metrics_ports = free_ports(metrics_count)
     else:
-        ports = free_ports(count)
+        both = free_ports(count + metrics_count)
+        ports, metrics_ports = both[:count], both[count:]
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
-                         **shape)
+                         metrics_ports=metrics_ports, **shape)
     check_ports_free(layout)
     return layout
 
@@ -155,11 +181,17 @@ def _wait_booted(directory: Path, started: list[tuple[ProcessRecord, int, str]],
             time.sleep(POLL_S)
 
 
+def _tls_ca(layout: Layout) -> str | None:
+    tls = client_tls(layout)
+    return tls.ca_path if tls is not None else None
+
+
 def _wait_registered(layout: Layout, deadline: float) -> None:
     """Until every name server lists every broker at its address."""
     expected = {(n.broker_name, n.broker_id, n.address) for n in layout.brokers}
     for addr in layout.namesrv_addr.split(";"):
-        with MQAdmin(addr, timeout=STATUS_RPC_TIMEOUT_S) as admin:
+        with MQAdmin(addr, timeout=STATUS_RPC_TIMEOUT_S,
+                     tls_ca=_tls_ca(layout)) as admin:
             while True:
                 problem = ""
                 try:
@@ -193,6 +225,13 @@ def up(args: argparse.Namespace) -> int:
         (directory / STATE_FILE).unlink()  # left by a cluster that is gone
     layout = resolve_layout(args, directory)
     directory.mkdir(parents=True, exist_ok=True)
+    if args.acl:
+        layout.broker_props.update(write_security(directory))
+    if args.tls:
+        try:
+            layout.broker_props.update(write_tls(directory))
+        except TlsError as e:
+            raise LocalClusterError(str(e)) from None
     if layout.role == "SYNC_MASTER" and layout.slaves == 0:
         _out(f"{PROG}: warning: SYNC_MASTER without slaves answers SLAVE_NOT_AVAILABLE "
              "to every send")
@@ -201,6 +240,7 @@ def up(args: argparse.Namespace) -> int:
         (directory / node.name).mkdir(exist_ok=True)
         (directory / node.name / BROKER_CONF).write_text(broker_conf(layout, node, directory))
     write_json(directory / LAYOUT_FILE, layout.to_json())
+    (directory / PROMETHEUS_FILE).write_text(prometheus_config(layout))
     records: list[ProcessRecord] = []
     deadline = time.monotonic() + args.timeout
     try:
@@ -209,7 +249,7 @@ def up(args: argparse.Namespace) -> int:
                 (layout.brokers, BOOT_SUCCESS_PREFIX)):
             started = []
             for node in kind_nodes:
-                record, offset = spawn(node, directory)
+                record, offset = spawn(node, directory, layout)
                 records.append(record)
                 save_state(directory, layout, records)  # a failed up can still be downed
                 started.append((record, offset, boot_line))
@@ -226,6 +266,13 @@ def up(args: argparse.Namespace) -> int:
     _out(f"\nAll {len(layout.brokers)} broker(s) registered with {layout.namesrvs} name "
          f"server(s).\nNAMESRV_ADDR={layout.namesrv_addr}\n"
          f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
+         + (f"Metrics: the Metrics column; prometheus --config.file="
+            f"{directory / PROMETHEUS_FILE} scrapes them all\n"
+            if any(n.metrics_port for n in layout.nodes) else "") +
+         (f"TLS on: export MQ_TLS_CA={directory / SECURITY_DIR / TLS_DIR / 'ca.pem'}\n"
+          if args.tls else "") +
+         (f"ACL on: export $(cat {directory / SECURITY_DIR / CREDENTIALS_FILE}) for "
+            "mqadmin and clients\n" if args.acl else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
 
@@ -244,7 +291,7 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
                               BOOT_SUCCESS_PREFIX)):
         started = []
         for old in group:
-            record, offset = spawn(nodes[old.name], directory)
+            record, offset = spawn(nodes[old.name], directory, layout)
             records[records.index(old)] = record
             save_state(directory, layout, records)
             started.append((record, offset, boot_line))
@@ -259,7 +306,8 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
 def _registered(layout: Layout) -> set[str] | None:
     """Broker addresses the first answering name server lists; None when none answers."""
     try:
-        with MQAdmin(layout.namesrv_addr, timeout=STATUS_RPC_TIMEOUT_S) as admin:
+        with MQAdmin(layout.namesrv_addr, timeout=STATUS_RPC_TIMEOUT_S,
+                     tls_ca=_tls_ca(layout)) as admin:
             info = admin.cluster_info()
     except AdminError:
         return None
@@ -275,7 +323,9 @@ def _status_rows(directory: Path, layout: Layout, records: list[ProcessRecord]
         node = nodes[r.name]
         rows.append({
             "name": r.name, "kind": node.kind, "pid": r.pid, "address": node.address,
-            "ha_port": node.ha_port or None, "alive": is_alive(r), "stopped": is_stopped(r),
+            "ha_port": node.ha_port or None,
+            "metrics": f"http://{node.metrics_address}/metrics" if node.metrics_port else None,
+            "alive": is_alive(r), "stopped": is_stopped(r),
             "role": (layout.role if node.broker_id == 0 else "SLAVE")
             if node.kind == BROKER else None,
             "registered": (node.address in registered if registered is not None else None)
@@ -291,8 +341,10 @@ def _print_status(directory: Path, layout: Layout, records: list[ProcessRecord])
         return "-" if kind != BROKER else {True: "yes", False: "no", None: "?"}[value]
 
     _out(f"cluster {layout.cluster_name} in {directory}")
-    _out(table(["Process", "Role", "PID", "Address", "HA Port", "State", "Registered", "Log"],
+    _out(table(["Process", "Role", "PID", "Address", "HA Port", "Metrics", "State",
+                "Registered", "Log"],
                [[r["name"], r["role"] or "NAMESRV", r["pid"], r["address"], r["ha_port"] or "-",
+                 r["metrics"] or "-",
                  ("stopped" if r["stopped"] else "alive") if r["alive"] else "DEAD",
                  registered(r["registered"], r["kind"]),
                  Path(r["log"]).relative_to(directory)] for r in rows]))
@@ -325,7 +377,9 @@ def _clean(directory: Path) -> None:
         for node in Layout.from_json(data).brokers:
             shutil.rmtree(directory / node.name, ignore_errors=True)
     shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
+    shutil.rmtree(directory / SECURITY_DIR, ignore_errors=True)
     (directory / LAYOUT_FILE).unlink(missing_ok=True)
+    (directory / PROMETHEUS_FILE).unlink(missing_ok=True)
     try:
         directory.rmdir()
     except OSError:
@@ -386,6 +440,14 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default ASYNC_MASTER)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="extra broker.conf key for every broker (repeatable)")
+    p.add_argument("--no-metrics", dest="metrics", action="store_false",
+                   help="no Prometheus /metrics ports (default: one per process)")
+    p.add_argument("--acl", action="store_true",
+                   help="access control on: a cluster key for registrations and HA links, "
+                        "and an admin account (credentials in DIR/security/credentials.env)")
+    p.add_argument("--tls", action="store_true",
+                   help="TLS on the gRPC and HA ports with a local CA (DIR/security/tls; "
+                        "clients: MQ_TLS_CA=DIR/security/tls/ca.pem)")
     p.add_argument("--json", action="store_true", help="print the processes as JSON")
     p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
     p = sub.add_parser("status", parents=[common], help="show each process alive or dead")

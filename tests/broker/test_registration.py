@@ -22,11 +22,11 @@ Start = Callable[..., BrokerThread]
 
 
 class NamesrvThread:
-    def __init__(self, listen: str = "127.0.0.1:0") -> None:
+    def __init__(self, listen: str = "127.0.0.1:0", **controller_kwargs: Any) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.controller = NamesrvController(listen)
+        self.controller = NamesrvController(listen, **controller_kwargs)
         self.address = self.run(self.controller.start())
 
     def run(self, coro: Any) -> Any:

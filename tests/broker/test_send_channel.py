@@ -17,7 +17,13 @@ import pytest
 from mqclient import Message, Producer, SendStatus
 from mqclient.send_channel import split_address
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import KIND_SEND_BATCH, FrameReader, encode_batch_message, encode_frame
+from mqproto.framing import (
+    KIND_SEND_BATCH,
+    KIND_SEND_BATCHES,
+    FrameReader,
+    encode_batch_message,
+    encode_frame,
+)
 from tests.broker.conftest import BrokerThread, Processes
 from tests.broker.test_send_pull import pull_all
 
@@ -321,6 +327,35 @@ def test_a_batch_with_a_reserved_property_stores_nothing(
     assert b.controller.store.max_phy_offset == end
     assert [m.body for m in pull_all(b, "TopicRes", 0, expect=1)] == [b"warm"]
     conn.nothing_more()
+
+
+@FLUSH_TYPES
+def test_batches_of_several_topics_in_one_frame(start_broker: Start, raw: Callable[[str], Raw],
+                                                flush: str) -> None:
+    """Issue 18: a SEND_BATCHES frame carries batches of many topics and queues; each is
+    stored or refused on its own, answered in request order."""
+    b = start_broker(flushDiskType=flush, autoCreateTopicEnable=True)
+    conn = raw(send_channel_address(b))
+    batches = [M.SendBatchRequest.FromString(batch_request(
+        f"Multi{i % 3}", [(b"m%d" % i, [("UNIQ_KEY", f"UKM{i:03d}")])], queue_id=i % 2))
+        for i in range(6)]
+    batches.insert(2, M.SendBatchRequest.FromString(batch_request(
+        "bad topic", [(b"x", [("UNIQ_KEY", "UKBAD")])])))
+    payload = M.SendBatchesRequest(batches=batches).SerializeToString()
+    conn.send(encode_frame(5, KIND_SEND_BATCHES, payload))
+    [(got_id, kind, data)] = conn.receive(1)
+    assert (got_id, kind) == (5, KIND_SEND_BATCHES)
+    responses = M.SendBatchesResponse.FromString(data).responses
+    assert [r.status.code for r in responses] == [C.SUCCESS] * 2 + [C.MESSAGE_ILLEGAL] + [
+        C.SUCCESS] * 4
+    assert [r.queue_id for i, r in enumerate(responses) if i != 2] == [0, 1, 0, 1, 0, 1]
+    got = pull_all(b, "Multi1", 1, expect=1)
+    assert [m.body for m in got] == [b"m1"]
+    # A payload that is not a SendBatchesRequest: one refusal, the connection stays.
+    conn.send(encode_frame(6, KIND_SEND_BATCHES, b"\xff\xff\xff"))
+    [(_, _, data)] = conn.receive(1)
+    [refused] = M.SendBatchesResponse.FromString(data).responses
+    assert refused.status.code == C.INVALID_PARAMETER
 
 
 def test_send_channel_disabled(start_broker: Start, processes: Processes) -> None:

@@ -144,6 +144,31 @@ def test_update_topic_then_route_list_and_status(capsys: pytest.CaptureFixture[s
         ("broker-a", 2)]
 
 
+def test_update_topic_with_a_list_and_a_file(capsys: pytest.CaptureFixture[str],
+                                             running: RunningCluster, tmp_path: Path) -> None:
+    """Issue 18: many topics in one call per broker (CreateOrUpdateTopics)."""
+    out = ok(capsys, running, "updateTopic", "-t", "ListT1,ListT2,ListT3", "-r", "2", "-w", "2",
+             "-c", CLUSTER)
+    assert out.splitlines()[:2] == [f"create 3 topics to {running.addr('broker-a-0')} success.",
+                                    f"create 3 topics to {running.addr('broker-b-0')} success."]
+    names = [f"FileT{i:04d}" for i in range(2000)]
+    topic_file = tmp_path / "topics.txt"
+    topic_file.write_text("# topics of the test\n\n" + "\n".join(names) + "\n")
+    data = ok_json(capsys, running, "updateTopic", "--topicFile", str(topic_file), "-b",
+                   running.addr("broker-a-0"))
+    assert data["topics"] == 2000 and data["brokers"] == [running.addr("broker-a-0")]
+    with MQAdmin(running.namesrv) as admin:
+        wait_until(lambda: _route_size(admin, "FileT1999") == 1 and _route_size(
+            admin, "ListT3") == 2, timeout=WAIT_S, message="routes of the created topics")
+        route = admin.topic_route("ListT1")
+        assert [(q.broker_name, q.read_queue_nums) for q in route.queue_datas] == [
+            ("broker-a", 2), ("broker-b", 2)]
+    code, _, err = run(capsys, running, "updateTopic", "--topicFile", str(tmp_path / "none"))
+    assert code == 1 and "cannot read the topic file" in err
+    code, _, err = run(capsys, running, "updateTopic", "-t", "Good,bad topic", "-c", CLUSTER)
+    assert code == 1 and "no topic of the batch was created" in err
+
+
 def test_delete_topic(capsys: pytest.CaptureFixture[str], running: RunningCluster) -> None:
     create_topic(capsys, running, "AdminDoomed", 2)
     out = ok(capsys, running, "deleteTopic", "-t", "AdminDoomed", "-c", CLUSTER)

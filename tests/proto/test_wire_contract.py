@@ -45,8 +45,8 @@ def test_services_have_the_planned_rpcs() -> None:
         return {method.name for method in descriptor.methods}
 
     assert rpcs(namesrv_pb2, "NamesrvService") == {
-        "RegisterBroker", "UnregisterBroker", "GetRouteInfoByTopic", "GetClusterInfo",
-        "GetAllTopicList", "WatchBrokerLink",
+        "RegisterBroker", "UnregisterBroker", "GetRouteInfoByTopic", "GetRouteInfoByTopics",
+        "GetClusterInfo", "GetAllTopicList", "WatchBrokerLink",
     }
     assert {
         "SendMessage", "SendBatch", "PullMessage", "QueryMessageById", "QueryMessageByKey",

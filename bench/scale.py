@@ -1,0 +1,512 @@
+"""Many topics and queues: `python -m bench.scale [--topics 1000,10000,50000]` (issue 18).
+
+For each size, a name server and one ASYNC_FLUSH broker (real processes on free loopback
+ports, a fresh store) and topics of 8 queues:
+- topic create time (mqadmin's batch create, until the last topic's route is on the name
+  server);
+- one 1 KiB message into every queue (SEND_BATCHES frames on the send channel, a batch per
+  queue), and how many queues hold data;
+- broker RSS, open fds and memory maps;
+- registration body (compressed and raw) and the name server's CPU per keep-alive
+  registration and for a full one (one topic changed), with the longest answer time of a
+  ping RPC to the broker and to the name server during that registration (`max_loop_stall_ms`:
+  minus the pings' median before it: the loops' longest stall, as seen from outside);
+- route lookup p50 / p99 (GetRouteInfoByTopic) and a producer's batched route refresh of all
+  topics (`route_refresh_s`, one round);
+- broker restart (SIGTERM, start again) time and RSS after restart;
+- sync and async send rates spread over 1,000 topics (and over all) against one topic, in
+  the same run.
+
+Progress lines go to stdout as it runs; the last line is one JSON object for the largest
+size (with every size's figures under `sizes`). The broker's store layout and fd use are
+the store's (issue 18's store part): before that lands, large sizes fail with EMFILE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from bench.e2e import _spawn, percentile
+from broker.constants import BOOT_SUCCESS_PREFIX
+from broker.controller import encode_topic_table
+from broker.topic_config import TopicConfig
+from mqclient import Message, Producer
+from mqclient.admin import MQAdmin
+from mqclient.loop import CHANNEL_OPTIONS
+from mqclient.send_channel import BlockingSendConnections
+from mqproto import (
+    admin_pb2,
+    admin_pb2_grpc,
+    common_pb2,
+    messaging_pb2,
+    messaging_pb2_grpc,
+    namesrv_pb2,
+    namesrv_pb2_grpc,
+)
+from mqproto.framing import KIND_SEND_BATCHES, encode_batch_message
+from mqproto.serving import LOOP_STALL_ENV
+from nameserver.constants import BOOT_SUCCESS_MESSAGE
+
+BODY = os.urandom(1024)
+QUEUES = 8
+SPREAD_TOPICS = 1000
+FILL_BATCHES_PER_FRAME = 256
+STALL_LINE = re.compile(r"event loop stalled ([0-9.]+) ms")
+# Both processes log each event-loop stall longer than this (mqproto.serving).
+STALL_LOG_MS = 5
+
+
+def progress(text: str) -> None:
+    print(f"[scale] {text}", flush=True)
+
+
+def topic_names(n: int) -> list[str]:
+    return [f"ScaleTopic{i:06d}" for i in range(n)]
+
+
+# -- processes ---------------------------------------------------------------------------------
+class ScaleCluster:
+    """A name server and one broker; the broker can be restarted on its store."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.namesrv_process, line = _spawn(
+            ["-m", "nameserver", "--listen", "127.0.0.1:0"], work / "ns.log",
+            BOOT_SUCCESS_MESSAGE)
+        self.namesrv = line.rpartition("listen=")[2]
+        props = {
+            "brokerClusterName": "ScaleCluster", "brokerName": "broker-a", "brokerId": "0",
+            "listenPort": "0", "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
+            "namesrvAddr": self.namesrv, "brokerRole": "ASYNC_MASTER",
+            "flushDiskType": "ASYNC_FLUSH", "storePathRootDir": str(work / "store"),
+            "autoCreateTopicEnable": "false",
+        }
+        self.conf = work / "broker.conf"
+        self.conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        self.broker_process: subprocess.Popen[str] | None = None
+        self.broker = ""
+        self.start_broker()
+
+    def start_broker(self) -> float:
+        started = time.monotonic()
+        self.broker_process, line = _spawn(["-m", "broker", "-c", str(self.conf)],
+                                           self.work / "broker.log", BOOT_SUCCESS_PREFIX)
+        self.broker = line.split(", ", 1)[1].split("]", 1)[0]
+        return time.monotonic() - started
+
+    def stop_broker(self) -> None:
+        process = self.broker_process
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(120)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self.broker_process = None
+
+    def close(self) -> None:
+        self.stop_broker()
+        if self.namesrv_process.poll() is None:
+            self.namesrv_process.terminate()
+            try:
+                self.namesrv_process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.namesrv_process.kill()
+                self.namesrv_process.wait()
+
+
+def proc_stats(pid: int) -> dict[str, float]:
+    """RSS (MiB), open fds and memory maps of a process."""
+    rss_kib = 0
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss_kib = int(line.split()[1])
+    with open(f"/proc/{pid}/maps") as f:
+        maps = sum(1 for _ in f)
+    return {"rss_mib": rss_kib / 1024, "fds": len(os.listdir(f"/proc/{pid}/fd")), "maps": maps}
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time of all threads of a process (schedstat: nanoseconds, not clock ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended
+    return total / 1e9
+
+
+def stalls_logged(log_path: Path, offset: int) -> float:
+    """The longest "event loop stalled N ms" logged after byte `offset` (0.0: none)."""
+    with log_path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return max((float(m.group(1)) for m in STALL_LINE.finditer(text)), default=0.0)
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.02)
+    raise SystemExit(f"timed out after {timeout} s waiting for {what}")
+
+
+def route_exists(stub: namesrv_pb2_grpc.NamesrvServiceStub, topic: str) -> bool:
+    r = stub.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoByTopicRequest(topic=topic), timeout=10)
+    return r.status.code == common_pb2.SUCCESS
+
+
+# -- steps -------------------------------------------------------------------------------------
+def create_topics(cluster: ScaleCluster, names: list[str],
+                  namesrv: namesrv_pb2_grpc.NamesrvServiceStub) -> float:
+    started = time.monotonic()
+    with MQAdmin(cluster.namesrv, timeout=60) as admin:
+        admin.create_topics(names, broker_addr=cluster.broker, read_queue_nums=QUEUES,
+                            write_queue_nums=QUEUES)
+    wait_for(lambda: route_exists(namesrv, names[-1]), 120, "the last topic's route")
+    return time.monotonic() - started
+
+
+def fill_every_queue(send_address: str, names: list[str]) -> int:
+    """One 1 KiB message into every queue; returns the queues that took it."""
+    element = encode_batch_message(0, BODY, b"")
+    now_ms = int(time.time() * 1000)
+    requests = [messaging_pb2.SendBatchRequest(
+        producer_group="ScaleFill", topic=t, queue_id=q, encoded_messages=element,
+        born_timestamp=now_ms) for t in names for q in range(QUEUES)]
+    connections = BlockingSendConnections()
+    stored = 0
+    errors: dict[str, int] = {}
+    lock = threading.Lock()
+    chunks = [requests[i:i + FILL_BATCHES_PER_FRAME]
+              for i in range(0, len(requests), FILL_BATCHES_PER_FRAME)]
+    next_chunk = iter(range(len(chunks)))
+
+    def worker() -> None:
+        nonlocal stored
+        for index in next_chunk:  # shared iterator: each chunk once
+            payload = messaging_pb2.SendBatchesRequest(batches=chunks[index]).SerializeToString()
+            answer = messaging_pb2.SendBatchesResponse.FromString(
+                connections.request(send_address, KIND_SEND_BATCHES, payload, 60))
+            ok = sum(1 for r in answer.responses if r.status.code == common_pb2.SUCCESS)
+            with lock:
+                stored += ok
+                for r in answer.responses:
+                    if r.status.code != common_pb2.SUCCESS:
+                        name = common_pb2.ResponseCode.Name(r.status.code)
+                        errors[name] = errors.get(name, 0) + 1
+            if index % 200 == 0:
+                progress(f"  filled {min((index + 1) * FILL_BATCHES_PER_FRAME, len(requests))}"
+                         f" of {len(requests)} queues")
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    connections.close()
+    if errors:
+        progress(f"  queues not filled: {errors}")
+    return stored
+
+
+class Pinger:
+    """Answer times of a cheap RPC, from a thread, until stopped."""
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        self.call = call
+        self.times: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            t = time.perf_counter()
+            self.call()
+            self.times.append(time.perf_counter() - t)
+            time.sleep(0.002)
+
+    def __enter__(self) -> Pinger:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+def registration_figures(cluster: ScaleCluster, n: int,
+                         namesrv: namesrv_pb2_grpc.NamesrvServiceStub) -> dict[str, float]:
+    assert cluster.broker_process is not None
+    channel = grpc.insecure_channel(cluster.broker, options=CHANNEL_OPTIONS)
+    admin = admin_pb2_grpc.AdminServiceStub(channel)
+    messaging = messaging_pb2_grpc.MessagingServiceStub(channel)
+    table = admin.GetTopicList(admin_pb2.GetTopicListRequest(), timeout=60)
+    configs = [TopicConfig(c.topic_name, c.read_queue_nums, c.write_queue_nums, c.perm,
+                           c.topic_sys_flag, c.order) for c in table.topic_configs]
+    body = encode_topic_table(configs, 6)
+    raw = namesrv_pb2.TopicConfigTable(topic_configs=list(table.topic_configs)).ByteSize()
+    # The name server's CPU for a keep-alive, and for a full registration of an unchanged
+    # table (what a broker without keep-alives sends every 30 s), asked here as the broker
+    # asks them; idle CPU over the same time subtracted.
+    ns_pid = cluster.namesrv_process.pid
+    runtime = admin.GetRuntimeInfo(admin_pb2.GetRuntimeInfoRequest(), timeout=30).table
+    header = namesrv_pb2.RegisterBrokerRequest(
+        cluster_name=runtime["clusterName"], broker_name=runtime["brokerName"],
+        broker_addr=runtime["brokerAddr"], broker_id=int(runtime["brokerId"]),
+        ha_server_addr=runtime["haServerAddr"], data_version=table.data_version)
+    keep_alive = namesrv_pb2.RegisterBrokerRequest()
+    keep_alive.CopyFrom(header)
+    keep_alive.body_omitted = True
+    full = namesrv_pb2.RegisterBrokerRequest()
+    full.CopyFrom(header)
+    full.compressed_topic_configs = body
+    idle_before, t0 = cpu_s(ns_pid), time.monotonic()
+    time.sleep(2)
+    idle_rate = (cpu_s(ns_pid) - idle_before) / (time.monotonic() - t0)
+
+    def cpu_ms_per_call(request: namesrv_pb2.RegisterBrokerRequest, calls: int) -> float:
+        before, started = cpu_s(ns_pid), time.monotonic()
+        for _ in range(calls):
+            r = namesrv.RegisterBroker(request, timeout=60)
+            assert r.status.code == common_pb2.SUCCESS and not r.body_required, r
+        used = cpu_s(ns_pid) - before - idle_rate * (time.monotonic() - started)
+        return max(0.0, used) * 1000 / calls
+
+    keep_alive_ms = cpu_ms_per_call(keep_alive, 200)
+    full_unchanged_ms = cpu_ms_per_call(full, 5)
+
+    def ping_broker() -> object:
+        return messaging.GetSendChannel(messaging_pb2.GetSendChannelRequest(), timeout=10)
+
+    def ping_namesrv() -> object:
+        return namesrv.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=10)
+
+    broker_log, ns_log = cluster.work / "broker.log", cluster.work / "ns.log"
+    with Pinger(ping_broker) as pb, Pinger(ping_namesrv) as pn:
+        time.sleep(1.0)
+        quiet = {"broker": stalls_logged(broker_log, 0), "namesrv": stalls_logged(ns_log, 0)}
+        offsets = broker_log.stat().st_size, ns_log.stat().st_size
+        base_b, base_n = len(pb.times), len(pn.times)
+        ns_before = cpu_s(ns_pid)
+        extra = f"ScaleExtra{n}"
+        admin.CreateOrUpdateTopic(admin_pb2.CreateOrUpdateTopicRequest(
+            topic_config=common_pb2.TopicConfig(topic_name=extra, read_queue_nums=QUEUES,
+                                                write_queue_nums=QUEUES, perm=6)), timeout=60)
+        wait_for(lambda: route_exists(namesrv, extra), 60, "the changed table registered")
+        time.sleep(0.5)
+        full_ms = (cpu_s(ns_pid) - ns_before) * 1000
+    channel.close()
+
+    def ping_ms(times: list[float], base: int) -> tuple[float, float]:
+        return max(times[:base], default=0.0) * 1000, max(times[base:], default=0.0) * 1000
+
+    broker_quiet, broker_during = ping_ms(pb.times, base_b)
+    ns_quiet, ns_during = ping_ms(pn.times, base_n)
+    return {"register_body_bytes": len(body), "register_body_raw_bytes": raw,
+            "namesrv_cpu_ms_per_keepalive": keep_alive_ms,
+            "namesrv_cpu_ms_full_unchanged": full_unchanged_ms,
+            "namesrv_cpu_ms_full_registration": full_ms,
+            "broker_max_loop_stall_ms": stalls_logged(broker_log, offsets[0]),
+            "namesrv_max_loop_stall_ms": stalls_logged(ns_log, offsets[1]),
+            "broker_stall_before_ms": quiet["broker"], "namesrv_stall_before_ms": quiet["namesrv"],
+            "broker_ping_max_ms": broker_during, "broker_ping_max_quiet_ms": broker_quiet,
+            "namesrv_ping_max_ms": ns_during, "namesrv_ping_max_quiet_ms": ns_quiet}
+
+
+def route_figures(cluster: ScaleCluster, names: list[str],
+                  namesrv: namesrv_pb2_grpc.NamesrvServiceStub) -> dict[str, float]:
+    sample = random.Random(7).sample(names, min(1000, len(names)))
+    latencies = []
+    for topic in sample:
+        t = time.perf_counter()
+        namesrv.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoByTopicRequest(topic=topic),
+                                    timeout=10)
+        latencies.append(time.perf_counter() - t)
+    latencies.sort()
+    producer = Producer("ScaleRoutes", cluster.namesrv, poll_name_server_interval_s=3600).start()
+    try:
+        producer.loop.run(producer.instance.update_routes(names), 120)  # the routes in use
+        rounds = []
+        for _ in range(2):
+            producer.loop.run(producer.instance.update_all_routes(), 120)
+            rounds.append(producer.instance.last_refresh_s)
+        routes = len(producer.instance.routes)
+    finally:
+        producer.shutdown()
+    return {"route_lookup_p50_ms": percentile(latencies, 0.5) * 1000,
+            "route_lookup_p99_ms": percentile(latencies, 0.99) * 1000,
+            "route_refresh_s": max(rounds), "routes_refreshed": routes}
+
+
+def send_rates(cluster: ScaleCluster, names: list[str], n_async: int, n_sync: int,
+               rounds: int) -> dict[str, float]:
+    """Messages/s to one topic and spread over SPREAD_TOPICS (and over all), same run:
+    one, spread, all, `rounds` times over; the best of each (this machine is shared), with
+    the broker's CPU per message (less sensitive to other work on the machine)."""
+    spread = names[:SPREAD_TOPICS]
+    # A long send timeout: spread over tens of thousands of topics, async sends may wait in
+    # the producer longer than the default 3 s on this shared machine (a rate, not an error).
+    producer = Producer("ScaleSend", cluster.namesrv, send_timeout_s=60).start()
+    try:
+        producer.loop.run(producer.instance.update_routes(names), 120)
+
+        def async_rate(topics: list[str]) -> float:
+            started = time.perf_counter()
+            futures = [producer.send_async(Message(topics[i % len(topics)], BODY))
+                       for i in range(n_async)]
+            for f in futures:
+                f.result(timeout=120)
+            return n_async / (time.perf_counter() - started)
+
+        def sync_rate(topics: list[str]) -> float:
+            started = time.perf_counter()
+            for i in range(n_sync):
+                producer.send(Message(topics[i % len(topics)], BODY))
+            return n_sync / (time.perf_counter() - started)
+
+        assert cluster.broker_process is not None
+        broker_pid = cluster.broker_process.pid
+        best: dict[str, float] = {}
+        for _ in range(rounds):
+            for kind, rate, n in (("async", async_rate, n_async), ("sync", sync_rate, n_sync)):
+                for label, topics in (("one", names[:1]), ("spread", spread), ("all", names)):
+                    cpu_before = cpu_s(broker_pid)
+                    value = rate(topics)
+                    cpu_us = (cpu_s(broker_pid) - cpu_before) * 1e6 / n
+                    key = f"{kind}_{label}_msgs_s"
+                    best[key] = max(best.get(key, 0.0), value)
+                    cpu_key = f"{kind}_{label}_broker_cpu_us_per_msg"
+                    best[cpu_key] = min(best.get(cpu_key, float("inf")), cpu_us)
+                    progress(f"  {kind} sends, {label} ({len(topics)} topics): "
+                             f"{value:,.0f} msgs/s, broker CPU {cpu_us:.0f} us/msg")
+    finally:
+        producer.shutdown()
+    return {**best,
+            "async_spread_vs_one": best["async_spread_msgs_s"] / best["async_one_msgs_s"],
+            "sync_spread_vs_one": best["sync_spread_msgs_s"] / best["sync_one_msgs_s"],
+            "async_all_vs_one": best["async_all_msgs_s"] / best["async_one_msgs_s"],
+            "sync_all_vs_one": best["sync_all_msgs_s"] / best["sync_one_msgs_s"]}
+
+
+def run_size(n: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    progress(f"{n} topics x {QUEUES} queues: starting a name server and a broker")
+    cluster = ScaleCluster(work)
+    result: dict[str, Any] = {"topics": n, "queues": n * QUEUES}
+    try:
+        names = topic_names(n)
+        ns_channel = grpc.insecure_channel(cluster.namesrv, options=CHANNEL_OPTIONS)
+        namesrv = namesrv_pb2_grpc.NamesrvServiceStub(ns_channel)
+        result["create_s"] = create_topics(cluster, names, namesrv)
+        progress(f"  created {n} topics in {result['create_s']:.2f} s")
+        with grpc.insecure_channel(cluster.broker) as channel:
+            send_address = messaging_pb2_grpc.MessagingServiceStub(channel).GetSendChannel(
+                messaging_pb2.GetSendChannelRequest(), timeout=10).address
+        started = time.monotonic()
+        result["queues_with_data"] = fill_every_queue(send_address, names)
+        result["fill_s"] = time.monotonic() - started
+        progress(f"  {result['queues_with_data']} queues hold a message "
+                 f"({result['fill_s']:.1f} s)")
+        assert cluster.broker_process is not None
+        stats = proc_stats(cluster.broker_process.pid)
+        result.update(broker_rss_mib=stats["rss_mib"], broker_fds=stats["fds"],
+                      broker_maps=stats["maps"])
+        progress(f"  broker RSS {stats['rss_mib']:.0f} MiB, {stats['fds']:.0f} fds, "
+                 f"{stats['maps']:.0f} maps")
+        result.update(registration_figures(cluster, n, namesrv))
+        result["max_loop_stall_ms"] = max(result["broker_max_loop_stall_ms"],
+                                          result["namesrv_max_loop_stall_ms"])
+        progress(f"  registration body {result['register_body_bytes']:,} bytes compressed "
+                 f"({result['register_body_raw_bytes']:,} raw); name server CPU "
+                 f"{result['namesrv_cpu_ms_per_keepalive']:.2f} ms per keep-alive, "
+                 f"{result['namesrv_cpu_ms_full_unchanged']:.1f} ms per full body of an "
+                 f"unchanged table, {result['namesrv_cpu_ms_full_registration']:.0f} ms "
+                 "for one topic changed; "
+                 f"longest loop stall during it: broker "
+                 f"{result['broker_max_loop_stall_ms']:.1f} ms, name server "
+                 f"{result['namesrv_max_loop_stall_ms']:.1f} ms (before it, since start: "
+                 f"{result['broker_stall_before_ms']:.1f} / "
+                 f"{result['namesrv_stall_before_ms']:.1f} ms); ping max "
+                 f"{result['broker_ping_max_ms']:.1f} / {result['namesrv_ping_max_ms']:.1f} ms "
+                 f"(quiet {result['broker_ping_max_quiet_ms']:.1f} / "
+                 f"{result['namesrv_ping_max_quiet_ms']:.1f} ms)")
+        result.update(route_figures(cluster, names, namesrv))
+        progress(f"  route lookup p50 {result['route_lookup_p50_ms']:.2f} ms, p99 "
+                 f"{result['route_lookup_p99_ms']:.2f} ms; batched refresh of {n} routes "
+                 f"{result['route_refresh_s']:.2f} s")
+        if not args.skip_sends:
+            result.update(send_rates(cluster, names, args.async_messages, args.sync_messages,
+                                     args.rounds))
+            progress(f"  async spread/one {result['async_spread_vs_one']:.2f}, sync "
+                     f"spread/one {result['sync_spread_vs_one']:.2f}")
+        cluster.stop_broker()
+        result["restart_s"] = cluster.start_broker()
+        time.sleep(1.0)
+        assert cluster.broker_process is not None
+        after = proc_stats(cluster.broker_process.pid)
+        result.update(restart_rss_mib=after["rss_mib"], restart_fds=after["fds"])
+        progress(f"  restarted in {result['restart_s']:.2f} s, RSS {after['rss_mib']:.0f} MiB,"
+                 f" {after['fds']:.0f} fds")
+        ns_channel.close()
+    finally:
+        cluster.close()
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split(
+        "\n")[0])
+    parser.add_argument("--topics", default="1000,10000,50000",
+                        help="sizes to run, comma-separated (default 1000,10000,50000)")
+    parser.add_argument("--async-messages", type=int, default=20_000)
+    parser.add_argument("--sync-messages", type=int, default=3_000)
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="send-rate rounds, the best of each kept (default 3)")
+    parser.add_argument("--skip-sends", action="store_true", help="no send-rate figures")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = parser.parse_args(argv)
+    os.environ[LOOP_STALL_ENV] = str(STALL_LOG_MS)  # the processes log their loop stalls
+    sizes = sorted(int(s) for s in args.topics.split(",") if s.strip())
+    results = []
+    root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    try:
+        for n in sizes:
+            work = root / f"t{n}"
+            work.mkdir()
+            results.append(run_size(n, work, args))
+            progress(f"{n} topics: " + json.dumps(results[-1]))
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            progress(f"work directory kept: {root}")
+    last = dict(results[-1])
+    last["sizes"] = {str(r["topics"]): r for r in results}
+    print(json.dumps(last), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

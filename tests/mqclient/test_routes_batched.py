@@ -1,0 +1,77 @@
+"""Issue 18: a client refreshes the routes it uses in one batched call per round, and stops
+refreshing routes it no longer uses (name server in this process, a registered table)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from mqclient.constants import ROUTE_IDLE_ROUNDS
+from mqclient.producer import Producer
+from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from tests.broker.test_registration import NamesrvThread
+
+TOPICS = [f"Routed{i:05d}" for i in range(3000)]
+MASTER = "127.0.0.1:10911"
+
+
+def register(namesrv: NamesrvThread, queues: dict[str, int], counter: int) -> None:
+    with grpc.insecure_channel(namesrv.address) as channel:
+        r = namesrv_pb2_grpc.NamesrvServiceStub(channel).RegisterBroker(
+            namesrv_pb2.RegisterBrokerRequest(
+                cluster_name="C", broker_name="broker-a", broker_addr=MASTER, broker_id=0,
+                data_version=common_pb2.DataVersion(timestamp=1, counter=counter),
+                topic_configs=[common_pb2.TopicConfig(topic_name=t, read_queue_nums=n,
+                                                      write_queue_nums=n, perm=6)
+                               for t, n in queues.items()]), timeout=30)
+        assert r.status.code == common_pb2.SUCCESS
+
+
+@pytest.fixture
+def namesrv() -> Iterator[NamesrvThread]:
+    n = NamesrvThread()
+    register(n, dict.fromkeys(TOPICS, 4), 1)
+    yield n
+    n.stop()
+
+
+def test_refresh_is_one_batched_call_of_the_routes_in_use(namesrv: NamesrvThread) -> None:
+    producer = Producer("PG", namesrv.address, poll_name_server_interval_s=3600).start()
+    try:
+        instance = producer.instance
+        calls = {"one": 0, "batched": 0}
+        one, batched = instance.namesrv.get_route, instance.namesrv.get_routes
+
+        async def count_one(topic: str) -> Any:
+            calls["one"] += 1
+            return await one(topic)
+
+        async def count_batched(topics: list[str]) -> Any:
+            calls["batched"] += 1
+            return await batched(topics)
+
+        instance.namesrv.get_route = count_one  # type: ignore[method-assign]
+        instance.namesrv.get_routes = count_batched  # type: ignore[method-assign]
+        producer.loop.run(instance.update_routes(TOPICS))
+        assert len(instance.routes) == len(TOPICS) and calls == {"one": 0, "batched": 1}
+        assert len(producer.fetch_publish_queues("Routed02999")) == 4
+
+        producer.loop.run(instance.update_all_routes())
+        assert calls == {"one": 0, "batched": 2}
+        # A change on the name server shows after the next round.
+        register(namesrv, {**dict.fromkeys(TOPICS, 4), "Routed00007": 2}, 2)
+        producer.loop.run(instance.update_all_routes())
+        assert len(instance.routes["Routed00007"].publish_queues) == 2
+        assert calls == {"one": 0, "batched": 3}
+
+        # Only routes in use stay: one topic keeps being used, the rest go idle.
+        for _ in range(ROUTE_IDLE_ROUNDS + 1):
+            producer.fetch_publish_queues("Routed00001")
+            producer.loop.run(instance.update_all_routes())
+        assert list(instance.routes) == ["Routed00001"]
+        assert calls["one"] == 0
+    finally:
+        producer.shutdown()
