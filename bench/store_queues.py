@@ -35,8 +35,11 @@ def process_stats() -> dict[str, int]:
     with open("/proc/self/maps") as f:
         maps = sum(1 for _ in f)
     with open("/proc/self/status") as f:
-        rss_kib = next(int(line.split()[1]) for line in f if line.startswith("VmRSS"))
-    return {"fds": len(os.listdir("/proc/self/fd")), "maps": maps, "rss_mib": rss_kib // 1024}
+        status = {k: v for k, _, v in (line.partition(":") for line in f)}
+    rss_kib = int(status["VmRSS"].split()[0])
+    anon_kib = int(status["RssAnon"].split()[0])  # the rest: mapped file pages (commitlog)
+    return {"fds": len(os.listdir("/proc/self/fd")), "maps": maps, "rss_mib": rss_kib // 1024,
+            "rss_anon_mib": anon_kib // 1024}
 
 
 def open_store(root: str) -> DefaultMessageStore:
@@ -132,7 +135,8 @@ def main() -> None:
                     "dispatch_s": wrote["dispatch_s"], "fds": wrote["fds"],
                     "maps": wrote["maps"], "rss_mib": wrote["rss_mib"],
                     "shutdown_s": wrote["shutdown_s"], "restart_s": clean["restart_s"],
-                    "restart_rss_mib": clean["rss_mib"], "restart_fds": clean["fds"],
+                    "restart_rss_mib": clean["rss_mib"],
+                    "restart_rss_anon_mib": clean["rss_anon_mib"], "restart_fds": clean["fds"],
                     "crash_restart_s": crash["restart_s"],
                     "crash_restart_rss_mib": crash["rss_mib"]}
             shutil.rmtree(root, ignore_errors=True)
