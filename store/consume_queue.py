@@ -102,7 +102,7 @@ def _scan_end(fd: int, file_size: int) -> tuple[int, int]:
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "file_size", "dir", "handles", "files",
                  "max_physic_offset", "min_logic_offset", "_max_pos", "_tail_real",
-                 "failed", "retry", "pending")
+                 "failed", "retry", "pending", "recovered_tail")
 
     def __init__(self, topic: str, queue_id: int, root: str | os.PathLike, file_size: int,
                  handles: FileHandles | None = None) -> None:
@@ -121,6 +121,8 @@ class ConsumeQueue:
         self.failed = ""
         self.retry = True
         self.pending: list[list[int]] = []
+        # The last entry as recovery read it (for the check after a crash), or None.
+        self.recovered_tail: tuple[int, int, int] | None = None
 
     # -- files -----------------------------------------------------------------------------
     def _file_path(self, offset: int) -> str:
@@ -216,6 +218,7 @@ class ConsumeQueue:
             return
         start = max(0, len(files) - 3)
         end_pos = files[start].file_from_offset
+        tail = None  # the last entry, when it is in the file where the entries end
         for mf in files[start:]:
             fd = os.open(mf.path, os.O_RDWR)
             try:
@@ -226,14 +229,20 @@ class ConsumeQueue:
                 end_pos = mf.file_from_offset + pos
                 if pos < self.file_size:
                     zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF, known_zero_to)
+                    if pos:
+                        raw = os.pread(fd, CQ_STORE_UNIT_SIZE, pos - CQ_STORE_UNIT_SIZE)
+                        if len(raw) == CQ_STORE_UNIT_SIZE:
+                            tail = ENTRY.unpack(raw)
                     break
             finally:
                 os.close(fd)
         self._cut(end_pos, zeroed=True)
         self._set_end(end_pos)
         self._tail_real = True
+        self.recovered_tail = tail
         for index in range(end_pos // CQ_STORE_UNIT_SIZE - 1, -1, -1):
-            entry = self.get_entry(index)
+            entry = tail if tail is not None else self.get_entry(index)
+            tail = None
             if entry is None:
                 break
             if entry[1] != BLANK_SIZE:

@@ -22,6 +22,7 @@ import logging
 import os
 import resource
 import threading
+from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 
@@ -103,11 +104,12 @@ class FileHandles:
                 os.close(self._fds.popitem()[1])
 
 
-def _load_syncfs() -> ctypes._CFuncPtr | None:
+def _load_syncfs() -> Callable[[int], int] | None:
     try:
-        return ctypes.CDLL(None, use_errno=True).syncfs
+        fn: Callable[[int], int] = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):
         return None
+    return fn
 
 
 _syncfs = _load_syncfs()
@@ -178,31 +180,45 @@ def data_end(fd: int, file_size: int) -> int:
 
 def zero_tail(fd: int, pos: int, file_size: int, zero_run_proof: int | None,
               known_zero_to: int = 0) -> None:
+    """See _zero_tail; what it zeroed is forced to disk (a rare case: stale bytes found)."""
+    if _zero_tail(fd, pos, file_size, zero_run_proof, known_zero_to):
+        os.fdatasync(fd)
+
+
+def _zero_tail(fd: int, pos: int, file_size: int, zero_run_proof: int | None,
+               known_zero_to: int) -> bool:
     """Zeroes [pos, file_size) so a later scan sees the end of data there, not stale bytes;
     [pos, known_zero_to) is known zero already. Holes are zeros, and reading stops once
     `zero_run_proof` zero bytes in a row were seen (data is written front to back)."""
     cur = max(pos, known_zero_to)
     zeros = cur - pos
+    wrote = False
     while cur < file_size:
         if zero_run_proof is not None and zeros >= zero_run_proof:
-            return
+            return wrote
         try:
             data_at = os.lseek(fd, cur, os.SEEK_DATA)
         except OSError as e:
             if e.errno == errno.ENXIO:  # nothing but holes to the end
-                return
+                return wrote
             data_at = cur  # the file system cannot tell: read everything
         zeros += data_at - cur
         cur = data_at
         if cur >= file_size or (zero_run_proof is not None and zeros >= zero_run_proof):
-            return
-        n = min(len(_ZEROS), file_size - cur)
+            return wrote
+        try:  # within this data region: zeros written into a hole would allocate it
+            region_end = os.lseek(fd, cur, os.SEEK_HOLE)
+        except OSError:
+            region_end = file_size
+        n = min(len(_ZEROS), max(region_end, cur + 1) - cur, file_size - cur)
         chunk = os.pread(fd, n, cur)
         if chunk == _ZEROS[: len(chunk)]:
             zeros += len(chunk)
         else:
             os.pwrite(fd, _ZEROS[: len(chunk)], cur)
+            wrote = True
             zeros = 0
         if not chunk:
-            return
+            return wrote
         cur += len(chunk)
+    return wrote

@@ -65,50 +65,35 @@ def write(path: str, commitlog_max: int, queues: Iterable[ConsumeQueue]) -> None
         os.close(dfd)
 
 
+def discard(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
 def take(path: str, cq_root: str, new_queue: Callable[[str, int], ConsumeQueue]) -> int | None:
     """Makes the queues of the snapshot at `path` with `new_queue` and deletes the file;
     returns the commitlog max offset it was written at, or None (no file, or one that does
-    not check out: nothing made, the caller scans the queues)."""
+    not check out: the caller drops what was made and scans the queues)."""
     try:
         with open(path, "rb") as f:
             body = f.read()
     except FileNotFoundError:
         return None
     finally:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-    problem = _check(body, cq_root)
+        discard(path)
+    problem = _make(body, cq_root, new_queue)
     if isinstance(problem, str):
         log.warning("consume-queue snapshot not used (%s): scanning every queue", problem)
         return None
-    commitlog_max, records = problem
-    for topic, queue_id, first, count, end, min_logic, max_physic, tail_real in records:
-        cq = new_queue(topic, queue_id)
-        size = cq.file_size
-        d = cq.dir
-        files = []
-        for i in range(count):
-            offset = first + i * size
-            mf = CQFile(f"{d}/{offset:020d}", offset, size)
-            mf.wrote_position = mf.flushed_position = size
-            files.append(mf)
-        if files:
-            last = files[-1]
-            last.wrote_position = last.flushed_position = end - last.file_from_offset
-        cq.files = files
-        cq._max_pos = end
-        cq.min_logic_offset = min_logic
-        cq.max_physic_offset = max_physic
-        cq._tail_real = tail_real
-    return commitlog_max
+    return problem
 
 
-_Record = tuple[str, int, int, int, int, int, int, bool]
-
-
-def _check(body: bytes, cq_root: str) -> tuple[int, list[_Record]] | str:
+def _make(body: bytes, cq_root: str,
+          new_queue: Callable[[str, int], ConsumeQueue]) -> int | str:
+    """The queues of the snapshot made one record at a time (no list of them all: 400,000
+    records held at once cost the start hundreds of MiB of RSS it kept)."""
     if len(body) < HEAD.size + CRC.size:
         return "too short"
     if CRC.unpack_from(body, len(body) - CRC.size)[0] != zlib.crc32(body[: -CRC.size]):
@@ -116,22 +101,39 @@ def _check(body: bytes, cq_root: str) -> tuple[int, list[_Record]] | str:
     magic, commitlog_max, count = HEAD.unpack_from(body)
     if magic != MAGIC:
         return f"magic {magic!r}"
-    records: list[_Record] = []
     pos = HEAD.size
     unpack = RECORD.unpack_from
     rsize = RECORD.size
-    topics: set[str] = set()
+    topics: dict[bytes, str] = {}  # one string per topic, shared by its queues
     try:
         for _ in range(count):
-            queue_id, first, files, end, min_logic, max_physic, tail_real, n = unpack(body, pos)
+            queue_id, first, count_files, end, min_logic, max_physic, tail_real, n = unpack(
+                body, pos)
             pos += rsize
-            topic = body[pos : pos + n].decode()
+            raw = body[pos : pos + n]
             pos += n
-            if files and end < first:
+            topic = topics.get(raw)
+            if topic is None:
+                topic = topics[raw] = raw.decode()
+            if count_files and end < first:
                 return f"{topic}-{queue_id}: end {end} before its first file {first}"
-            topics.add(topic)
-            records.append((topic, queue_id, first, files, end, min_logic, max_physic,
-                            tail_real))
+            cq = new_queue(topic, queue_id)
+            size = cq.file_size
+            d = cq.dir
+            files = []
+            for i in range(count_files):
+                offset = first + i * size
+                mf = CQFile(f"{d}/{offset:020d}", offset, size)
+                mf.wrote_position = mf.flushed_position = size
+                files.append(mf)
+            if files:
+                last = files[-1]
+                last.wrote_position = last.flushed_position = end - last.file_from_offset
+            cq.files = files
+            cq._max_pos = end
+            cq.min_logic_offset = min_logic
+            cq.max_physic_offset = max_physic
+            cq._tail_real = tail_real
     except (struct.error, UnicodeDecodeError) as e:
         return f"unreadable: {e}"
     if pos != len(body) - CRC.size:
@@ -141,7 +143,7 @@ def _check(body: bytes, cq_root: str) -> tuple[int, list[_Record]] | str:
     if os.path.isdir(cq_root):
         with os.scandir(cq_root) as entries:
             on_disk = {e.name for e in entries if e.is_dir()}
-    if on_disk != topics:
-        return (f"{len(on_disk ^ topics)} topic directories differ from it, e.g. "
-                f"{next(iter(on_disk ^ topics))}")
-    return commitlog_max, records
+    differ = on_disk.symmetric_difference(topics.values())
+    if differ:
+        return f"{len(differ)} topic directories differ from it, e.g. {next(iter(differ))}"
+    return commitlog_max

@@ -36,6 +36,7 @@ def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = 
             cq.recover()
             if crashed and files:
                 _drop_torn_last_entry(commitlog, cq)
+            cq.recovered_tail = None
         except (OSError, ValueError) as e:  # this queue only: the others recover
             store.queue_failed(cq, e, retry=False)
     if not files:
@@ -168,7 +169,9 @@ def _drop_torn_last_entry(commitlog: CommitLog, cq: ConsumeQueue) -> None:
     not all of its tags code. It is checked against its record and dropped when they differ;
     the recovery scan dispatches the record again."""
     last = cq.max_offset_in_queue - 1
-    entry = cq.get_entry(last) if last >= 0 else None
+    entry, cq.recovered_tail = cq.recovered_tail, None  # read by cq.recover already
+    if entry is None and last >= 0:
+        entry = cq.get_entry(last)
     if entry is None or entry[1] == BLANK_SIZE:
         return
     offset, size, code = entry
