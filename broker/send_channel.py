@@ -332,7 +332,8 @@ class _Connection(asyncio.BufferedProtocol):
             self._authenticate(request_id, payload)
             return
         if not self.authenticated:
-            refusal = "send channel: access control is on: authenticate first (AUTH frame)"
+            refusal = ("UNAUTHENTICATED: send channel: access control is on: authenticate "
+                       "first (AUTH frame)")
             self._reply(encode_frame(request_id, kind, _refused(kind, refusal)))
             return
         if kind == KIND_SEND_BATCHES:
@@ -405,8 +406,7 @@ class _Connection(asyncio.BufferedProtocol):
             auth = self.server.auth
             if auth is not None:
                 auth.log_refusal("SendBatch", f"ipv4:{format_host(self.peer)}", r)
-            return str(r) if r.code is grpc.StatusCode.PERMISSION_DENIED else \
-                f"{r.code.name}: {r}"
+            return f"{r.code.name}: {r}"  # the prefix tells clients not to retry
         return ""
 
     async def _send_batches(self, payload: bytes) -> bytes:
