@@ -55,7 +55,7 @@ def slave_ack_offsets(broker: BrokerController) -> dict[str, int]:
     if service is None:
         return {}
     return {c.status.broker_addr or c.status.address: c.status.ack_offset
-            for c in service.connections}
+            for c in service.connections if c.listed}
 
 
 def ha_connection_infos(broker: BrokerController) -> list[A.HAConnectionRuntimeInfo]:

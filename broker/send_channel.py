@@ -231,8 +231,9 @@ class _Connection(asyncio.BufferedProtocol):
         self._paused = False
         self.last_active = server.clock()
         self.frame_started = 0.0  # when the pending frame's first byte came; 0: none
-        # Access control: whether the AUTH frame was accepted, and its account (None: the
-        # cluster key, which may do anything).
+        # Access control: whether the AUTH frame was accepted, and its account as it was
+        # then (None: the cluster key, which may do anything). Each batch is checked
+        # against the account table as it is now (the file may have been reloaded).
         self.authenticated = server.auth is None
         self.account: Account | None = None
 
@@ -331,7 +332,8 @@ class _Connection(asyncio.BufferedProtocol):
             self._authenticate(request_id, payload)
             return
         if not self.authenticated:
-            refusal = "send channel: access control is on: authenticate first (AUTH frame)"
+            refusal = ("UNAUTHENTICATED: send channel: access control is on: authenticate "
+                       "first (AUTH frame)")
             self._reply(encode_frame(request_id, kind, _refused(kind, refusal)))
             return
         if kind == KIND_SEND_BATCHES:
@@ -369,19 +371,42 @@ class _Connection(asyncio.BufferedProtocol):
             self._flush()
             self.close()
 
+    def _current_account(self) -> Account:
+        """This connection's account as the account table has it now (reloaded since the
+        AUTH frame, maybe). Raises Refusal when it was removed or its secret changed."""
+        authed = self.account
+        assert authed is not None
+        auth = self.server.auth
+        store = auth.store if auth is not None else None
+        if store is None:
+            return authed
+        current = store.config.accounts.get(authed.access_key)
+        if current is None:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
+                          f"account {authed.access_key} no longer exists (removed from the "
+                          "ACL file after this connection authenticated)")
+        if current.secret_key != authed.secret_key:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
+                          f"the secret key of account {authed.access_key} changed after this "
+                          "connection authenticated: reconnect with the new one")
+        return current
+
     def _denied(self, request: messaging_pb2.SendBatchRequest) -> str:
         """Why this connection's account may not send `request`; "" when it may."""
         if self.account is None:
             return ""
         try:
-            decide(self.account, requirement(SEND_BATCH_METHOD, request))
-        except Denied as e:
-            text = f"{e} for SendBatch (send channel)"
+            try:
+                account = self._current_account()
+                decide(account, requirement(SEND_BATCH_METHOD, request))
+            except Denied as e:
+                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                              f"{e} for SendBatch (send channel)") from None
+        except Refusal as r:
             auth = self.server.auth
             if auth is not None:
-                auth.log_refusal("SendBatch", f"ipv4:{format_host(self.peer)}", Refusal(
-                    grpc.StatusCode.PERMISSION_DENIED, text))
-            return text
+                auth.log_refusal("SendBatch", f"ipv4:{format_host(self.peer)}", r)
+            return f"{r.code.name}: {r}"  # the prefix tells clients not to retry
         return ""
 
     async def _send_batches(self, payload: bytes) -> bytes:

@@ -131,6 +131,11 @@ class HAConnection:
         self.status = SlaveStatus(address, last_ack_time_ms=service.wall_clock_ms())
         self.next_offset = -1  # next commitlog byte to send; -1 until the first report
         self.hello: SlaveHello | None = None
+        # A slave, for the master's view (haStatus, metrics): it sent a valid hello (that
+        # proved the cluster key when one is set) or, with no cluster key, a report not
+        # beyond the master's max offset (a 4.x-style slave). A link that never did (a
+        # port scan, a health check, a refused hello) is only logged.
+        self.listed = False
         self._problem_kept_link = False
         # Ends of the frames sent and not yet acked: a slave acks only at a frame's end.
         self._frame_ends: collections.deque[int] = collections.deque()
@@ -212,6 +217,9 @@ class HAConnection:
             self.fail(f"ack offset {ack} is beyond the master's max offset {max_offset}: "
                       "rejected, link closed")
             return False
+        # A plausible offset: a (4.x-style, when no hello) slave, listed even when what it
+        # holds is refused below. Bytes of another protocol read as an ack are beyond max.
+        self.listed = True
         if self.next_offset < 0:
             start = self._start_offset(ack)
             if start is None:
@@ -431,7 +439,9 @@ class HAService:
             self._tasks.discard(task)  # type: ignore[arg-type]
             self.connections.remove(conn)
             closed = self._status_of(conn)
-            if closed.broker_id < 0:
+            if not conn.listed:  # never a slave: its problem, if any, was logged
+                pass
+            elif closed.broker_id < 0:
                 self.closed_links.append(closed)
             elif not any(c.status.broker_id == closed.broker_id for c in self.connections):
                 self.absent_slaves[closed.broker_id] = closed
@@ -453,6 +463,7 @@ class HAService:
         """A link's slave said who it is; an older link of the same slave is stale."""
         status = conn.status
         conn.hello = hello
+        conn.listed = True
         status.broker_id, status.broker_addr = hello.broker_id, hello.broker_addr
         self.absent_slaves.pop(hello.broker_id, None)
         log.info("HA link from %s is slave %s of %s", status.address, status.name,
@@ -524,9 +535,10 @@ class HAService:
 
     def slave_statuses(self) -> list[SlaveStatus]:
         """Live links, then absent slaves of the group (fall-behind as of now, growing),
-        then recently closed links of slaves that never said who they are."""
+        then recently closed links of slaves that never said who they are. Links that sent
+        neither a valid hello nor a report (HAConnection.listed) are left out."""
         absent = sorted(self.absent_slaves.values(), key=lambda s: s.broker_id)
-        return ([self._status_of(c) for c in self.connections]
+        return ([self._status_of(c) for c in self.connections if c.listed]
                 + [self._behind(s) for s in absent] + list(self.closed_links))
 
     def _in_sync(self, s: SlaveStatus) -> bool:

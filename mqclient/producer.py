@@ -79,6 +79,9 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> Me
 
 
 _ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+# How a broker's NO_PERMISSION remark starts when access control refused the send (the send
+# channel's answers): no retry on another broker helps, unlike a topic not writable there.
+_ACCESS_REFUSED_REMARKS = tuple(f"{c.name}:" for c in _ACCESS_REFUSED)
 
 
 class _Attempts:
@@ -124,6 +127,9 @@ class _Attempts:
         if status.code in SEND_STATUS_BY_CODE:
             self.producer.fault.update(mq.broker_name, latency_ms, False)
             return True
+        if status.code == common_pb2.NO_PERMISSION and status.remark.startswith(
+                _ACCESS_REFUSED_REMARKS):
+            raise MQClientError("NO_PERMISSION", f"{mq.broker_name}: {status.remark}")
         if status.code in RETRY_RESPONSE_CODES:
             self.failed(mq, started, f"{code_name(status.code)} {status.remark}")
             return False

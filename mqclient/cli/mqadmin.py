@@ -32,9 +32,11 @@ from mqclient.cli.output import (
     table,
 )
 from mqclient.constants import PERM_READ, PERM_WRITE
+from mqproto.tls import ClientTls, TlsError
 
 PROG = "mqadmin"
 EXIT_FAILURE = 1
+EXIT_USAGE = 2  # as argparse
 EXIT_INTERRUPTED = 130
 DEFAULT_QUEUE_NUMS = 8  # updateTopic -r / -w (RocketMQ's UpdateTopicSubCommand)
 DEFAULT_CONSUME_COUNT = 128  # consumeMessage -c
@@ -80,18 +82,33 @@ def cluster_list(admin: MQAdmin, args: argparse.Namespace) -> None:
                 rows.append(row)
     if args.json:
         _out(dumps(rows))
-        return
+    else:
+        def cell(value: object, fmt: str = "{}") -> str:
+            return "-" if value is None else fmt.format(value)
 
-    def cell(value: object, fmt: str = "{}") -> str:
-        return "-" if value is None else fmt.format(value)
+        _out(table(["Cluster Name", "Broker Name", "BID", "Addr", "Role", "InTPS", "OutTPS",
+                    "CommitLog Max", "Dispatch Behind"],
+                   [[r["cluster"], r["broker_name"], r["broker_id"], r["addr"],
+                     cell(r["role"]) if r["error"] is None else "UNREACHABLE",
+                     cell(r["put_tps"], "{:.2f}"), cell(r["get_total_tps"], "{:.2f}"),
+                     cell(r["commit_log_max_offset"]), cell(r["dispatch_behind_bytes"])]
+                    for r in rows]))
+    _report_failures([str(r["error"]) for r in rows if r["error"] is not None], len(rows))
 
-    _out(table(["Cluster Name", "Broker Name", "BID", "Addr", "Role", "InTPS", "OutTPS",
-                "CommitLog Max", "Dispatch Behind"],
-               [[r["cluster"], r["broker_name"], r["broker_id"], r["addr"],
-                 cell(r["role"]) if r["error"] is None else "UNREACHABLE",
-                 cell(r["put_tps"], "{:.2f}"), cell(r["get_total_tps"], "{:.2f}"),
-                 cell(r["commit_log_max_offset"]), cell(r["dispatch_behind_bytes"])]
-                for r in rows]))
+
+def _report_failures(errors: list[str], total: int) -> None:
+    """Why brokers did not answer, each distinct reason once on stderr (the broker's
+    address left out: a refusal by access control reads the same from every broker);
+    AdminError when none answered."""
+    reasons: dict[str, int] = {}
+    for e in errors:
+        reason = e.split(": ", 1)[1] if e.startswith("broker ") and ": " in e else e
+        reasons[reason] = reasons.get(reason, 0) + 1
+    for reason, n in reasons.items():
+        print(f"{PROG}: {n} of {total} broker(s) did not answer: {reason}", file=sys.stderr,
+              flush=True)
+    if errors and len(errors) == total:
+        raise AdminError(f"no broker answered ({total} listed)")
 
 
 def topic_list(admin: MQAdmin, args: argparse.Namespace) -> None:
@@ -428,22 +445,35 @@ def _perm(text: str) -> int:
     return value
 
 
+def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    def default(value: object) -> object:
+        return argparse.SUPPRESS if suppress else value
+
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", default=default(None),
+                        help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
+    parser.add_argument("--json", action="store_true", default=default(False),
+                        help="print JSON for scripts")
+    parser.add_argument("--accessKey", dest="access_key", default=default(None),
+                        help="an admin account of brokers with aclEnable (default "
+                             "$MQ_ACCESS_KEY)")
+    parser.add_argument("--tlsCa", dest="tls_ca", default=default(None),
+                        help="the CA of TLS name servers and brokers (default $MQ_TLS_CA)")
+    parser.add_argument("--secretKey", dest="secret_key", default=default(None),
+                        help="its secret (default $MQ_SECRET_KEY; prefer the variable: "
+                             "arguments show in the process list)")
+    parser.add_argument("--timeout", type=float, default=default(5.0),
+                        help="seconds per RPC (default 5)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="Admin tool of the message cluster "
                                      "(RocketMQ's command names).")
+    # The global options go before the command or after it: the main parser has them with
+    # their defaults, each command a copy whose defaults are SUPPRESS (not overwriting a
+    # value given before the command).
+    _global_options(parser, suppress=False)
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("-n", "--namesrvAddr", dest="namesrv",
-                        help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
-    common.add_argument("--json", action="store_true", help="print JSON for scripts")
-    common.add_argument("--accessKey", dest="access_key", default=None,
-                        help="an admin account of brokers with aclEnable (default "
-                             "$MQ_ACCESS_KEY)")
-    common.add_argument("--tlsCa", dest="tls_ca", default=None,
-                        help="the CA of TLS name servers and brokers (default $MQ_TLS_CA)")
-    common.add_argument("--secretKey", dest="secret_key", default=None,
-                        help="its secret (default $MQ_SECRET_KEY; prefer the variable: "
-                             "arguments show in the process list)")
-    common.add_argument("--timeout", type=float, default=5.0, help="seconds per RPC (default 5)")
+    _global_options(common, suppress=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
@@ -536,12 +566,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     try:
         namesrv = args.namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")
+        tls = ClientTls.from_env(args.tls_ca)
+        if tls is not None:
+            tls.grpc_credentials()  # unreadable files: a usage error now, not a traceback
         with MQAdmin(namesrv, timeout=args.timeout, access_key=args.access_key,
                      secret_key=args.secret_key, tls_ca=args.tls_ca) as admin:
             args.handler(admin, args)
+    except TlsError as e:
+        print(f"{PROG} {args.command}: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except AdminError as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILURE

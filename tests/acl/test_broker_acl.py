@@ -209,6 +209,56 @@ def test_send_channel_authenticates_connections(acl_broker: Callable[..., Broker
         producer.close()
 
 
+def test_send_channel_rights_follow_the_reloaded_file(
+        acl_broker: Callable[..., BrokerThread], acl_file: Path) -> None:
+    """An authenticated send-channel connection is checked against the account table as
+    it is now: PUB taken away, or the account removed, refuses its next batch."""
+    from mqclient.send_channel import BlockingSendConnections
+    from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, encode_batch_message
+
+    broker = acl_broker()
+    store = broker.controller.acl
+    assert store is not None
+    admin = Client(broker.address, "admin")
+    try:
+        assert code_of(lambda: create(admin, "orders"))[0] is grpc.StatusCode.OK
+        channel = admin.messaging.GetSendChannel(M.GetSendChannelRequest(),
+                                                 timeout=RPC_TIMEOUT_S).address
+    finally:
+        admin.close()
+    one = M.SendBatchRequest(producer_group="PG", topic="orders", queue_id=0,
+                             encoded_messages=encode_batch_message(0, b"x", b""),
+                             born_timestamp=int(time.time() * 1000))
+
+    def codes(conns: BlockingSendConnections) -> list[tuple[int, str]]:
+        r = M.SendBatchResponse.FromString(conns.request(
+            channel, KIND_SEND_BATCH, one.SerializeToString(), RPC_TIMEOUT_S))
+        rs = M.SendBatchesResponse.FromString(conns.request(
+            channel, KIND_SEND_BATCHES,
+            M.SendBatchesRequest(batches=[one, one]).SerializeToString(), RPC_TIMEOUT_S))
+        return [(x.status.code, x.status.remark) for x in (r, *rs.responses)]
+
+    def rewrite(accounts: list[dict[str, object]]) -> None:
+        time.sleep(0.01)  # a different mtime
+        write_accounts(acl_file, {**ACCOUNTS, "accounts": accounts})
+        assert broker.call(store.check_now)
+
+    producer = BlockingSendConnections(ClientAuth("producer", KEYS["producer"]))
+    try:
+        assert all(c == common_pb2.SUCCESS for c, _ in codes(producer))
+        rewrite([{**a, "topicPerms": ["orders=SUB"]} if a["accessKey"] == "producer" else a
+                 for a in ACCOUNTS["accounts"]])
+        for c, remark in codes(producer):  # same connection, PUB gone
+            assert c == common_pb2.NO_PERMISSION
+            assert "account producer lacks PUB on topic orders" in remark
+        rewrite([a for a in ACCOUNTS["accounts"] if a["accessKey"] != "producer"])
+        for c, remark in codes(producer):
+            assert c == common_pb2.NO_PERMISSION
+            assert "account producer no longer exists" in remark
+    finally:
+        producer.close()
+
+
 def test_cluster_key_may_call_admin(acl_broker: Callable[..., BrokerThread]) -> None:
     broker = acl_broker()
     channel = grpc.insecure_channel(broker.address)

@@ -18,12 +18,14 @@ from tests.broker.conftest import Processes, broker_props, write_conf
 TOPIC = "orders"
 
 
+@pytest.mark.parametrize("send_channel", [True, False], ids=["send-channel", "grpc"])
 def test_producer_and_consumer_with_credentials(processes: Processes, tmp_path: Path,
-                                                acl_file: Path) -> None:
+                                                acl_file: Path, send_channel: bool) -> None:
     ns = processes.namesrv("--cluster-key", CLUSTER_KEY)
     processes.broker(write_conf(tmp_path / "broker.conf", broker_props(
         tmp_path / "store", namesrvAddr=ns.address, aclEnable=True, aclFile=acl_file,
-        clusterKey=CLUSTER_KEY, autoCreateTopicEnable=True)))
+        clusterKey=CLUSTER_KEY, autoCreateTopicEnable=True,
+        sendChannelEnable=str(send_channel).lower())))
     admin = Producer("PG", ns.address, access_key="admin", secret_key=KEYS["admin"])
     admin.start()
     try:
@@ -37,8 +39,12 @@ def test_producer_and_consumer_with_credentials(processes: Processes, tmp_path: 
         for i in range(5):
             producer.send(Message(TOPIC, f"m{i}".encode()), timeout_s=10)
         producer.send_batch([Message(TOPIC, b"b1"), Message(TOPIC, b"b2")])
-        with pytest.raises(MQClientError, match="NO_PERMISSION.*lacks PUB on topic secret"):
+        with pytest.raises(MQClientError, match="NO_PERMISSION.*lacks PUB on topic secret"
+                           ) as refused:
             producer.send(Message("secret", b"x"), timeout_s=5)
+        # refused by access control: at once, not retried (SEND_FAILED, reason 3 times)
+        assert refused.value.code == "NO_PERMISSION"
+        assert str(refused.value).count("lacks PUB") == 1
     finally:
         producer.shutdown()
     anonymous = Producer("PG", ns.address)

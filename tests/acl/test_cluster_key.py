@@ -93,7 +93,8 @@ async def closed_without_data(port: int, first: bytes) -> bool:
         writer.close()
 
 
-def test_slave_with_the_key_replicates_strangers_refused() -> None:
+def test_slave_with_the_key_replicates_strangers_refused(
+        caplog: pytest.LogCaptureFixture) -> None:
     async def run() -> None:
         m, s = MemoryStore(FILE), MemoryStore(FILE)
         m.fill(100_000)
@@ -122,8 +123,11 @@ def test_slave_with_the_key_replicates_strangers_refused() -> None:
                 assert await reader.read(65536) != b""  # data flows on the first
             writer.close()
             assert await closed_without_data(service.port, good + encode_ack(0))
-            problems = " ".join(st.problem for st in service.closed_links)
-            problems += " ".join(st.problem for st in service.absent_slaves.values())
+            # the refused links are logged, not listed as slaves (haStatus): only slave 1
+            # (gone) and slave 3 (its first, good link) are
+            problems = caplog.text
+            listed = service.slave_statuses()
+            assert sorted(st.broker_id for st in listed) == [1, 3], listed
             assert "no hello proving the cluster key" in problems
             assert "replayed" in problems and "does not match" in problems
 

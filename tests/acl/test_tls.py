@@ -145,3 +145,47 @@ def test_ha_link_over_tls(ca: CaFiles) -> None:
             await service.stop()
 
     asyncio.run(run())
+
+
+
+HANDSHAKE_PROBE = """
+import sys
+import {package}  # an entry point's first import
+from concurrent import futures
+import grpc
+from mqproto import admin_pb2, admin_pb2_grpc
+from mqproto.tls import ClientTls, grpc_channel
+cert, key, wrong_ca = sys.argv[1:4]
+server = grpc.server(futures.ThreadPoolExecutor(2))
+port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(
+    [(open(key, "rb").read(), open(cert, "rb").read())]))
+server.start()
+channel = grpc_channel(f"127.0.0.1:{{port}}", ClientTls(wrong_ca))
+try:
+    admin_pb2_grpc.AdminServiceStub(channel).GetTopicList(admin_pb2.GetTopicListRequest(),
+                                                          timeout=5)
+except grpc.RpcError as e:
+    print(e.code().name)
+server.stop(0)
+"""
+
+
+@pytest.mark.parametrize("package", ["broker", "nameserver"])
+def test_server_entry_points_quiet_grpc_handshake_logs(package: str, ca: CaFiles,
+                                                       other_ca: CaFiles) -> None:
+    """No gRPC log line per failed TLS handshake (GRPC_VERBOSITY=ERROR set before grpc is
+    imported), unless the user set GRPC_VERBOSITY."""
+    import os
+    import subprocess
+    import sys
+
+    _, cert, key = ca
+    argv = [sys.executable, "-c", HANDSHAKE_PROBE.format(package=package), str(cert),
+            str(key), str(other_ca[0])]
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    quiet = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60)
+    assert quiet.stdout.strip() == "UNAVAILABLE", quiet.stderr
+    assert "Handshake failed" not in quiet.stderr
+    chosen = subprocess.run(argv, env={**env, "GRPC_VERBOSITY": "INFO"},
+                            capture_output=True, text=True, timeout=60)
+    assert "Handshake failed" in chosen.stderr

@@ -120,7 +120,7 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
                      + encode_ack(offsets[4]))
         await writer.drain()
         await wait_until(lambda: service.connection_count == 1
-                         and service.slave_statuses()[0].ack_offset == offsets[4])
+                         and [s.ack_offset for s in service.slave_statuses()] == [offsets[4]])
         (live,) = service.slave_statuses()
         assert (live.broker_id, live.broker_addr, live.name) == (2, hello.broker_addr,
                                                                  "2@10.0.0.9:10921")
@@ -173,7 +173,7 @@ async def test_a_new_link_of_the_same_slave_replaces_the_old_one(tmp_path: Path)
         _, old = await asyncio.open_connection("127.0.0.1", service.port)
         old.write(hello + encode_ack(0))
         await wait_until(lambda: service.connection_count == 1
-                         and service.slave_statuses()[0].broker_id == 1)
+                         and [s.broker_id for s in service.slave_statuses()] == [1])
         _, new = await asyncio.open_connection("127.0.0.1", service.port)
         new.write(hello + encode_ack(0))
         await wait_until(lambda: service.connection_count == 1)
