@@ -131,6 +131,7 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
         "brokerRole": broker.config.broker_role.value,
         "clusterName": broker.config.broker_cluster_name,
         "haServerAddr": broker.ha_server_addr,
+        "metricsAddr": broker.metrics_addr,
         "bootTimestamp": str(broker.boot_timestamp),
         "putTps": f"{stats.put_tps():.2f}",
         "getTotalTps": f"{stats.get_total_tps():.2f}",
@@ -405,6 +406,23 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if merged:
             log.info("merged %d larger consumer offsets reported by a slave", merged)
         return A.MergeConsumerOffsetResponse(status=ok(), merged=merged)
+
+    @rpc(A.GetPendingTransactionsResponse)
+    async def GetPendingTransactions(self, request: A.GetPendingTransactionsRequest,
+                                     context: Context) -> Any:
+        service = self.broker.transactions
+        if service is None:
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
+                               "transactions live on the master; this broker is a slave")
+        summary = service.summary(request.producer_group)
+        return A.GetPendingTransactionsResponse(
+            status=ok(), half_offset=summary.half_offset, op_offset=summary.op_offset,
+            half_max_offset=summary.half_max_offset,
+            groups=[A.PendingTransactionGroup(
+                producer_group=g.producer_group, pending=g.pending,
+                oldest_born_timestamp=g.oldest_born_timestamp,
+                max_check_times=g.max_check_times, online_producers=g.online_producers)
+                for g in summary.groups])
 
 
 def _checked_offset_entries(store: Any, topics: dict[str, TopicConfig],

@@ -41,7 +41,8 @@ class GroupEvent:
 class ClientInfo:
     client_id: str
     last_update_timestamp: int
-    subscriptions: dict[str, str] = dataclasses.field(default_factory=dict)  # topic -> tags
+    # topic -> expression (tags, or SQL92 when the subscription says so)
+    subscriptions: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class ClientManager:
@@ -186,6 +187,14 @@ class QueueLocks:
                 self._held.setdefault((group, client_id), set()).add(queue)
                 locked.append(queue)
         return locked
+
+    def holder_other_than(self, group: str, client_id: str, queue: QueueId) -> str | None:
+        """The client holding a live lock of `queue` if it is not `client_id`."""
+        holder = self._locks.get(group, {}).get(queue)
+        if (holder is None or holder[0] == client_id
+                or self.clock_ms() - holder[1] > self.expiry_ms):
+            return None
+        return holder[0]
 
     def unlock_batch(self, group: str, client_id: str, queues: list[QueueId]) -> None:
         locks = self._locks.get(group, {})

@@ -30,6 +30,9 @@ from broker.constants import (
     REGISTER_BROKER_TIMEOUT_MS,
     REGISTER_NAME_SERVER_PERIOD_MS,
     SLAVE_SYNCHRONIZE_INTERVAL_MS,
+    TRANSACTION_CHECK_INTERVAL_MS,
+    TRANSACTION_CHECK_MAX,
+    TRANSACTION_TIME_OUT_MS,
 )
 from ha.constants import (
     HA_HOUSEKEEPING_INTERVAL,
@@ -69,6 +72,11 @@ class BrokerConfig:
     send_channel_frame_timeout_mills: int = DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS
     # SLAVE: the master's HA address HOST:PORT; empty = the one the name servers answer.
     ha_master_address: str = ""
+    # Prometheus `/metrics` (broker/metrics.py) on this port of bindAddress: 0 = off (the
+    # default, as RocketMQ's metricsExporterType=DISABLE: the endpoint has no access control
+    # and a port derived from listenPort could be a neighbour's); -1 = any free port (tests;
+    # GetRuntimeInfo's metricsAddr says which). RocketMQ's metricsPromExporterPort is 5557.
+    metrics_port: int = 0
     # SYNC_MASTER: a slave further behind than this (bytes) is not available.
     ha_slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX
     # SYNC_MASTER: a slave whose last ack is older than this (ms) is not in sync.
@@ -95,6 +103,14 @@ class BrokerConfig:
     flush_delay_offset_interval: int = FLUSH_DELAY_OFFSET_INTERVAL_MS
     # SLAVE: copy topic configs and offsets from the master this often (ms).
     slave_synchronize_interval: int = SLAVE_SYNCHRONIZE_INTERVAL_MS
+    # SQL92 subscriptions (filter/, broker/message_filter.py): refused unless true.
+    enable_property_filter: bool = False
+    # Transactions (SPEC §7): a half message with no outcome this long (ms) after it was
+    # born is checked back with its producer group, every transactionCheckInterval (ms), at
+    # most transactionCheckMax times, then rolled back.
+    transaction_time_out: int = TRANSACTION_TIME_OUT_MS
+    transaction_check_interval: int = TRANSACTION_CHECK_INTERVAL_MS
+    transaction_check_max: int = TRANSACTION_CHECK_MAX
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
 
@@ -210,6 +226,9 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
     if not -1 <= c.send_listen_port <= 65535:
         raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
+    if not -1 <= c.metrics_port <= 65535:
+        raise ConfigError(f"metricsPort: {c.metrics_port} is not a port (0 = off, -1 = any "
+                          "free port)")
     if c.ha_master_address:
         host, sep, port = c.ha_master_address.rpartition(":")
         if not sep or not host or not port.isdigit():
@@ -226,9 +245,13 @@ def _check(c: BrokerConfig) -> None:
                  "register_broker_timeout_mills",
                  "flush_consumer_offset_interval", "flush_delay_offset_interval",
                  "slave_synchronize_interval", "ha_max_time_slave_not_catchup",
-                 "ha_housekeeping_interval"):
+                 "ha_housekeeping_interval", "transaction_check_interval"):
         if getattr(c, name) <= 0:
             raise ConfigError(f"{name}: must be > 0")
+    if c.transaction_time_out < 0:
+        raise ConfigError("transactionTimeOut: must be >= 0")
+    if c.transaction_check_max < 0:
+        raise ConfigError("transactionCheckMax: must be >= 0")
     for addr in c.namesrv_addr_list:
         host, sep, port = addr.rpartition(":")
         if not sep or not host or not port.isdigit():

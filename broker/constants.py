@@ -48,6 +48,12 @@ STATS_SAMPLE_INTERVAL_S = 1.0
 TPS_WINDOW_S = 60  # putTps / getTotalTps: messages per second over the last minute
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000  # a client silent this long leaves its group
 
+# Transactions (SPEC §7; BrokerConfig.transactionTimeOut / transactionCheckInterval /
+# transactionCheckMax): ms, ms, times.
+TRANSACTION_TIME_OUT_MS = 6_000
+TRANSACTION_CHECK_INTERVAL_MS = 60_000
+TRANSACTION_CHECK_MAX = 15
+
 # Pull (SPEC §4, §2.8).
 DEFAULT_PULL_BATCH_SIZE = 32
 MAX_SUSPEND_MILLIS = 60_000  # a pull never waits longer than this, whatever it asks

@@ -33,7 +33,9 @@ from broker.constants import (
 )
 from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
 from broker.convert import UniqKeyFactory, format_host
+from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
+from broker.metrics import BrokerMetrics
 from broker.pull import PullRequestHoldService
 from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.schedule import ScheduleMessageService
@@ -42,11 +44,14 @@ from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
 from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
+from broker.transaction import ProducerCheckStreams, TransactionalMessageService
+from broker.transaction.checks import check_request
+from broker.transaction.prepare import HalfMessages
 from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
-from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
 from store.config import StoreConfig
 from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
@@ -88,6 +93,7 @@ class BrokerController:
         self.delay_offsets = DelayOffsetManager(root / "config" / "delayOffset.json")
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
+        self.filters = FilterRegistry(self.config.enable_property_filter)
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
                                         self.config.register_broker_timeout_mills / 1000)
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
@@ -108,12 +114,18 @@ class BrokerController:
                 self, self.config.slave_synchronize_interval / 1000,
                 self.config.register_broker_timeout_mills / 1000)
         self.schedule: ScheduleMessageService | None = None  # a master's, once started
+        # Transactions (broker/transaction): producers' check streams; a master's service.
+        self.check_streams: ProducerCheckStreams[messaging_pb2.CheckTransactionStateRequest] = (
+            ProducerCheckStreams())
+        self.transactions: TransactionalMessageService | None = None
         self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
         self.messaging: MessagingServicer | None = None
         self.send_channel: SendChannelServer | None = None
         self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
+        self.metrics: BrokerMetrics | None = None
+        self.metrics_addr = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._put_group: list[tuple[list[Message], asyncio.Future[PutMessageResult]]] | None = (
@@ -163,6 +175,7 @@ class BrokerController:
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
         await self._start_ha(ha_host, ha_port)
         await self._start_send_channel(host, port)
+        await self._start_metrics(host)
 
         await server.start()
         self._started = True
@@ -195,6 +208,10 @@ class BrokerController:
             self.schedule = ScheduleMessageService(store, self.delay_offsets, self._put_one,
                                                    self.clock_ms)
             self.schedule.start()
+            self.transactions = TransactionalMessageService(
+                self, lambda group, half: self.check_streams.send(group, check_request(half)),
+                self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
+            self.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
                 self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
@@ -243,6 +260,19 @@ class BrokerController:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel
         self.send_channel_addr = format_host((host, bound))
+
+    async def _start_metrics(self, host: str) -> None:
+        port = self.config.metrics_port
+        if port == 0:
+            return
+        metrics = BrokerMetrics(self)
+        try:
+            bound = await metrics.start(self.config.bind_address, port)
+        except OSError as e:
+            raise OSError(f"cannot listen on metricsPort {port}: {e}") from e
+        self.metrics = metrics
+        self.metrics_addr = format_host((host, bound))
+        log.info("metrics served on http://%s/metrics", self.metrics_addr)
 
     async def _stop_ha(self) -> None:
         if self.ha_client is not None:
@@ -332,6 +362,7 @@ class BrokerController:
             ("grpc.max_send_message_length", -1),
         ])
         self.messaging = MessagingServicer(self)
+        self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.messaging, log)
@@ -365,8 +396,13 @@ class BrokerController:
             self.send_channel = None
         if self._server is not None:
             await self._server.stop(grace)
+        if self.metrics is not None:
+            await self.metrics.stop()
+            self.metrics = None
         if self.schedule is not None:
             await self.schedule.stop()
+        if self.transactions is not None:
+            await self.transactions.stop()
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:

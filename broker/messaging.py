@@ -20,6 +20,7 @@ from broker.convert import message_to_proto, peer_host
 from broker.pull import PullProcessor
 from broker.send import SendProcessor
 from broker.status import RequestError, ok, rpc, status
+from broker.transaction.checks import TRANSACTION_STATES
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 if TYPE_CHECKING:
@@ -28,11 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 M = messaging_pb2
 Context = grpc.aio.ServicerContext
-
-
-def _not_supported(what: str) -> RequestError:
-    return RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
-                        f"{what} is not served by this broker yet")
 
 
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
@@ -60,6 +56,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     @rpc(M.PullMessageResponse)
     async def PullMessage(self, request: M.PullMessageRequest, context: Context) -> Any:
+        if request.HasField("commit_offset") and request.client_id:
+            holder = self.queue_locks.holder_other_than(
+                request.consumer_group, request.client_id, (request.topic, request.queue_id))
+            if holder is not None:
+                log.info("commit of %s %s-%d by %s ignored: the queue is locked by %s",
+                         request.consumer_group, request.topic, request.queue_id,
+                         request.client_id, holder)
+                request.ClearField("commit_offset")
         return await self.pull.pull(request, context.time_remaining())
 
     # -- queries ---------------------------------------------------------------------------
@@ -122,6 +126,14 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     @rpc(M.UpdateConsumerOffsetResponse)
     async def UpdateConsumerOffset(self, request: M.UpdateConsumerOffsetRequest,
                                    context: Context) -> Any:
+        if request.client_id:
+            holder = self.queue_locks.holder_other_than(
+                request.consumer_group, request.client_id, (request.topic, request.queue_id))
+            if holder is not None:
+                raise RequestError(common_pb2.NO_PERMISSION, (
+                    f"offset {request.commit_offset} of {request.consumer_group} "
+                    f"{request.topic}-{request.queue_id} not committed: the queue is locked "
+                    f"by {holder}, not {request.client_id}"))
         self.broker.commit_offset(request.consumer_group, request.topic, request.queue_id,
                                   request.commit_offset)
         return M.UpdateConsumerOffsetResponse(status=ok())
@@ -146,6 +158,13 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     async def Heartbeat(self, request: M.HeartbeatRequest, context: Context) -> Any:
         if not request.client_id:
             raise RequestError(common_pb2.INVALID_PARAMETER, "client_id is required")
+        for s in request.subscriptions:  # a bad SQL92 expression: refused, with where
+            if s.expression_type:
+                try:
+                    self.broker.filters.check(s.expression_type, s.sub_string)
+                except RequestError as e:
+                    raise RequestError(e.code, f"subscription of {request.consumer_group} to "
+                                                f"{s.topic}: {e.remark}") from None
         self.broker.clients.heartbeat(
             request.client_id, request.producer_group, request.consumer_group,
             {s.topic: s.sub_string for s in request.subscriptions})
@@ -226,13 +245,46 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
                                       [(mq.topic, mq.queue_id) for mq in request.mq_set])
         return M.UnlockBatchMQResponse(status=ok())
 
-    # -- not built yet ---------------------------------------------------------------------
+    # -- transactions (broker/transaction) -------------------------------------------------
     @rpc(M.EndTransactionResponse)
     async def EndTransaction(self, request: M.EndTransactionRequest, context: Context) -> Any:
-        raise _not_supported("EndTransaction (transactional messages)")
+        if not request.producer_group:
+            raise RequestError(common_pb2.INVALID_PARAMETER, "producer_group is required")
+        state = TRANSACTION_STATES.get(request.commit_or_rollback)
+        if state is None:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               "commit_or_rollback must be COMMIT, ROLLBACK or NOT (unknown)")
+        service = self.broker.transactions
+        if service is None:
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
+                               "transactions are ended on the master, this broker is a slave")
+        return M.EndTransactionResponse(status=await service.end_transaction(
+            request.producer_group, request.message_id, request.commit_log_offset,
+            request.tran_state_table_offset, state, request.from_transaction_check))
 
-
-    async def SubscribeTransactionCheck(self, request: M.SubscribeTransactionCheckRequest,
-                                        context: Context) -> Any:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            "transaction check-back is not served by this broker yet")
+    async def SubscribeTransactionCheck(
+            self, request: M.SubscribeTransactionCheckRequest,
+            context: Context) -> AsyncIterator[M.CheckTransactionStateRequest]:
+        group, client_id = request.producer_group, request.client_id
+        if not group or not client_id:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                "producer_group and client_id are required")
+        streams = self.broker.check_streams
+        clients = self.broker.clients
+        clients.heartbeat(client_id, group, "", {})
+        checks = streams.subscribe(group, client_id)
+        closed = self.broker.pull_hold.closed_event
+        waits: list[asyncio.Future[Any]] = []
+        try:
+            while not closed.is_set():
+                next_check = asyncio.ensure_future(checks.get())
+                waits = [next_check, asyncio.ensure_future(closed.wait())]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if not next_check.done():
+                    break  # the broker is shutting down
+                yield next_check.result()
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            if streams.unsubscribe(group, client_id, checks):
+                clients.unregister(client_id, group, "")

@@ -26,7 +26,8 @@ from broker.convert import message_to_proto
 from broker.status import GET_STATUS_PROTO, RequestError, pull_code, status
 from mqproto import common_pb2, messaging_pb2
 from store.codec import decode_record
-from store.reading import GetMessageResult, TagFilter
+from store.constants import GetMessageStatus
+from store.reading import GetMessageResult, MessageFilter
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -142,24 +143,62 @@ class PullProcessor:
                 log.warning("pull of %s from %s-%d: commit offset ignored: %s", group, topic,
                             queue_id, e.remark)
         max_nums = request.max_msg_nums if request.max_msg_nums > 0 else DEFAULT_PULL_BATCH_SIZE
-        tag_filter = TagFilter(request.subscription)
+        message_filter = broker.filters.message_filter(request.expression_type,
+                                                       request.subscription)
         offset = request.queue_offset
-        result = broker.store.get_message(group, topic, queue_id, offset, max_nums, tag_filter)
+        result = broker.store.get_message(group, topic, queue_id, offset, max_nums,
+                                          message_filter)
         code = pull_code(result.status, offset)
         suspend_s = min(request.suspend_timeout_millis, MAX_SUSPEND_MILLIS) / 1000
         if time_remaining is not None:
             suspend_s = min(suspend_s, time_remaining - DEADLINE_MARGIN_S)
-        if code == common_pb2.NO_NEW_MSG and suspend_s > 0:
-            await broker.pull_hold.wait(topic, queue_id, offset, suspend_s)
-            result = broker.store.get_message(group, topic, queue_id, offset, max_nums,
-                                              tag_filter)
-            code = pull_code(result.status, offset)
+        if suspend_s > 0:
+            result, code = await self._hold(request, max_nums, message_filter, result, code,
+                                            suspend_s)
         next_begin_offset = result.next_begin_offset
         if code == common_pb2.OFFSET_ILLEGAL and broker.config.is_slave:
             # A slave may just be behind its master: keep the consumer where it is and let
             # it retry (RocketMQ without offsetCheckInSlave).
             code, next_begin_offset = common_pb2.NO_MATCHED_MSG, offset
         return self._response(request, result, code, next_begin_offset)
+
+    async def _hold(self, request: messaging_pb2.PullMessageRequest, max_nums: int,
+                    message_filter: MessageFilter, result: GetMessageResult, code: int,
+                    suspend_s: float) -> tuple[GetMessageResult, int]:
+        """Long polling: a pull that found nothing waits for the next message of its queue.
+        A filtered pull that scanned to the queue's end without a match waits from there,
+        and keeps waiting while what arrives does not match (its next offset moving past
+        it), so that its consumer is answered only for a message it takes, or at the end
+        of the suspend time."""
+        broker = self.broker
+        group, topic, queue_id = request.consumer_group, request.topic, request.queue_id
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + suspend_s
+        offset = request.queue_offset
+        while True:
+            if code == common_pb2.NO_NEW_MSG:
+                wait_from = offset
+            elif (result.status is GetMessageStatus.NO_MATCHED_MESSAGE
+                  and result.next_begin_offset >= result.max_offset):
+                wait_from = result.next_begin_offset  # nothing matched up to the end
+            else:
+                return result, code
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return result, code
+            arrived = await broker.pull_hold.wait(topic, queue_id, wait_from, remaining)
+            again = broker.store.get_message(group, topic, queue_id, wait_from, max_nums,
+                                             message_filter)
+            again_code = pull_code(again.status, wait_from)
+            if again_code == common_pb2.NO_NEW_MSG and wait_from > offset:
+                # Nothing new past what was skipped: answer with the skip (NO_MATCHED_MSG,
+                # next offset past the non-matching messages).
+                if not arrived:
+                    return result, code
+                continue
+            result, code, offset = again, again_code, wait_from
+            if not arrived:
+                return result, code
 
     def _check(self, request: messaging_pb2.PullMessageRequest) -> None:
         broker = self.broker

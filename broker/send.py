@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,7 @@ from store.message import Message, topic_problem
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
+    from broker.transaction.prepare import HalfMessages
     from store.commitlog import AppendResult
 
 log = logging.getLogger(__name__)
@@ -49,17 +51,37 @@ def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
 class SendProcessor:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
+        # Prepared (transactional) messages: broker/transaction's hook, set by the
+        # controller; without it they are refused.
+        self.half_messages: HalfMessages | None = None
 
     async def send_message(self, request: messaging_pb2.SendMessageRequest,
                            born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
-        topic = request.message.topic
-        status, results = await self._send(topic, request.queue_id, [request.message],
-                                           request.default_topic_queue_nums, born_host)
-        return messaging_pb2.SendMessageResponse(
-            status=status, result=results[0] if results else None)
+        started = time.perf_counter()
+        try:
+            return await self._send_message(request, born_host)
+        finally:  # refused sends too: the histogram counts every answered send request
+            self.broker.stats.send_latency.observe(time.perf_counter() - started)
 
     async def send_batch(self, request: messaging_pb2.SendBatchRequest,
                          born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+        started = time.perf_counter()
+        try:
+            return await self._send_batch(request, born_host)
+        finally:
+            self.broker.stats.send_latency.observe(time.perf_counter() - started)
+
+    async def _send_message(self, request: messaging_pb2.SendMessageRequest,
+                            born_host: tuple[str, int]) -> messaging_pb2.SendMessageResponse:
+        topic = request.message.topic
+        status, results = await self._send(topic, request.queue_id, [request.message],
+                                           request.default_topic_queue_nums, born_host,
+                                           producer_group=request.producer_group)
+        return messaging_pb2.SendMessageResponse(
+            status=status, result=results[0] if results else None)
+
+    async def _send_batch(self, request: messaging_pb2.SendBatchRequest,
+                          born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
         if request.encoded_messages:
             return await self._send_encoded(request, born_host)
         if not request.messages:
@@ -72,7 +94,8 @@ class SendProcessor:
                                    f"the batch for {topic!r}: a batch has one topic")
         self._check_batch_size(sum(len(m.body) for m in request.messages))
         status, results = await self._send(topic, request.queue_id, request.messages,
-                                           request.default_topic_queue_nums, born_host)
+                                           request.default_topic_queue_nums, born_host,
+                                           batch=True)
         return messaging_pb2.SendBatchResponse(status=status, results=results)
 
     async def _send_encoded(self, request: messaging_pb2.SendBatchRequest,
@@ -177,15 +200,28 @@ class SendProcessor:
                                f"batch bodies total {total} bytes, over maxMessageSize {limit}")
 
     async def _send(self, topic: str, queue_id: int, pbs: Sequence[messaging_pb2.Message],
-                    requested_queue_nums: int, born_host: tuple[str, int]
+                    requested_queue_nums: int, born_host: tuple[str, int], *,
+                    producer_group: str = "", batch: bool = False
                     ) -> tuple[common_pb2.Status, list[messaging_pb2.SendResultEntry]]:
-        for pb in pbs:
-            self._check_supported(pb)
-        put, msgs, append = await self._put(
-            topic, queue_id, requested_queue_nums,
-            lambda queue_id, now, uniq_key: [
-                message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
-                                   now_ms=now, uniq_key=uniq_key) for pb in pbs])
+        # A prepared message is stored as a half message (broker/transaction).
+        halves = self.half_messages
+        group = None
+        if halves is None:
+            for pb in pbs:
+                self._check_supported(pb)
+        else:
+            group = halves.producer_group(pbs, producer_group, batch=batch)
+            if group is not None:
+                await halves.before_put()
+
+        def build(queue_id: int, now: int, uniq_key: Callable[[], str]) -> list[Message]:
+            msgs = [message_from_proto(pb, topic=topic, queue_id=queue_id, born_host=born_host,
+                                       now_ms=now, uniq_key=uniq_key) for pb in pbs]
+            if halves is not None and group is not None:
+                msgs = [halves.mark(m, group, pb) for m, pb in zip(msgs, pbs, strict=True)]
+            return msgs
+
+        put, msgs, append = await self._put(topic, queue_id, requested_queue_nums, build)
         if append is None:
             return put, []
         return put, self._results(msgs, append.commit_log_offsets, append.queue_offsets)
@@ -212,8 +248,12 @@ class SendProcessor:
         return put_status(result.status), msgs, append
 
     def _scheduled(self, msgs: list[Message]) -> list[Message]:
-        """What the store gets: delayed messages moved to their level's schedule queue (the
-        answer still names their real queue). A batch's messages share one level."""
+        """What the store gets: delayed messages moved to their level's schedule queue, a
+        prepared message to the half queue (the answer still names their real queue). A
+        batch's messages share one level."""
+        halves = self.half_messages
+        if halves is not None and halves.is_prepared(msgs[0]):
+            return halves.stored(msgs)
         delay = msgs[0].properties.get(MessageProperty.DELAY)
         if delay is None and (len(msgs) == 1 or not any(
                 MessageProperty.DELAY in m.properties for m in msgs)):
@@ -232,7 +272,10 @@ class SendProcessor:
         entry = messaging_pb2.SendResultEntry
         return [
             entry(message_id=m.properties["UNIQ_KEY"], offset_msg_id=f"{host_hex}{p:016X}",
-                  queue_id=m.queue_id, queue_offset=q, commit_log_offset=p)
+                  queue_id=m.queue_id, queue_offset=q, commit_log_offset=p,
+                  # RocketMQ's transaction id is the UNIQ_KEY of the half message.
+                  transaction_id=m.properties["UNIQ_KEY"]
+                  if m.properties.get(MessageProperty.TRAN_MSG) == "true" else "")
             for m, p, q in zip(msgs, phys, queue_offsets, strict=True)
         ]
 
@@ -287,7 +330,6 @@ class SendProcessor:
 
     @staticmethod
     def _check_supported(pb: messaging_pb2.Message) -> None:
-        sp = pb.system_properties
-        if sp.transaction_type != messaging_pb2.TRANSACTION_NOT_TYPE:
+        if pb.system_properties.transaction_type != messaging_pb2.TRANSACTION_NOT_TYPE:
             raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
-                               "transactional messages are not served by this broker yet")
+                               "transactional messages are not served by this broker")

@@ -28,6 +28,7 @@ from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
 from broker.registration import RegistrationRefused
 from mqproto.serving import raise_nofile_limit
+from store.cq_files import limits_report
 
 log = logging.getLogger("broker")
 
@@ -104,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key in loaded.unknown_keys:
         log.warning("unknown key %s in %s ignored", key, args.config_file)
     raise_nofile_limit(log)  # a descriptor per connection and per store file
+    log.info("%s", limits_report(loaded.store.consume_queue_open_files))
     try:
         asyncio.run(serve(loaded))
     except (OSError, ConfigError, ConfigFileCorrupt, RegistrationRefused) as e:

@@ -249,6 +249,17 @@ class TopicConfigManager(ConfigManager[Table]):
         log.info("created topic %s with %d queues for sent-back messages", topic, queue_nums)
         return config
 
+    def create_system_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        """A topic the broker itself writes to (the transaction half and op topics), made
+        when first needed. The caller persists and re-registers."""
+        existing = self.table.get(topic)
+        if existing is not None:
+            return existing
+        config = self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, perm)
+        self._changed()
+        log.info("created system topic %s with %d queues", topic, queue_nums)
+        return config
+
     def update(self, config: TopicConfig) -> None:
         """Creates or replaces a topic config (admin); the caller validated it."""
         old = self.table.get(config.topic_name)

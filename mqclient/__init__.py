@@ -17,16 +17,25 @@ from mqclient.message import (
 )
 from mqclient.producer import Producer, select_by_hash
 from mqclient.rebalance import ConsumeFromWhere, MessageModel
+from mqclient.selector import MessageSelector
+from mqclient.transaction import (
+    LocalTransactionState,
+    TransactionListener,
+    TransactionProducer,
+    TransactionSendResult,
+)
 
 __all__ = [
     "AllocateAveragely",
     "AllocateAveragelyByCircle",
     "ConsumeFromWhere",
     "ConsumeStatus",
+    "LocalTransactionState",
     "Message",
     "MessageExt",
     "MessageModel",
     "MessageQueue",
+    "MessageSelector",
     "MQClientError",
     "Producer",
     "PushConsumer",
@@ -34,5 +43,8 @@ __all__ = [
     "SendFuture",
     "SendResult",
     "SendStatus",
+    "TransactionListener",
+    "TransactionProducer",
+    "TransactionSendResult",
     "select_by_hash",
 ]

@@ -26,6 +26,7 @@ from mqclient.admin_types import (
     GroupSummary,
     HAStatus,
     MasterLink,
+    PendingTransactions,
     QueueOffsetReset,
     QueueProgress,
     QueueStatus,
@@ -466,6 +467,25 @@ class MQAdmin:
     def broker_runtimes_of_cluster(self, cluster: str
                                    ) -> list[BrokerRuntime | BrokerUnreachable]:
         return self.each_broker(self.cluster_brokers(cluster), self.broker_runtime)
+
+    def pending_transactions(self, addr: str, producer_group: str = "",
+                             broker_name: str = "") -> list[PendingTransactions]:
+        """Halves without an outcome on the master at `addr`, per producer group."""
+        r = self._admin_rpc(addr, "GetPendingTransactions",
+                            admin_pb2.GetPendingTransactionsRequest(
+                                producer_group=producer_group))
+        self._check(r.status, f"pending transactions of {addr}")
+        return [PendingTransactions(broker_name, addr, g.producer_group, g.pending,
+                                    g.oldest_born_timestamp, g.max_check_times,
+                                    g.online_producers) for g in r.groups]
+
+    def pending_transactions_of_cluster(self, cluster: str | None = None,
+                                        producer_group: str = ""
+                                        ) -> list[list[PendingTransactions] | BrokerUnreachable]:
+        """Every master of the cluster (of every cluster), one list per master."""
+        masters = [b for b in self.cluster_brokers(cluster) if b[2] == 0]
+        return self.each_broker(masters, lambda addr: self.pending_transactions(
+            addr, producer_group, next(n for n, a, _ in masters if a == addr)))
 
     def remove_slave(self, master_addr: str, broker_id: int) -> None:
         """The master forgets an absent slave that left its group for good."""

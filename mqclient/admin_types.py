@@ -203,3 +203,17 @@ class HAStatus:
     in_sync_slave_nums: int
     slaves: list[SlaveLink]
     master_link: MasterLink | None
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingTransactions:
+    """Half messages without an outcome on one master, for one producer group."""
+
+    broker_name: str
+    broker_addr: str
+    producer_group: str
+    pending: int
+    oldest_born_timestamp_ms: int
+    max_check_times: int
+    online_producers: int
+

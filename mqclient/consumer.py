@@ -55,12 +55,13 @@ from mqclient.consume_service import (
 )
 from mqclient.instance import ClientInstance
 from mqclient.loop import ClientLoop, cancel_and_wait
-from mqclient.message import MessageExt, MessageQueue, MQClientError
+from mqclient.message import MessageExt, MessageQueue, MQClientError, code_name
 from mqclient.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
 from mqclient.puller import PullService
 from mqclient.rebalance import ConsumeFromWhere, MessageModel, Rebalancer
 from mqclient.route import TopicRoute
+from mqclient.selector import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, MessageSelector
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,12 @@ LOCK_TRUSTED_S = 30.0
 SHUTDOWN_TIMEOUT_S = 10.0  # how long shutdown waits for the listener calls in progress
 SHUTDOWN_STEP_S = 3.0  # each other step of a shutdown (tasks ending, commits) at most
 RETRY_ROUTE_ATTEMPTS = 30
+# Heartbeat answers that mean "this consumer's subscriptions cannot be served here".
+_SUBSCRIPTION_REFUSALS = frozenset({common_pb2.SUBSCRIPTION_PARSE_FAILED,
+                                    common_pb2.REQUEST_CODE_NOT_SUPPORTED})
 
-__all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "PushConsumer"]
+__all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "MessageSelector",
+           "PushConsumer"]
 
 
 class PushConsumer:
@@ -145,13 +150,25 @@ class PushConsumer:
         self.started = False
 
     # -- configuration -------------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> PushConsumer:
-        """Tag expression: "*" for all, else "TagA || TagB"."""
+    def subscribe(self, topic: str, expression: str | MessageSelector = "*") -> PushConsumer:
+        """Tag expression: "*" for all, else "TagA || TagB"; or a MessageSelector, e.g.
+        MessageSelector.by_sql("a > 5 AND TAGS IN ('x', 'y')") (the broker needs
+        enablePropertyFilter=true; start() fails with its reason when it refuses)."""
         if self.started:
             raise MQClientError("ILLEGAL_STATE", "subscribe before start()")
         if not topic:
             raise MQClientError("ILLEGAL_ARGUMENT", "subscribe needs a topic")
+        if isinstance(expression, MessageSelector):
+            if expression.expression_type not in (EXPRESSION_TYPE_TAG, EXPRESSION_TYPE_SQL92):
+                raise MQClientError("ILLEGAL_ARGUMENT", "unknown expression type "
+                                    f"{expression.expression_type!r}")
+            if expression.is_sql:
+                self.instance.subscriptions[topic] = expression.expression
+                self.instance.expression_types[topic] = EXPRESSION_TYPE_SQL92
+                return self
+            expression = expression.expression
         self.instance.subscriptions[topic] = expression or "*"
+        self.instance.expression_types.pop(topic, None)
         return self
 
     def register_listener_concurrently(self, listener: Listener) -> PushConsumer:
@@ -255,6 +272,7 @@ class PushConsumer:
                 if topic != self.retry_topic:
                     log.warning("route of %s not found at start: %s", topic, e)
         await self.instance.heartbeat_all()
+        await self._check_subscriptions()
         if clustering:
             self._sync_watches()
         self._tasks = [asyncio.create_task(self._rebalance_loop()),
@@ -263,6 +281,18 @@ class PushConsumer:
             self._tasks.append(asyncio.create_task(self._find_retry_route()))
         if self.rebalancer.locks_queues:
             self._tasks.append(asyncio.create_task(self._lock_loop()))
+
+    async def _check_subscriptions(self) -> None:
+        """RocketMQ's checkClientInBroker: a broker that refused this consumer's
+        subscriptions at the first heartbeat (a SQL92 expression that does not parse, or
+        a broker without enablePropertyFilter) fails start() with its reason."""
+        refused = {addr: s for addr, s in self.instance.heartbeat_refusals.items()
+                   if s.code in _SUBSCRIPTION_REFUSALS}
+        if not refused:
+            return
+        addr, reason = sorted(refused.items())[0]
+        await self.instance.shutdown()
+        raise MQClientError(code_name(reason.code), f"broker {addr}: {reason.remark}")
 
     async def _shutdown(self) -> None:
         """RocketMQ's order: stop rebalancing, pulling and starting listener calls; wait

@@ -21,7 +21,7 @@ from mqclient.constants import (
     ROUTE_REFRESH_CHUNK,
 )
 from mqclient.loop import Channels, ClientLoop, cancel_and_wait
-from mqclient.message import MessageQueue, MQClientError
+from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
 from mqproto.local_address import local_ip
@@ -62,7 +62,11 @@ class ClientInstance:
         self.namesrv = NameServerClient(namesrv_addrs, self.channels)
         self.producer_group = producer_group
         self.consumer_group = consumer_group
-        self.subscriptions: dict[str, str] = {}  # topic -> tag expression
+        self.subscriptions: dict[str, str] = {}  # topic -> tag expression (or SQL92)
+        # topic -> the expression type of a subscription that is not by tags ("SQL92")
+        self.expression_types: dict[str, str] = {}
+        # broker address -> the status of its last heartbeat answer that was not SUCCESS
+        self.heartbeat_refusals: dict[str, common_pb2.Status] = {}
         self.routes: dict[str, TopicRoute] = {}
         # topic -> the refresh round in which a send last used its route (see
         # `route_used`); routes unused for ROUTE_IDLE_ROUNDS rounds are not refreshed.
@@ -238,8 +242,9 @@ class ClientInstance:
         return messaging_pb2.HeartbeatRequest(
             client_id=self.client_id, producer_group=self.producer_group,
             consumer_group=self.consumer_group,
-            subscriptions=[messaging_pb2.ConsumerSubscription(topic=t, sub_string=s)
-                           for t, s in self.subscriptions.items()])
+            subscriptions=[messaging_pb2.ConsumerSubscription(
+                topic=t, sub_string=s, expression_type=self.expression_types.get(t, ""))
+                for t, s in self.subscriptions.items()])
 
     async def heartbeat(self, address: str) -> bool:
         try:
@@ -248,7 +253,14 @@ class ClientInstance:
         except grpc.RpcError as e:
             log.debug("heartbeat to %s failed: %s", address, e.code())  # type: ignore[attr-defined]
             return False
-        return r.status.code == common_pb2.SUCCESS
+        if r.status.code != common_pb2.SUCCESS:
+            if address not in self.heartbeat_refusals:
+                log.error("broker %s refused the heartbeat of %s: %s %s", address,
+                          self.client_id, code_name(r.status.code), r.status.remark)
+            self.heartbeat_refusals[address] = r.status
+            return False
+        self.heartbeat_refusals.pop(address, None)
+        return True
 
     async def heartbeat_all(self) -> None:
         addrs = sorted(self.broker_addrs())

@@ -83,10 +83,14 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
 
     async def read_from_store(self, mq: MessageQueue) -> int:
         """The group's committed offset, -1 when it has none; MQClientError when no broker
-        of the group can tell."""
+        of the group can tell. A broker without the group's offset is not the last word:
+        a master restarted after a kill -9 may have lost what was committed to its slave
+        (or to itself) meanwhile, and starting the queue from its first offset would
+        deliver it all again."""
         request = messaging_pb2.QueryConsumerOffsetRequest(
             consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id)
         failures = []
+        not_found = False
         for addr in self._offset_addrs(mq):
             stub = self.instance.channels.messaging(addr)
             try:
@@ -98,8 +102,11 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
                 self._persisted[mq] = r.offset
                 return r.offset
             if r.status.code == common_pb2.QUERY_NOT_FOUND:
-                return -1
+                not_found = True
+                continue
             raise MQClientError(code_name(r.status.code), r.status.remark)
+        if not_found:
+            return -1
         raise MQClientError("UNAVAILABLE", f"offset of {mq}: {', '.join(failures)}")
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
@@ -108,7 +115,7 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
         async def commit(mq: MessageQueue, offset: int) -> None:
             request = messaging_pb2.UpdateConsumerOffsetRequest(
                 consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
-                commit_offset=offset)
+                commit_offset=offset, client_id=self.instance.client_id)
             try:
                 addrs = self._offset_addrs(mq)
             except MQClientError as e:

@@ -90,18 +90,21 @@ class PullService:
 
     def _addresses(self, mq: MessageQueue) -> list[tuple[str, bool]]:
         """(address, is master) to pull from, best first; addresses that failed recently
-        go last."""
+        go last, the most recent failure last of all."""
         group = self.instance.broker_group(mq)
         if group is None:
             return []
         now = time.monotonic()
         addrs = group.pull_addrs(self.suggested_broker.get(mq, MASTER_ID))
-        addrs.sort(key=lambda a: self._down_until.get(a, 0.0) > now)
+        # All down: the one that failed longest ago first (it may be back; pulling only
+        # the one that failed last would never see another come back).
+        addrs.sort(key=lambda a: max(self._down_until.get(a, 0.0), now))
         return [(a, a == group.master_addr) for a in addrs]
 
     async def _pull_loop(self, pq: ProcessQueue) -> None:
         mq = pq.mq
         subscription = self.instance.subscriptions.get(mq.topic, "*")
+        expression_type = self.instance.expression_types.get(mq.topic, "")
         while not pq.dropped:
             if self.flow_controlled(pq) or not self.may_pull(pq):
                 await asyncio.sleep(PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S)
@@ -116,7 +119,8 @@ class PullService:
                 consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                 queue_offset=pq.next_offset, max_msg_nums=self.batch_size,
                 subscription=subscription, suspend_timeout_millis=BROKER_SUSPEND_MAX_TIME_MS,
-                raw_records=True)
+                raw_records=True, expression_type=expression_type,
+                client_id=self.instance.client_id)
             commit = self.offset_store.read_memory(mq)
             # Not the offset the queue started from: the previous owner may have committed
             # a later one since (see _catch_up).
@@ -130,7 +134,11 @@ class PullService:
                 if code in _DOWN_CODES:
                     self._down_until[addr] = time.monotonic() + PULL_ADDRESS_DOWN_S
                 log.info("pull of %s from %s failed: %s", mq, addr, code.name)
-                if len(addresses) == 1 or code not in _DOWN_CODES:
+                now = time.monotonic()
+                # Straight on only to another address not known down (all down: the
+                # loop would spin on them).
+                if code not in _DOWN_CODES or all(self._down_until.get(a, 0.0) > now
+                                                  for a, _ in addresses):
                     await asyncio.sleep(PULL_TIME_DELAY_WHEN_EXCEPTION_S)
                 continue
             if pq.dropped:

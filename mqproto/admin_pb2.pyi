@@ -352,3 +352,37 @@ class MergeConsumerOffsetResponse(_message.Message):
     status: _common_pb2.Status
     merged: int
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., merged: _Optional[int] = ...) -> None: ...
+
+class GetPendingTransactionsRequest(_message.Message):
+    __slots__ = ("producer_group",)
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    def __init__(self, producer_group: _Optional[str] = ...) -> None: ...
+
+class PendingTransactionGroup(_message.Message):
+    __slots__ = ("producer_group", "pending", "oldest_born_timestamp", "max_check_times", "online_producers")
+    PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
+    PENDING_FIELD_NUMBER: _ClassVar[int]
+    OLDEST_BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
+    MAX_CHECK_TIMES_FIELD_NUMBER: _ClassVar[int]
+    ONLINE_PRODUCERS_FIELD_NUMBER: _ClassVar[int]
+    producer_group: str
+    pending: int
+    oldest_born_timestamp: int
+    max_check_times: int
+    online_producers: int
+    def __init__(self, producer_group: _Optional[str] = ..., pending: _Optional[int] = ..., oldest_born_timestamp: _Optional[int] = ..., max_check_times: _Optional[int] = ..., online_producers: _Optional[int] = ...) -> None: ...
+
+class GetPendingTransactionsResponse(_message.Message):
+    __slots__ = ("status", "groups", "half_offset", "op_offset", "half_max_offset")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    HALF_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    OP_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    HALF_MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    status: _common_pb2.Status
+    groups: _containers.RepeatedCompositeFieldContainer[PendingTransactionGroup]
+    half_offset: int
+    op_offset: int
+    half_max_offset: int
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., groups: _Optional[_Iterable[_Union[PendingTransactionGroup, _Mapping]]] = ..., half_offset: _Optional[int] = ..., op_offset: _Optional[int] = ..., half_max_offset: _Optional[int] = ...) -> None: ...

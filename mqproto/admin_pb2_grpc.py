@@ -94,6 +94,11 @@ class AdminServiceStub:
                 request_serializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveRequest.SerializeToString,
                 response_deserializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveResponse.FromString,
                 _registered_method=True)
+        self.GetPendingTransactions = channel.unary_unary(
+                '/mqcluster.v1.AdminService/GetPendingTransactions',
+                request_serializer=mqcluster_dot_v1_dot_admin__pb2.GetPendingTransactionsRequest.SerializeToString,
+                response_deserializer=mqcluster_dot_v1_dot_admin__pb2.GetPendingTransactionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -181,6 +186,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPendingTransactions(self, request, context):
+        """Half messages without an outcome on this master, per producer group
+        (transactions, SPEC 7; mqadmin transactionStatus).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -243,6 +256,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RemoveHASlave,
                     request_deserializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveRequest.FromString,
                     response_serializer=mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveResponse.SerializeToString,
+            ),
+            'GetPendingTransactions': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPendingTransactions,
+                    request_deserializer=mqcluster_dot_v1_dot_admin__pb2.GetPendingTransactionsRequest.FromString,
+                    response_serializer=mqcluster_dot_v1_dot_admin__pb2.GetPendingTransactionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -569,6 +587,33 @@ class AdminService:
             '/mqcluster.v1.AdminService/RemoveHASlave',
             mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveRequest.SerializeToString,
             mqcluster_dot_v1_dot_admin__pb2.RemoveHASlaveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPendingTransactions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/mqcluster.v1.AdminService/GetPendingTransactions',
+            mqcluster_dot_v1_dot_admin__pb2.GetPendingTransactionsRequest.SerializeToString,
+            mqcluster_dot_v1_dot_admin__pb2.GetPendingTransactionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -222,7 +222,7 @@ class GetSendChannelResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., address: _Optional[str] = ...) -> None: ...
 
 class PullMessageRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_millis", "commit_offset", "raw_records")
+    __slots__ = ("consumer_group", "topic", "queue_id", "queue_offset", "max_msg_nums", "subscription", "suspend_timeout_millis", "commit_offset", "raw_records", "expression_type", "client_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +232,8 @@ class PullMessageRequest(_message.Message):
     SUSPEND_TIMEOUT_MILLIS_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     RAW_RECORDS_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
@@ -241,7 +243,9 @@ class PullMessageRequest(_message.Message):
     suspend_timeout_millis: int
     commit_offset: int
     raw_records: bool
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_millis: _Optional[int] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ...) -> None: ...
+    expression_type: str
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., max_msg_nums: _Optional[int] = ..., subscription: _Optional[str] = ..., suspend_timeout_millis: _Optional[int] = ..., commit_offset: _Optional[int] = ..., raw_records: _Optional[bool] = ..., expression_type: _Optional[str] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class PullMessageResponse(_message.Message):
     __slots__ = ("status", "get_message_status", "next_begin_offset", "min_offset", "max_offset", "suggest_which_broker_id", "messages", "raw_records")
@@ -356,16 +360,18 @@ class GetMaxOffsetResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class UpdateConsumerOffsetRequest(_message.Message):
-    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset")
+    __slots__ = ("consumer_group", "topic", "queue_id", "commit_offset", "client_id")
     CONSUMER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ID_FIELD_NUMBER: _ClassVar[int]
     consumer_group: str
     topic: str
     queue_id: int
     commit_offset: int
-    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ...) -> None: ...
+    client_id: str
+    def __init__(self, consumer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., commit_offset: _Optional[int] = ..., client_id: _Optional[str] = ...) -> None: ...
 
 class UpdateConsumerOffsetResponse(_message.Message):
     __slots__ = ("status",)
@@ -416,12 +422,14 @@ class EndTransactionResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
 
 class ConsumerSubscription(_message.Message):
-    __slots__ = ("topic", "sub_string")
+    __slots__ = ("topic", "sub_string", "expression_type")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     SUB_STRING_FIELD_NUMBER: _ClassVar[int]
+    EXPRESSION_TYPE_FIELD_NUMBER: _ClassVar[int]
     topic: str
     sub_string: str
-    def __init__(self, topic: _Optional[str] = ..., sub_string: _Optional[str] = ...) -> None: ...
+    expression_type: str
+    def __init__(self, topic: _Optional[str] = ..., sub_string: _Optional[str] = ..., expression_type: _Optional[str] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("client_id", "producer_group", "consumer_group", "subscriptions")

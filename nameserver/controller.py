@@ -21,6 +21,7 @@ from nameserver.constants import (
     SHUTDOWN_GRACE_S,
 )
 from nameserver.links import broker_links
+from nameserver.metrics import NamesrvMetrics
 from nameserver.processor import NamesrvServicer
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
 
@@ -56,11 +57,19 @@ class NamesrvController:
         sleep: Sleep = asyncio.sleep,
         max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
         max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+        metrics_port: int = 0,
     ) -> None:
         self.listen = listen
         self.max_topic_queue_nums = max_topic_queue_nums
         self.max_receive_message_bytes = max_receive_message_bytes
         self.route_info_manager = RouteInfoManager(clock)
+        # Prometheus /metrics on the listen host: 0 = off, -1 = any free port.
+        self.metrics_port = metrics_port
+        self.metrics: NamesrvMetrics | None = None
+        if metrics_port:
+            self.metrics = NamesrvMetrics(self.route_info_manager, clock)
+        self.metrics_address = ""
+        """``host:port`` of /metrics; empty when off."""
         self._sleep = sleep
         self._server: grpc.aio.Server | None = None
         self._scan_task: asyncio.Task[None] | None = None
@@ -72,11 +81,12 @@ class NamesrvController:
         """Bind, serve and start the scan task; returns the bound ``host:port``."""
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
+        interceptors = [self.metrics.interceptor] if self.metrics is not None else []
         server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", self.max_receive_message_bytes),
             ("grpc.max_send_message_length", -1),
-        ])
+        ], interceptors=interceptors)
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server,
                      NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums,
@@ -87,6 +97,14 @@ class NamesrvController:
             raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
         if port == 0:
             raise OSError(f"cannot listen on {self.listen}")
+        if self.metrics is not None:
+            try:
+                metrics_port = await self.metrics.start(host, self.metrics_port)
+            except OSError as exc:
+                raise OSError(f"cannot listen on metrics port {self.metrics_port}: "
+                              f"{exc}") from exc
+            self.metrics_address = f"{host}:{metrics_port}"
+            log.info("metrics served on http://%s/metrics", self.metrics_address)
         await server.start()
         self._server = server
         self.listen_address = f"{host}:{port}"
@@ -124,6 +142,8 @@ class NamesrvController:
             await self._server.stop(grace)
             self._server = None
             log.info("name server on %s stopped", self.listen_address)
+        if self.metrics is not None:
+            await self.metrics.stop()
 
     async def __aenter__(self) -> NamesrvController:
         await self.start()

@@ -20,7 +20,11 @@ from collections.abc import AsyncIterator
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, DEFAULT_MAX_TOPIC_QUEUE_NUMS
+from nameserver.constants import (
+    DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
+    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
+    MASTER_ID,
+)
 from nameserver.links import broker_links
 from nameserver.routeinfo import (
     BrokerData,
@@ -74,7 +78,8 @@ def table_diff(route_info_manager: RouteInfoManager, broker_name: str,
                max_bytes: int) -> QueueDataDiff:
     """Decodes and checks the table, and compares it with the group's (any thread)."""
     configs = decode_topic_table(request, max_queue_nums, max_bytes)
-    table = queue_data_table(broker_name, (topic_config_from_proto(c) for c in configs))
+    table = queue_data_table(broker_name, (topic_config_from_proto(c) for c in configs),
+                             read_only=request.broker_id != MASTER_ID)
     return route_info_manager.diff_queue_data(broker_name, table)
 
 
@@ -195,7 +200,8 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             for start in range(0, max(len(diff.upserts), 1), APPLY_CHUNK):
                 if start:
                     await asyncio.sleep(0)
-                applied = rim.apply_queue_data_diff(name, diff, start, start + APPLY_CHUNK)
+                applied = rim.apply_queue_data_diff(name, diff, start, start + APPLY_CHUNK,
+                                                    source_addr=request.broker_addr)
                 if not applied:  # the group left (or changed) meanwhile: compare again
                     break
             if applied:

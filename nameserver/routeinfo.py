@@ -114,11 +114,13 @@ class QueueDataDiff:
 _NO_TOPICS: dict[str, QueueData] = {}  # a group without a table (never changed)
 
 
-def queue_data_table(broker_name: str, topic_configs: Iterable[TopicConfig]
-                     ) -> dict[str, QueueData]:
-    """A master's topic table as its group's queue data (pure)."""
-    return {c.topic_name: QueueData(broker_name, c.read_queue_nums, c.write_queue_nums, c.perm,
-                                    c.topic_sys_flag) for c in topic_configs}
+def queue_data_table(broker_name: str, topic_configs: Iterable[TopicConfig], *,
+                     read_only: bool = False) -> dict[str, QueueData]:
+    """A master's topic table as its group's queue data (pure); a prime slave's is
+    `read_only` (nothing can be written to a group without a master)."""
+    mask = ~PERM_WRITE if read_only else -1
+    return {c.topic_name: QueueData(broker_name, c.read_queue_nums, c.write_queue_nums,
+                                    c.perm & mask, c.topic_sys_flag) for c in topic_configs}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,15 +142,35 @@ class RouteInfoManager:
         self.broker_topics: dict[str, dict[str, QueueData]] = {}
         # topic -> what a batched route lookup answers for it (set by the processor).
         self.route_entries: dict[str, object] = {}
+        # brokerName -> the address whose topic table the group's queue data is.
+        self._queue_data_from: dict[str, str] = {}
 
     # ------------------------------------------------------------------ register
+
+    def is_prime_slave(self, broker_addr: str, broker_name: str, broker_id: int) -> bool:
+        """A slave of a group without a master, of the lowest id in it (RocketMQ 5): its
+        topic table makes the group's queue data, read-only, so that a group whose master
+        and slaves all went and whose slave came back alone is readable again (what only
+        that slave stores would never be consumed)."""
+        if broker_id == MASTER_ID:
+            return False
+        broker_data = self.broker_addr_table.get(broker_name)
+        if broker_data is None:
+            return True
+        addrs = broker_data.broker_addrs
+        return MASTER_ID not in addrs and all(
+            broker_id <= other for other, addr in addrs.items() if addr != broker_addr)
 
     def needs_table(self, broker_addr: str, broker_name: str, broker_id: int,
                     data_version: DataVersion) -> bool:
         """Whether this registration's topic table would change the group's queue data: a
-        master whose data version changed, or that registers at this address first."""
-        if broker_id != MASTER_ID:
+        master's (or prime slave's) whose data version changed, that registers at this
+        address first, or whose table the queue data is not yet."""
+        if broker_id != MASTER_ID and not self.is_prime_slave(broker_addr, broker_name,
+                                                              broker_id):
             return False
+        if self._queue_data_from.get(broker_name) != broker_addr:
+            return True
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None or broker_data.broker_addrs.get(broker_id) != broker_addr:
             return True
@@ -176,10 +198,11 @@ class RouteInfoManager:
         return QueueDataDiff(base, table, upserts, removals)
 
     def apply_queue_data_diff(self, broker_name: str, diff: QueueDataDiff,
-                              start: int = 0, stop: int | None = None) -> bool:
-        """Applies upserts[start:stop] (and, with the last part, the removals); False when
-        the group's table changed since the diff was computed (nothing applied: diff
-        again)."""
+                              start: int = 0, stop: int | None = None, *,
+                              source_addr: str = "") -> bool:
+        """Applies upserts[start:stop] (and, with the last part, the removals: the queue
+        data is then `source_addr`'s table); False when the group's table changed since
+        the diff was computed (nothing applied: diff again)."""
         if self.broker_topics.get(broker_name, _NO_TOPICS) is not diff.base:
             return False
         table, entries = self.topic_queue_table, self.route_entries
@@ -197,6 +220,7 @@ class RouteInfoManager:
                     if not queue_datas:
                         del table[topic]
             self.broker_topics[broker_name] = diff.table
+            self._queue_data_from[broker_name] = source_addr
             if diff.upserts or diff.removals:
                 log.debug("queue data of %s: %d topics added or changed, %d removed "
                          "(%d topics)", broker_name, len(diff.upserts), len(diff.removals),
@@ -216,10 +240,12 @@ class RouteInfoManager:
     ) -> RegisterBrokerResult:
         """Add or refresh one broker; also the 30 s heartbeat.
 
-        ``topic_configs`` is the broker's whole topic table. Only a master's table rebuilds
-        the group's queue data, and only when its data version changed since its previous
-        registration (or it registers for the first time at this address).
+        ``topic_configs`` is the broker's whole topic table (None: taken already, see
+        the processor): it becomes the group's queue data when `needs_table` says so (a
+        master's, or a prime slave's read-only).
         """
+        needs_table = topic_configs is not None and self.needs_table(
+            broker_addr, broker_name, broker_id, data_version)
         self._add_to_cluster(cluster_name, broker_name)
         broker_data = self.broker_addr_table.get(broker_name)
         if broker_data is None:
@@ -237,14 +263,11 @@ class RouteInfoManager:
             # A new address for an existing id replaces the old one.
             self.broker_live_table.pop(old_addr, None)
         broker_data.broker_addrs[broker_id] = broker_addr
-        # A new group has no old address either: both are a first registration.
-        register_first = old_addr != broker_addr
 
         prev_live = self.broker_live_table.get(broker_addr)
-        if broker_id == MASTER_ID and topic_configs is not None:
-            data_version_changed = prev_live is None or prev_live.data_version != data_version
-            if data_version_changed or register_first:
-                self._rebuild_queue_data(broker_name, topic_configs)
+        if needs_table and topic_configs is not None:
+            self._rebuild_queue_data(broker_name, topic_configs,
+                                     read_only=broker_id != MASTER_ID, source_addr=broker_addr)
 
         self.broker_live_table[broker_addr] = BrokerLiveInfo(
             last_update_timestamp=self._clock(),
@@ -275,11 +298,14 @@ class RouteInfoManager:
             broker_data.cluster = cluster_name
         self.cluster_addr_table.setdefault(cluster_name, set()).add(broker_name)
 
-    def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig]) -> None:
-        """Make the group's queue data exactly the master's topic table (all at once; the
-        processor applies large tables by parts)."""
-        diff = self.diff_queue_data(broker_name, queue_data_table(broker_name, topic_configs))
-        applied = self.apply_queue_data_diff(broker_name, diff)
+    def _rebuild_queue_data(self, broker_name: str, topic_configs: Iterable[TopicConfig], *,
+                            read_only: bool, source_addr: str) -> None:
+        """Make the group's queue data exactly the topic table of its master (or prime
+        slave: `read_only`) at `source_addr`, all at once (the processor applies large
+        tables by parts)."""
+        table = queue_data_table(broker_name, topic_configs, read_only=read_only)
+        diff = self.diff_queue_data(broker_name, table)
+        applied = self.apply_queue_data_diff(broker_name, diff, source_addr=source_addr)
         assert applied
 
     # ---------------------------------------------------------------- unregister
@@ -354,6 +380,7 @@ class RouteInfoManager:
     def _remove_broker_name(self, broker_data: BrokerData) -> None:
         broker_name = broker_data.broker_name
         self.broker_addr_table.pop(broker_name, None)
+        self._queue_data_from.pop(broker_name, None)
         self._remove_from_cluster(broker_data.cluster, broker_name)
         self.broker_topics.pop(broker_name, None)
         for topic, queue_datas in list(self.topic_queue_table.items()):

@@ -1,7 +1,7 @@
 """Process entry point of the name server (RocketMQ's NamesrvStartup).
 
     mqnamesrv            [--listen HOST:PORT] [--max-topic-queue-nums N]
-                         [--max-receive-mib N] [--log-level LEVEL]
+                         [--max-receive-mib N] [--metrics-port N] [--log-level LEVEL]
     python -m nameserver (the same)
 
 Logs go to stderr. Once listening it prints one line on stdout,
@@ -62,6 +62,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              f"topic table (default {DEFAULT_MAX_RECEIVE_MIB})",
     )
     parser.add_argument(
+        "--metrics-port", type=int, default=0, metavar="N",
+        help="serve Prometheus /metrics on this port of the --listen host (default 0: off; "
+             "-1: any free port, logged)",
+    )
+    parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=DEFAULT_LOG_LEVEL,
         help=f"logging level (default {DEFAULT_LOG_LEVEL})",
     )
@@ -70,11 +75,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-topic-queue-nums must be >= 1")
     if not 1 <= args.max_receive_mib <= 2047:
         parser.error("--max-receive-mib must be 1..2047")
+    if not -1 <= args.metrics_port <= 65535:
+        parser.error("--metrics-port must be a port, 0 (off) or -1 (any free port)")
     return args
 
 
 async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
-                max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB) -> None:
+                max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB, metrics_port: int = 0) -> None:
     """Run one name server until SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -87,7 +94,8 @@ async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     controller = NamesrvController(listen, max_topic_queue_nums=max_topic_queue_nums,
-                                   max_receive_message_bytes=max_receive_mib * 1024 * 1024)
+                                   max_receive_message_bytes=max_receive_mib * 1024 * 1024,
+                                   metrics_port=metrics_port)
     try:
         address = await controller.start()
         print(f"{BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
@@ -103,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level, format=LOG_FORMAT, stream=sys.stderr)
     try:
         raise_nofile_limit(log)
-        asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.max_receive_mib))
+        asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.max_receive_mib,
+                          args.metrics_port))
     except OSError as exc:
         log.error("name server failed: %s", exc)
         return 1

@@ -1388,6 +1388,74 @@ static PyObject *client_elements(PyObject *self, PyObject *args) {
     return out;
 }
 
+/* -- record properties (SQL92 filter) ------------------------------------------------------ */
+static int32_t be32(const uint8_t *p) {
+    return (int32_t)((uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]);
+}
+
+/* The values of `names` (a tuple of bytes) in the PROPERTIES field of one whole record, as
+ * codec.record_property_values; None when the record is not one Python would read the same. */
+static PyObject *property_values(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    PyObject *names, *out = NULL;
+    if (!PyArg_ParseTuple(args, "y*O!", &view, &PyTuple_Type, &names))
+        return NULL;
+    const uint8_t *buf = view.buf;
+    Py_ssize_t len = view.len, n = PyTuple_GET_SIZE(names);
+    if (len < HEADER_V4)
+        goto python;
+    int32_t sys_flag = be32(buf + 36);
+    Py_ssize_t p = HEADER_V4 + ((sys_flag & BORN_HOST_V6) ? 12 : 0) +
+                   ((sys_flag & STORE_HOST_V6) ? 12 : 0);
+    if (p > len)
+        goto python;
+    int32_t body_len = be32(buf + p - 4);
+    if (body_len < 0 || p + (Py_ssize_t)body_len + 3 > len)
+        goto python;
+    p += body_len;
+    p += 1 + buf[p];
+    if (p + 2 > len)
+        goto python;
+    Py_ssize_t props_len = (Py_ssize_t)buf[p] << 8 | buf[p + 1];
+    const uint8_t *props = buf + p + 2;
+    if (p + 2 + props_len > len)
+        goto python;
+    out = PyTuple_New(n);
+    if (out == NULL)
+        goto done;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *name = PyTuple_GET_ITEM(names, k), *value = NULL;
+        if (!PyBytes_Check(name)) {
+            Py_CLEAR(out);
+            goto python;
+        }
+        const uint8_t *key = (const uint8_t *)PyBytes_AS_STRING(name);
+        Py_ssize_t key_len = PyBytes_GET_SIZE(name), i = 0;
+        while (i < props_len) { /* one pair per turn: name \x01 value \x02 */
+            const uint8_t *pair = props + i;
+            const uint8_t *sep = memchr(pair, 2, props_len - i);
+            Py_ssize_t pair_len = sep ? sep - pair : props_len - i;
+            if (pair_len > key_len && pair[key_len] == 1 && memcmp(pair, key, key_len) == 0) {
+                value = PyBytes_FromStringAndSize((const char *)pair + key_len + 1,
+                                                  pair_len - key_len - 1);
+                if (value == NULL) {
+                    Py_CLEAR(out);
+                    goto done;
+                }
+                break;
+            }
+            i += pair_len + 1;
+        }
+        PyTuple_SET_ITEM(out, k, value ? value : Py_NewRef(Py_None));
+    }
+    goto done;
+python:
+    out = Py_NewRef(Py_None);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* -- crc32c (for tests) ------------------------------------------------------------------- */
 static PyObject *py_crc32c(PyObject *self, PyObject *args) {
     Py_buffer data;
@@ -1426,6 +1494,8 @@ static PyMethodDef methods[] = {
      "client_elements(msgs, ids, sharding_key, max_size, max_props, reserved): the "
      "MessageBatch elements of mqclient Messages joined, as Message.check and "
      "Message.encode make them, or None."},
+    {"property_values", property_values, METH_VARARGS,
+     "property_values(record, names): as codec.record_property_values, or None."},
     {"crc32c", py_crc32c, METH_VARARGS, "crc32c(data, crc=0): CRC32C, as crc32c.crc32c."},
     {NULL, NULL, 0, NULL},
 };

@@ -127,6 +127,44 @@ def header_struct(sys_flag: int) -> struct.Struct:
     return _HEADER_BY_FLAGS[sys_flag & 0x30]
 
 
+_SYS_FLAG_AT = 36  # TOTALSIZE .. PHYSICALOFFSET come first
+
+
+def record_properties(record: bytes | memoryview) -> bytes:
+    """The encoded PROPERTIES field (`name\\x01value\\x02...`) of one whole record, without
+    decoding the rest; b"" when the record is too short to hold it."""
+    if len(record) < PREFIX.size:
+        return b""
+    p = _HEADER_BY_FLAGS[int.from_bytes(record[_SYS_FLAG_AT:_SYS_FLAG_AT + 4]) & 0x30].size
+    p += int.from_bytes(record[p - 4:p], signed=True)  # BODY
+    if not 0 < p < len(record):
+        return b""
+    p += 1 + record[p]  # TOPIC
+    end = p + 2 + int.from_bytes(record[p:p + 2])
+    return bytes(record[p + 2:end]) if end <= len(record) else b""
+
+
+def property_values(properties: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ...]:
+    """The values of `names` (UTF-8) in encoded properties, None for a missing one."""
+    data = b"\x02" + properties
+    out: list[bytes | None] = []
+    for name in names:
+        s = data.find(b"\x02" + name + b"\x01")
+        if s < 0:
+            out.append(None)
+            continue
+        s += len(name) + 2
+        e = data.find(b"\x02", s)
+        out.append(data[s:] if e < 0 else data[s:e])
+    return tuple(out)
+
+
+def record_property_values(record: bytes | memoryview, names: tuple[bytes, ...]
+                           ) -> tuple[bytes | None, ...]:
+    """property_values of a whole record's PROPERTIES field (the filter of a SQL92 pull)."""
+    return property_values(record_properties(record), names)
+
+
 def encode_tail(topic: bytes, properties: bytes) -> bytes:
     """TOPIC length + topic + PROPERTIES length + properties (fields 16-17)."""
     return b"".join((bytes((len(topic),)), topic, SHORT.pack(len(properties)), properties))

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -123,6 +124,7 @@ class CommitLog:
         # Batches appended here, so the dispatch service need not parse them back;
         # replicated and recovered records are parsed from the bytes instead.
         self.appended: collections.deque[AppendedBatch] = collections.deque()
+        self._append_failure: tuple[str, float, int] = ("", 0.0, 0)  # last error, when, repeats
         self._topic_prefixes: dict[str, bytes] = {}  # topic -> its length byte + UTF-8
         self.native = native.lib  # C fast paths, or None; dispatch and recovery use it too
 
@@ -279,7 +281,7 @@ class CommitLog:
                 if parts:
                     mf.append(b"".join(parts))
             except OSError as err:
-                log.error("append failed: %s", err)
+                self._log_append_failure(err)
                 self._forget_queue_offsets(encoded, queue_offsets, done)
                 return AppendResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(err))
             mf.store_timestamp = now
@@ -290,6 +292,18 @@ class CommitLog:
             lock.release()
         return AppendResult(PutMessageStatus.PUT_OK, first, phys - first, now, phys_offsets,
                             queue_offsets)
+
+    def _log_append_failure(self, err: OSError) -> None:
+        """One line per kind of failure (and a count of the repeats every 10 s), not one
+        per put: a commitlog that cannot roll (disk full, out of fds) fails every put."""
+        now = time.monotonic()
+        last, at, repeats = self._append_failure
+        if str(err) == last and now - at < 10.0:
+            self._append_failure = (last, at, repeats + 1)
+            return
+        more = f" ({repeats} more failed puts since the last report)" if repeats else ""
+        log.error("append failed, puts answer CREATE_MAPPED_FILE_FAILED: %s%s", err, more)
+        self._append_failure = (str(err), now, 0)
 
     def _forget_queue_offsets(self, encoded: list[EncodedMessage], queue_offsets: list[int],
                               done: int) -> None:

@@ -36,6 +36,8 @@ class StoreConfig:
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval: int = 10_000
     flush_interval_consume_queue: int = 1000
+    # Consume-queue files kept open at once (an LRU cache; the others hold no fd).
+    consume_queue_open_files: int = 1024
     sync_flush_timeout: int = 5000
     # Appends go to a reusable in-process buffer that the flush service writes with pwrite.
     # None = on for SYNC_FLUSH (pwrite + fdatasync measured 3-4x faster than msync here),

@@ -1,24 +1,31 @@
-"""Consume queues: per (topic, queueId), 20-byte entries `offset | size | tags code` (SPEC §2.3)."""
+"""Consume queues: per (topic, queueId), 20-byte entries `offset | size | tags code` (SPEC §2.3).
+
+A queue's files are read and written with pread / pwrite through the store's bounded fd cache
+(store/cq_files.py): a queue holds no fd and no mapping, so a broker holds as many queues as
+its disk does. Recovery reads only the allocated start of each file (up to its first hole).
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+import os
 import struct
-from pathlib import Path
 
 from store.constants import CQ_STORE_UNIT_SIZE
-from store.mapped_file import MappedFile, MappedFileQueue
+from store.cq_files import FileHandles, data_end, sync_file, zero_tail
+from store.mapped_file import OFFSET_NAME_DIGITS, offset_file_name
 
 log = logging.getLogger(__name__)
 
 ENTRY = struct.Struct(">qiq")
 # A hole left where entries are missing (the queue restarted past its files): size MAX_INT.
 BLANK_SIZE = 0x7FFFFFFF
+BLANK_ENTRY = ENTRY.pack(0, BLANK_SIZE, 0)
 
 
 RECOVER_BLOCK = 4096  # entries whose sizes recovery unpacks at once
-# Truncation stops zeroing after this many zero bytes in a row (see MappedFileQueue).
+# Truncation stops zeroing after this many zero bytes in a row (holes count: see zero_tail).
 ZERO_RUN_PROOF = 1 << 20
 
 
@@ -36,45 +43,195 @@ def _entries_struct(count: int) -> struct.Struct:
     return struct.Struct(">" + "qiq" * count)
 
 
+class CQFile:
+    """One consume-queue file: its path and positions (no fd, no mapping)."""
+
+    __slots__ = ("path", "file_from_offset", "file_size", "wrote_position",
+                 "flushed_position")
+
+    def __init__(self, path: str, file_from_offset: int, file_size: int) -> None:
+        self.path = path
+        self.file_from_offset = file_from_offset
+        self.file_size = file_size
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @property
+    def file_tail_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def committed_position(self) -> int:  # written with pwrite: readable at once
+        return self.wrote_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    def set_positions(self, pos: int) -> None:
+        self.wrote_position = self.flushed_position = pos
+
+    def __repr__(self) -> str:
+        return f"CQFile({self.path}, wrote={self.wrote_position})"
+
+
+def _scan_end(fd: int, file_size: int) -> tuple[int, int]:
+    """(position of the first entry of size 0, end of the zeros known to follow it) in one
+    consume-queue file: only its allocated start is read."""
+    hole = data_end(fd, file_size)
+    pos = 0
+    unit = CQ_STORE_UNIT_SIZE
+    while pos < file_size and pos < hole:
+        count = min(RECOVER_BLOCK, -(-(hole - pos) // unit), (file_size - pos) // unit)
+        data = os.pread(fd, count * unit, pos)
+        count = len(data) // unit
+        if count == 0:
+            break
+        sizes = _sizes_struct(count).unpack_from(data)
+        try:
+            i = sizes.index(0)
+        except ValueError:
+            pos += count * unit
+            continue
+        end = pos + i * unit
+        rest = data[i * unit:]
+        return end, (pos + len(data) if rest == bytes(len(rest)) else end)
+    return pos, pos  # in a hole (zeros), or the end of the file
+
+
 class ConsumeQueue:
-    def __init__(self, topic: str, queue_id: int, root: Path, file_size: int) -> None:
+    __slots__ = ("topic", "queue_id", "file_size", "dir", "handles", "files",
+                 "max_physic_offset", "min_logic_offset", "_max_pos", "_tail_real",
+                 "failed", "retry", "pending")
+
+    def __init__(self, topic: str, queue_id: int, root: str | os.PathLike, file_size: int,
+                 handles: FileHandles | None = None) -> None:
         self.topic = topic
         self.queue_id = queue_id
         self.file_size = file_size - file_size % CQ_STORE_UNIT_SIZE
-        self.queue = MappedFileQueue(root / topic / str(queue_id), self.file_size)
-        self.queue.zero_run_proof = ZERO_RUN_PROOF
+        self.dir = f"{os.fspath(root)}/{topic}/{queue_id}"
+        self.handles = handles if handles is not None else FileHandles(4)
+        self.files: list[CQFile] = []
         self.max_physic_offset = 0  # commitlog end (offset + size) of the last entry
         self.min_logic_offset = 0  # byte position of the first valid entry (after expiry)
         self._max_pos = 0  # byte position after the last entry
-        self._current: MappedFile | None = None
+        self._tail_real = True  # the last entry (if any) is a real one, not a blank
+        # Why writing this queue fails ("" while it works), whether retrying can help, and
+        # the entries (runs as put_entries takes them) waiting for the retry.
+        self.failed = ""
+        self.retry = True
+        self.pending: list[list[int]] = []
+
+    # -- files -----------------------------------------------------------------------------
+    def _file_path(self, offset: int) -> str:
+        return f"{self.dir}/{offset:020d}"
+
+    def first_file(self) -> CQFile | None:
+        return self.files[0] if self.files else None
+
+    def last_file(self) -> CQFile | None:
+        return self.files[-1] if self.files else None
+
+    def find_by_offset(self, offset: int) -> CQFile | None:
+        files = self.files
+        if not files:
+            return None
+        index = (offset - files[0].file_from_offset) // self.file_size
+        if 0 <= index < len(files):
+            mf = files[index]
+            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
+                return mf
+        return None
+
+    def _create_file(self, offset: int) -> CQFile:
+        os.makedirs(self.dir, exist_ok=True)
+        mf = CQFile(self._file_path(offset), offset, self.file_size)
+        self.handles.create(mf.path, self.file_size)
+        self.files.append(mf)
+        return mf
+
+    def _file_for_append(self, pos: int) -> CQFile:
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return last
+        return self._create_file(last.file_tail_offset if last is not None
+                                 else pos - pos % self.file_size)
+
+    def _delete_file(self, mf: CQFile) -> None:
+        self.handles.forget(mf.path)
+        try:
+            os.unlink(mf.path)
+        except FileNotFoundError:
+            pass
+
+    def _cut(self, offset: int, zeroed: bool = False) -> None:
+        """Drops everything at or after `offset`: later files are deleted, one is cut (its
+        tail zeroed unless `zeroed`)."""
+        keep: list[CQFile] = []
+        for mf in self.files:
+            if mf.file_tail_offset <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                if pos == 0 and keep:
+                    self._delete_file(mf)
+                    continue
+                if not zeroed:
+                    fd = os.open(mf.path, os.O_RDWR)
+                    try:
+                        zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF)
+                    finally:
+                        os.close(fd)
+                mf.set_positions(pos)
+                keep.append(mf)
+            else:
+                self._delete_file(mf)
+        self.files = keep
 
     # -- loading and recovery --------------------------------------------------------------
-    def load(self) -> None:
-        self.queue.load()
+    def load(self, names: list[str] | None = None) -> None:
+        """Takes the queue's files (`names`: its directory's listing, when the caller has
+        it); positions are set to full, recovery fixes the last ones."""
+        if names is None:
+            names = os.listdir(self.dir) if os.path.isdir(self.dir) else []
+        expected = None
+        for name in sorted(names):
+            if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
+                log.warning("%s: ignoring foreign file %s", self.dir, name)
+                continue
+            offset = int(name)
+            if expected is not None and offset != expected:
+                raise ValueError(f"{self.dir}: gap before {name}, expected "
+                                 f"{offset_file_name(expected)}")
+            mf = CQFile(os.path.join(self.dir, name), offset, self.file_size)
+            mf.set_positions(self.file_size)
+            self.files.append(mf)
+            expected = offset + self.file_size
 
     def recover(self) -> None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,
-        or torn by a crash)."""
-        files = self.queue.files
+        or torn by a crash). Reads the last files' allocated bytes only."""
+        files = self.files
         if not files:
             return
         start = max(0, len(files) - 3)
         end_pos = files[start].file_from_offset
         for mf in files[start:]:
-            pos = 0
-            while pos < mf.file_size:  # sizes a block at a time, searched in C
-                count = min(RECOVER_BLOCK, (mf.file_size - pos) // CQ_STORE_UNIT_SIZE)
-                sizes = _sizes_struct(count).unpack_from(mf.mm, pos)
-                try:
-                    pos += sizes.index(0) * CQ_STORE_UNIT_SIZE
+            fd = os.open(mf.path, os.O_RDWR)
+            try:
+                if os.fstat(fd).st_size != self.file_size:
+                    raise ValueError(f"{mf.path}: size {os.fstat(fd).st_size}, expected "
+                                     f"{self.file_size}")
+                pos, known_zero_to = _scan_end(fd, self.file_size)
+                end_pos = mf.file_from_offset + pos
+                if pos < self.file_size:
+                    zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF, known_zero_to)
                     break
-                except ValueError:
-                    pos += count * CQ_STORE_UNIT_SIZE
-            end_pos = mf.file_from_offset + pos
-            if pos < mf.file_size:
-                break
-        self.queue.truncate_dirty_files(end_pos)
+            finally:
+                os.close(fd)
+        self._cut(end_pos, zeroed=True)
         self._set_end(end_pos)
+        self._tail_real = True
         for index in range(end_pos // CQ_STORE_UNIT_SIZE - 1, -1, -1):
             entry = self.get_entry(index)
             if entry is None:
@@ -82,37 +239,37 @@ class ConsumeQueue:
             if entry[1] != BLANK_SIZE:
                 self.max_physic_offset = entry[0] + entry[1]
                 break
-        first = self.queue.first_file()
+            self._tail_real = False
+        first = self.first_file()
         if first is not None and self.min_logic_offset < first.file_from_offset:
             self.min_logic_offset = first.file_from_offset
 
     def _set_end(self, pos: int) -> None:
         self._max_pos = pos
-        last = self.queue.last_file()
+        last = self.last_file()
         if last is not None:
             last.set_positions(pos - last.file_from_offset)
-        self._current = last if last is not None and not last.is_full else None
 
     def truncate_dirty(self, phy_offset: int) -> None:
         """Drops entries pointing at or past `phy_offset` (the commitlog was cut there)."""
-        files = self.queue.files
-        if not files:
-            return
+        files = self.files
+        if not files or (self._tail_real and self.max_physic_offset <= phy_offset):
+            return  # the usual case at every start: no entry to read
         cut = self._max_pos
         # Entries are in commitlog order: walk back from the end while they point too far.
         while cut > files[0].file_from_offset:
-            mf = self.queue.find_by_offset(cut - CQ_STORE_UNIT_SIZE)
-            if mf is None:
+            entry = self._read_entry(cut - CQ_STORE_UNIT_SIZE)
+            if entry is None:
                 break
-            entry_pos = cut - CQ_STORE_UNIT_SIZE - mf.file_from_offset
-            offset, size, _ = ENTRY.unpack_from(mf.mm, entry_pos)
+            offset, size, _ = entry
             if size != BLANK_SIZE and offset + size <= phy_offset:
                 break
             cut -= CQ_STORE_UNIT_SIZE
         if cut == self._max_pos:
             return
-        self.queue.truncate_dirty_files(cut)
+        self._cut(cut)
         self._set_end(cut)
+        self._tail_real = True
         self.max_physic_offset = 0
         if cut > 0:
             last = self.get_entry(cut // CQ_STORE_UNIT_SIZE - 1)
@@ -122,8 +279,8 @@ class ConsumeQueue:
     # -- writing ---------------------------------------------------------------------------
     def put_entries(self, first_index: int, flat: list[int], start: int = 0) -> None:
         """Writes entries first_index, first_index + 1, ... from `flat[start:]`, which holds
-        (commitlog offset, size, tags code) of each in a row: one pack and one copy per file
-        instead of one per entry. Entries already present are skipped (re-dispatch)."""
+        (commitlog offset, size, tags code) of each in a row: one pwrite per file instead of
+        one per entry. Entries already present are skipped (re-dispatch)."""
         n = (len(flat) - start) // 3
         pos = first_index * CQ_STORE_UNIT_SIZE
         if pos < self._max_pos:
@@ -136,45 +293,50 @@ class ConsumeQueue:
         if pos > self._max_pos:
             self._fill_gap(pos)
         while n:
-            mf = self._current
-            if mf is None or pos >= mf.file_tail_offset:
-                mf = self.queue.last_file_for_append(pos)
-                self._current = mf
+            mf = self._file_for_append(pos)
             rel = pos - mf.file_from_offset
-            k = min(n, (mf.file_size - rel) // CQ_STORE_UNIT_SIZE, ENTRIES_PER_PACK)
-            size = k * CQ_STORE_UNIT_SIZE
-            end = start + 3 * k
-            # Packed apart, then copied: pack_into writes field by field, and a process killed
-            # in between would leave a torn entry (an offset without its size) behind.
-            mf.mm[rel : rel + size] = _entries_struct(k).pack(*flat[start:end])
-            mf.wrote_position = mf.committed_position = rel + size
+            k_file = min(n, (mf.file_size - rel) // CQ_STORE_UNIT_SIZE)
+            parts = []
+            end = start
+            left = k_file
+            while left:
+                k = min(left, ENTRIES_PER_PACK)
+                parts.append(_entries_struct(k).pack(*flat[end : end + 3 * k]))
+                end += 3 * k
+                left -= k
+            # One pwrite: a process killed in it leaves whole entries or a torn last one,
+            # which recovery after a crash checks (recovery.py).
+            self.handles.pwrite(mf.path, parts[0] if len(parts) == 1 else b"".join(parts),
+                                rel)
+            size = k_file * CQ_STORE_UNIT_SIZE
+            mf.wrote_position = rel + size
             pos += size
             self._max_pos = pos
+            self._tail_real = True
             self.max_physic_offset = flat[end - 3] + flat[end - 2]
-            if mf.wrote_position >= mf.file_size:
-                self._current = None
-            n -= k
+            n -= k_file
             start = end
 
     def _fill_gap(self, pos: int) -> None:
-        if not self.queue.files:
+        if not self.files:
             # A queue whose files are all gone (expired) starts again mid-way.
             start = pos - pos % self.file_size
-            self.queue.create_file(start)
+            self._create_file(start)
             self._max_pos = start
             self.min_logic_offset = pos
-            self._current = None
         if pos > self._max_pos:
             log.warning("%s-%d: consume queue gap %d..%d filled with blanks", self.topic,
                         self.queue_id, self._max_pos // CQ_STORE_UNIT_SIZE,
                         pos // CQ_STORE_UNIT_SIZE)
             while self._max_pos < pos:
                 p = self._max_pos
-                mf = self.queue.last_file_for_append(p)
-                ENTRY.pack_into(mf.mm, p - mf.file_from_offset, 0, BLANK_SIZE, 0)
-                mf.set_positions(p + CQ_STORE_UNIT_SIZE - mf.file_from_offset)
-                self._max_pos = p + CQ_STORE_UNIT_SIZE
-            self._current = None
+                mf = self._file_for_append(p)
+                rel = p - mf.file_from_offset
+                count = min(pos - p, mf.file_size - rel) // CQ_STORE_UNIT_SIZE
+                self.handles.pwrite(mf.path, BLANK_ENTRY * count, rel)
+                mf.wrote_position = rel + count * CQ_STORE_UNIT_SIZE
+                self._max_pos = p + count * CQ_STORE_UNIT_SIZE
+            self._tail_real = False
 
     # -- reading ---------------------------------------------------------------------------
     @property
@@ -185,47 +347,67 @@ class ConsumeQueue:
     def min_offset_in_queue(self) -> int:
         return self.min_logic_offset // CQ_STORE_UNIT_SIZE
 
+    def _read_entry(self, pos: int) -> tuple[int, int, int] | None:
+        mf = self.find_by_offset(pos)
+        if mf is None:
+            return None
+        try:
+            raw = self.handles.pread(mf.path, CQ_STORE_UNIT_SIZE, pos - mf.file_from_offset)
+        except FileNotFoundError:  # deleted (expired) meanwhile
+            return None
+        return ENTRY.unpack(raw) if len(raw) == CQ_STORE_UNIT_SIZE else None
+
     def get_entry(self, index: int) -> tuple[int, int, int] | None:
         pos = index * CQ_STORE_UNIT_SIZE
         if pos < self.min_logic_offset or pos >= self._max_pos:
             return None
-        mf = self.queue.find_by_offset(pos)
-        if mf is None:
-            return None
-        return ENTRY.unpack_from(mf.mm, pos - mf.file_from_offset)
+        return self._read_entry(pos)
 
     def read_entries(self, index: int, max_count: int) -> bytes:
         """Raw entries from `index` on, at most `max_count`, never crossing a file."""
         pos = index * CQ_STORE_UNIT_SIZE
         if pos < self.min_logic_offset or pos >= self._max_pos:
             return b""
-        mf = self.queue.find_by_offset(pos)
+        mf = self.find_by_offset(pos)
         if mf is None:
             return b""
         start = pos - mf.file_from_offset
         end = min(start + max_count * CQ_STORE_UNIT_SIZE, self._max_pos - mf.file_from_offset,
                   mf.file_size)
         try:
-            return mf.mm[start:end]
-        except ValueError:
+            return self.handles.pread(mf.path, end - start, start)
+        except FileNotFoundError:
             return b""
 
     # -- flushing and expiry ---------------------------------------------------------------
     def flush(self) -> None:
-        for mf in self.queue.files[-2:]:
-            if mf.committed_position > mf.flushed_position:
-                mf.mm.flush()
-                mf.flushed_position = mf.committed_position
+        for mf in self.files[-2:]:
+            wrote = mf.wrote_position
+            if wrote > mf.flushed_position:
+                try:
+                    sync_file(mf.path)
+                except FileNotFoundError:
+                    continue
+                mf.flushed_position = wrote
 
     def delete_expired(self, min_commitlog_offset: int) -> int:
         """Deletes whole files whose last entry points below the commitlog's min offset."""
-
-        def expired(mf: MappedFile) -> bool:
-            offset, size, _ = ENTRY.unpack_from(mf.mm, mf.file_size - CQ_STORE_UNIT_SIZE)
-            return size != 0 and offset + size <= min_commitlog_offset
-
-        deleted = self.queue.delete_first_files(expired, max_count=1 << 30)
-        first = self.queue.first_file()
+        deleted = 0
+        while len(self.files) > 1:
+            mf = self.files[0]
+            try:
+                raw = self.handles.pread(mf.path, CQ_STORE_UNIT_SIZE,
+                                         self.file_size - CQ_STORE_UNIT_SIZE)
+            except FileNotFoundError:
+                raw = b""
+            if len(raw) == CQ_STORE_UNIT_SIZE:
+                offset, size, _ = ENTRY.unpack(raw)
+                if size == 0 or offset + size > min_commitlog_offset:
+                    break
+            self.files.pop(0)
+            self._delete_file(mf)
+            deleted += 1
+        first = self.first_file()
         if first is not None:
             self.min_logic_offset = max(self.min_logic_offset, first.file_from_offset)
         self.correct_min_offset(min_commitlog_offset)
@@ -242,10 +424,13 @@ class ConsumeQueue:
         self.min_logic_offset = index * CQ_STORE_UNIT_SIZE
 
     def destroy(self) -> None:
-        self.queue.destroy()
+        for mf in self.files:
+            self._delete_file(mf)
+        self.files = []
         self._max_pos = self.min_logic_offset = self.max_physic_offset = 0
-        self._current = None
+        self._tail_real = True
 
     def close(self) -> None:
         self.flush()
-        self.queue.close()
+        for mf in self.files:
+            self.handles.forget(mf.path)

@@ -6,7 +6,7 @@ import dataclasses
 import logging
 import os
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from store.codec import (
     INT,
@@ -29,6 +29,22 @@ log = logging.getLogger(__name__)
 # Consumer lag in bytes (consume stats): summed exactly up to this many entries.
 LAG_BYTES_EXACT_MAX = 1024
 _ENTRY_SIZE = struct.Struct(">8xi8x")  # a consume-queue entry's size field
+# A filtered getMessage scans up to this many consume-queue entries for its matches
+# (RocketMQ's maxFilterMessageCount: 16000 bytes of entries).
+MAX_FILTER_MESSAGE_COUNT = 800
+
+
+class MessageFilter(Protocol):
+    """What getMessage asks of a subscription (RocketMQ's MessageFilter): first by the
+    consume queue's tags code, then by the record itself. `filters` False: takes all.
+    `codes`: the tags codes a match must have (None: any), as matches_code says."""
+
+    filters: bool
+    codes: frozenset[int] | None
+
+    def matches_code(self, code: int) -> bool: ...
+
+    def matches_record(self, record: bytes) -> bool: ...
 
 
 class TagFilter:
@@ -42,6 +58,7 @@ class TagFilter:
         else:
             self.tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
             self.codes = frozenset(tags_code(t) for t in self.tags)
+        self.filters = self.tags is not None
 
     def matches_code(self, code: int) -> bool:
         return self.tags is None or code in self.codes
@@ -84,8 +101,11 @@ def _correct(store: DefaultMessageStore, old: int, new: int) -> int:
 
 
 def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: int, offset: int,
-                max_msg_nums: int, message_filter: TagFilter | None = None) -> GetMessageResult:
+                max_msg_nums: int, message_filter: MessageFilter | None = None
+                ) -> GetMessageResult:
     store.get_count += 1
+    if message_filter is not None and not message_filter.filters:
+        message_filter = None
     cq = store.find_consume_queue(topic, queue_id)
     if cq is None:
         return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, _correct(store, offset, 0),
@@ -110,7 +130,8 @@ def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: in
     cfg = store.config
     max_count = min(max(1, max_msg_nums), cfg.max_transfer_count_on_message_in_memory)
     max_bytes = cfg.max_transfer_bytes_on_message_in_memory
-    entries = cq.read_entries(offset, max(max_count, 16) if message_filter else max_count)
+    entries = cq.read_entries(
+        offset, max(max_count, MAX_FILTER_MESSAGE_COUNT) if message_filter else max_count)
     if not entries:
         # The consume-queue file for this offset is gone: go to the start of the next one.
         per_file = cq.file_size // CQ_STORE_UNIT_SIZE
@@ -125,6 +146,13 @@ def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: in
     total = 0
     last_phy = 0
     status = S.NO_MATCHED_MESSAGE
+    codes = message_filter.codes if message_filter is not None else None
+    matches_record = message_filter.matches_record if message_filter is not None else None
+    # The commitlog file of the last record read, its start and committed end: consecutive
+    # records are sliced from it without looking the file up again (CommitLog.read).
+    files = commitlog.queue
+    mm = None
+    base = limit = 0
     for phy, size, code in ENTRY.iter_unpack(entries):
         if len(messages) >= max_count or (messages and total + size > max_bytes):
             break
@@ -135,13 +163,27 @@ def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: in
         if phy < min_phy:
             status = S.MESSAGE_WAS_REMOVING
             continue
-        if message_filter is not None and not message_filter.matches_code(code):
+        if codes is not None and code not in codes:
             continue
-        record = commitlog.read(phy, size)
-        if len(record) != size:
+        pos = phy - base
+        if mm is None or pos < 0 or pos + size > limit:
+            mf = files.find_by_offset(phy)
+            if mf is None:
+                status = S.MESSAGE_WAS_REMOVING
+                continue
+            mm, base, limit = mf.mm, mf.file_from_offset, mf.committed_position
+            pos = phy - base
+            if pos + size > limit:  # not committed (or cut short): as CommitLog.read
+                mm = None
+                status = S.MESSAGE_WAS_REMOVING
+                continue
+        try:
+            record = mm[pos:pos + size]
+        except ValueError:  # the file was deleted while reading
+            mm = None
             status = S.MESSAGE_WAS_REMOVING
             continue
-        if message_filter is not None and not message_filter.matches_record(record):
+        if matches_record is not None and not matches_record(record):
             continue
         messages.append(record)
         queue_offsets.append(index - 1)

@@ -24,13 +24,20 @@ CLEAN_RECOVERY_FILES = 3
 CHECK_BLOCK = 1024  # consume-queue entries read at once to check records against
 
 
-def recover(store: DefaultMessageStore, crashed: bool) -> None:
+def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = False) -> None:
+    """`queues_recovered`: the consume queues' ends are known (from the snapshot of a clean
+    stop), so they are not scanned."""
     commitlog = store.commitlog
     files = commitlog.queue.files
-    for cq in store.consume_queues.values():
-        cq.recover()
-        if crashed and files:
-            _drop_torn_last_entry(commitlog, cq)
+    for cq in () if queues_recovered else store.consume_queues.values():
+        if cq.failed:
+            continue
+        try:
+            cq.recover()
+            if crashed and files:
+                _drop_torn_last_entry(commitlog, cq)
+        except (OSError, ValueError) as e:  # this queue only: the others recover
+            store.queue_failed(cq, e, retry=False)
     if not files:
         for cq in store.consume_queues.values():
             cq.destroy()
@@ -97,7 +104,13 @@ def recover(store: DefaultMessageStore, crashed: bool) -> None:
              "after a crash" if crashed else "after a clean stop", count, start, end)
     commitlog.set_recovered_end(end)
     for cq in store.consume_queues.values():
-        cq.truncate_dirty(end)
+        if cq.failed:
+            continue
+        try:
+            cq.truncate_dirty(end)
+        except OSError as e:
+            store.queue_failed(cq, e, retry=False)
+            continue
         if cq.max_offset_in_queue:
             commitlog.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
     store.index.truncate(end)

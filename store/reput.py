@@ -34,13 +34,16 @@ QueueEntries = list[int]
 IndexItem = tuple[str, "list[str] | tuple[str, ...]", int, int]  # topic, keys, phy, store ts
 # Records gathered before they are written: bounds memory and the time a reader waits.
 MAX_GATHERED = 4096
+# Entries held for a failed consume queue until its retry, at most (then dropped, logged).
+MAX_HELD_ENTRIES = 1 << 20
 REPUT_CHUNK_BYTES = 8 * 1024 * 1024  # commitlog bytes read per dispatch pass
 
 
 class Gathered:
     """Consume-queue entries and index keys of many records, written in one go."""
 
-    __slots__ = ("store", "queues", "index_items", "count", "pending", "last_timestamp")
+    __slots__ = ("store", "queues", "index_items", "count", "pending", "last_timestamp",
+                 "written")
 
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
@@ -49,6 +52,7 @@ class Gathered:
         self.count = 0  # records gathered in all
         self.pending = 0  # records gathered since the last write
         self.last_timestamp = 0
+        self.written: list[ConsumeQueue] = []  # queues written, for the flush service
 
     def __len__(self) -> int:
         return self.pending
@@ -105,6 +109,9 @@ class Gathered:
         for key, q in self.queues.items():
             self._write_queue(key, q, touched)
         self.queues = {}
+        if self.written:
+            self.store.mark_dirty(self.written)
+            self.written = []
         if self.index_items:
             if self.store.config.message_index_enable:  # the index skips what it has
                 self.store.index.build_index_batch(self.index_items)
@@ -119,9 +126,30 @@ class Gathered:
         cq = store.consume_queues.get(key)
         if cq is None:
             cq = store._new_consume_queue(*key)
-        cq.put_entries(q[0], q, 1)
+        if cq.failed:
+            _hold(cq, q)
+            return
+        try:
+            cq.put_entries(q[0], q, 1)
+        except OSError as e:  # this queue only: dispatch goes on for the others
+            store.queue_failed(cq, e)
+            _hold(cq, q)
+            return
+        self.written.append(cq)
         if touched is not None:
             touched[key] = cq
+
+
+def _hold(cq: ConsumeQueue, run: QueueEntries) -> None:
+    """Keeps a failed queue's entries for its retry (see DefaultMessageStore.queue_failed)."""
+    if not cq.retry:
+        return
+    held = sum(len(r) // 3 for r in cq.pending)
+    if held + len(run) // 3 > MAX_HELD_ENTRIES:
+        log.error("%s-%d: over %d entries held for the retry: %d dropped", cq.topic,
+                  cq.queue_id, MAX_HELD_ENTRIES, len(run) // 3)
+        return
+    cq.pending.append(run)
 
 
 def _gather_records(encoded: list[EncodedMessage], phys_offsets: list[int],

@@ -5,6 +5,7 @@ A directory holds everything:
 
     DIR/mqcluster.layout.json   shape and ports of the last `up` (kept, reused by the next)
     DIR/mqcluster.state.json    PIDs of the running processes (removed by `down`)
+    DIR/prometheus.yml          a Prometheus scrape config of every process's /metrics
     DIR/logs/NAME.log           stdout + stderr of each process
     DIR/broker-a-0/broker.conf  one directory per broker: its config and its store/
 """
@@ -28,6 +29,7 @@ LOOPBACK = "127.0.0.1"
 LAYOUT_FILE = "mqcluster.layout.json"
 STATE_FILE = "mqcluster.state.json"
 LOG_DIR = "logs"
+PROMETHEUS_FILE = "prometheus.yml"
 BROKER_CONF = "broker.conf"
 STORE_DIR = "store"
 NAMESRV = "namesrv"
@@ -56,10 +58,15 @@ class Node:
     ha_port: int = 0
     broker_name: str = ""
     broker_id: int = 0
+    metrics_port: int = 0  # Prometheus /metrics; 0: off (a layout from before metrics)
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def metrics_address(self) -> str:
+        return f"{LOOPBACK}:{self.metrics_port}" if self.metrics_port else ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,19 +114,29 @@ def group_name(index: int) -> str:
     return f"broker-{letters}"
 
 
+def metrics_ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
+    return namesrvs + groups * (1 + slaves)  # one /metrics port per process
+
+
 def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
                 role: str, broker_props: dict[str, str],
-                cluster_name: str = DEFAULT_CLUSTER_NAME) -> Layout:
-    """Name servers take the first ports, then each broker its gRPC port and its HA port."""
+                cluster_name: str = DEFAULT_CLUSTER_NAME,
+                metrics_ports: Sequence[int] = ()) -> Layout:
+    """Name servers take the first ports, then each broker its gRPC port and its HA port.
+    `metrics_ports` (none: metrics off) go to the processes in the same order."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
+    if metrics_ports and len(metrics_ports) != metrics_ports_needed(groups, slaves, namesrvs):
+        raise ValueError("wrong number of metrics ports for the shape")
     free = iter(ports)
-    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free)) for i in range(namesrvs)]
+    metrics = iter(metrics_ports or [0] * metrics_ports_needed(groups, slaves, namesrvs))
+    nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free), metrics_port=next(metrics))
+             for i in range(namesrvs)]
     for g in range(groups):
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id))
+                              broker_id, next(metrics)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -150,7 +167,7 @@ def free_ports(count: int) -> list[int]:
 
 def check_ports_free(layout: Layout) -> None:
     for node in layout.nodes:
-        for port in (node.port, node.ha_port):
+        for port in (node.port, node.ha_port, node.metrics_port):
             if port and not port_is_free(port):
                 raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
                                         "--base-port (or omit it to use free ports)")
@@ -178,11 +195,26 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "autoCreateTopicEnable": "true",
         **LOCAL_BROKER_DEFAULTS,
     }
+    if node.metrics_port:
+        props["metricsPort"] = str(node.metrics_port)
     if node.broker_id != 0:
         props["haMasterAddress"] = f"{LOOPBACK}:{master.ha_port}"
     props.update(layout.broker_props)
     head = "# Written by `mqcluster up` (rewritten at every up; use --set KEY=VALUE to change)\n"
     return head + "".join(f"{k}={v}\n" for k, v in props.items())
+
+
+def prometheus_config(layout: Layout) -> str:
+    """A Prometheus config scraping every process of the layout that serves /metrics."""
+    def job(name: str, nodes: list[Node]) -> str:
+        targets = ", ".join(f"'{n.metrics_address}'" for n in nodes if n.metrics_port)
+        return (f"  - job_name: {name}\n    static_configs:\n"
+                f"      - targets: [{targets}]\n        labels: {{cluster: "
+                f"'{layout.cluster_name}'}}\n")
+    return ("# Written by `mqcluster up`: prometheus --config.file=prometheus.yml\n"
+            "global:\n  scrape_interval: 15s\nscrape_configs:\n"
+            + job("rocketmq-namesrv", [n for n in layout.nodes if n.kind == NAMESRV])
+            + job("rocketmq-broker", layout.brokers))
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -276,7 +308,10 @@ def child_env() -> dict[str, str]:
 
 def process_argv(node: Node, directory: Path) -> list[str]:
     if node.kind == NAMESRV:
-        return [sys.executable, "-m", "nameserver", "--listen", node.address]
+        argv = [sys.executable, "-m", "nameserver", "--listen", node.address]
+        if node.metrics_port:
+            argv += ["--metrics-port", str(node.metrics_port)]
+        return argv
     return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
 
 

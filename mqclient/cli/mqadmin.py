@@ -353,6 +353,27 @@ def reset_offset_by_time(admin: MQAdmin, args: argparse.Namespace) -> None:
                 for r in resets]))
 
 
+def transaction_status(admin: MQAdmin, args: argparse.Namespace) -> None:
+    """Half messages without an outcome per master and producer group."""
+    group = args.group or ""
+    if args.broker_addr is not None:
+        results: list = [admin.pending_transactions(a, group) for a in
+                         parse_addresses(args.broker_addr)]
+    else:
+        results = admin.pending_transactions_of_cluster(args.cluster, group)
+    _warn_unreachable(results)
+    rows = [p for r in results if not isinstance(r, BrokerUnreachable) for p in r]
+    if args.json:
+        _out(dumps(rows))
+        return
+    _out(table(["Broker Name", "Broker Addr", "Producer Group", "Pending", "Oldest Born",
+                "Max Checks", "Online Producers"],
+               [[p.broker_name or "-", p.broker_addr, p.producer_group, p.pending,
+                 human_time(p.oldest_born_timestamp_ms) if p.pending else "-",
+                 p.max_check_times, p.online_producers] for p in rows]))
+    _out(f"\n{sum(p.pending for p in rows)} half message(s) without an outcome")
+
+
 def remove_slave(admin: MQAdmin, args: argparse.Namespace) -> None:
     admin.remove_slave(args.broker_addr, args.broker_id)
     _out(dumps({"master": args.broker_addr, "removed": args.broker_id}) if args.json
@@ -496,6 +517,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True,
                    help="the master's address")
     p.add_argument("-i", "--brokerId", dest="broker_id", type=_positive, required=True)
+    p = command("transactionStatus", transaction_status,
+                "half messages without a commit or rollback, per master and producer group")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="this master only")
+    where.add_argument("-c", "--clusterName", dest="cluster",
+                       help="every master of this cluster (default: every master)")
+    p.add_argument("-g", "--group", help="this producer group only")
     return parser
 
 

@@ -2,14 +2,16 @@
 
     mqcluster up     [--dir DIR] [--groups N] [--slaves M] [--namesrvs K] [--base-port P]
                      [--flush SYNC_FLUSH|ASYNC_FLUSH] [--role ASYNC_MASTER|SYNC_MASTER]
-                     [--set KEY=VALUE ...]
+                     [--set KEY=VALUE ...] [--no-metrics]
     mqcluster status [--dir DIR] [--json]
     mqcluster down   [--dir DIR] [--clean]
 
 `up` writes broker.conf files, starts the name servers and brokers detached (their own
 session; logs in DIR/logs), waits until every broker is registered with every name server
-and prints NAMESRV_ADDR. `down` stops exactly the PIDs recorded by `up` (after checking each
-is still the process it started). Exit codes: 0 done / all alive, 1 failure / not all alive.
+and prints NAMESRV_ADDR. Every process serves Prometheus /metrics on a port of its own
+(the Metrics column; DIR/prometheus.yml scrapes them all), unless --no-metrics. `down`
+stops exactly the PIDs recorded by `up` (after checking each is still the process it
+started). Exit codes: 0 done / all alive, 1 failure / not all alive.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from mqclient.cli.local_cluster import (
     LAYOUT_FILE,
     LOG_DIR,
     MASTER_ROLES,
+    PROMETHEUS_FILE,
     STATE_FILE,
     Layout,
     LocalClusterError,
@@ -41,8 +44,10 @@ from mqclient.cli.local_cluster import (
     free_ports,
     is_alive,
     is_stopped,
+    metrics_ports_needed,
     plan_layout,
     ports_needed,
+    prometheus_config,
     read_json,
     records_from_json,
     records_to_json,
@@ -112,17 +117,31 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
     props = dict(previous.broker_props) if previous and args.set is None else {}
     props.update(_parse_sets(args.set or []))
     count = ports_needed(shape["groups"], shape["slaves"], shape["namesrvs"])
+    metrics_count = (metrics_ports_needed(shape["groups"], shape["slaves"], shape["namesrvs"])
+                     if args.metrics else 0)
+    same_shape = previous is not None and previous.shape == (
+        shape["groups"], shape["slaves"], shape["namesrvs"])
+    metrics_ports: list[int] = []
     if args.base_port is not None:
-        if args.base_port + count - 1 > 65535:
-            raise LocalClusterError(f"--base-port {args.base_port}: {count} ports do not fit")
+        # The metrics ports follow the gRPC and HA ports (whose places stay as they were).
+        total = count + metrics_count
+        if args.base_port + total - 1 > 65535:
+            raise LocalClusterError(f"--base-port {args.base_port}: {total} ports do not fit")
         ports = list(range(args.base_port, args.base_port + count))
-    elif previous and previous.shape == (shape["groups"], shape["slaves"], shape["namesrvs"]):
+        metrics_ports = list(range(args.base_port + count, args.base_port + total))
+    elif same_shape and previous is not None:
         ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
                                                      else (n.port,))]
+        kept = [n.metrics_port for n in previous.nodes]
+        if metrics_count and all(kept):
+            metrics_ports = kept
+        elif metrics_count:  # a layout from before metrics: new ports for them only
+            metrics_ports = free_ports(metrics_count)
     else:
-        ports = free_ports(count)
+        both = free_ports(count + metrics_count)
+        ports, metrics_ports = both[:count], both[count:]
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
-                         **shape)
+                         metrics_ports=metrics_ports, **shape)
     check_ports_free(layout)
     return layout
 
@@ -201,6 +220,7 @@ def up(args: argparse.Namespace) -> int:
         (directory / node.name).mkdir(exist_ok=True)
         (directory / node.name / BROKER_CONF).write_text(broker_conf(layout, node, directory))
     write_json(directory / LAYOUT_FILE, layout.to_json())
+    (directory / PROMETHEUS_FILE).write_text(prometheus_config(layout))
     records: list[ProcessRecord] = []
     deadline = time.monotonic() + args.timeout
     try:
@@ -226,6 +246,9 @@ def up(args: argparse.Namespace) -> int:
     _out(f"\nAll {len(layout.brokers)} broker(s) registered with {layout.namesrvs} name "
          f"server(s).\nNAMESRV_ADDR={layout.namesrv_addr}\n"
          f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
+         + (f"Metrics: the Metrics column; prometheus --config.file="
+            f"{directory / PROMETHEUS_FILE} scrapes them all\n"
+            if any(n.metrics_port for n in layout.nodes) else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
 
@@ -275,7 +298,9 @@ def _status_rows(directory: Path, layout: Layout, records: list[ProcessRecord]
         node = nodes[r.name]
         rows.append({
             "name": r.name, "kind": node.kind, "pid": r.pid, "address": node.address,
-            "ha_port": node.ha_port or None, "alive": is_alive(r), "stopped": is_stopped(r),
+            "ha_port": node.ha_port or None,
+            "metrics": f"http://{node.metrics_address}/metrics" if node.metrics_port else None,
+            "alive": is_alive(r), "stopped": is_stopped(r),
             "role": (layout.role if node.broker_id == 0 else "SLAVE")
             if node.kind == BROKER else None,
             "registered": (node.address in registered if registered is not None else None)
@@ -291,8 +316,10 @@ def _print_status(directory: Path, layout: Layout, records: list[ProcessRecord])
         return "-" if kind != BROKER else {True: "yes", False: "no", None: "?"}[value]
 
     _out(f"cluster {layout.cluster_name} in {directory}")
-    _out(table(["Process", "Role", "PID", "Address", "HA Port", "State", "Registered", "Log"],
+    _out(table(["Process", "Role", "PID", "Address", "HA Port", "Metrics", "State",
+                "Registered", "Log"],
                [[r["name"], r["role"] or "NAMESRV", r["pid"], r["address"], r["ha_port"] or "-",
+                 r["metrics"] or "-",
                  ("stopped" if r["stopped"] else "alive") if r["alive"] else "DEAD",
                  registered(r["registered"], r["kind"]),
                  Path(r["log"]).relative_to(directory)] for r in rows]))
@@ -326,6 +353,7 @@ def _clean(directory: Path) -> None:
             shutil.rmtree(directory / node.name, ignore_errors=True)
     shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
     (directory / LAYOUT_FILE).unlink(missing_ok=True)
+    (directory / PROMETHEUS_FILE).unlink(missing_ok=True)
     try:
         directory.rmdir()
     except OSError:
@@ -386,6 +414,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default ASYNC_MASTER)")
     p.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="extra broker.conf key for every broker (repeatable)")
+    p.add_argument("--no-metrics", dest="metrics", action="store_false",
+                   help="no Prometheus /metrics ports (default: one per process)")
     p.add_argument("--json", action="store_true", help="print the processes as JSON")
     p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
     p = sub.add_parser("status", parents=[common], help="show each process alive or dead")

@@ -186,9 +186,9 @@ class Processes:
         self.started.append(process)
         return process, log_path
 
-    def namesrv(self) -> Process:
-        process, log_path = self._spawn(["-m", "nameserver", "--listen", "127.0.0.1:0"],
-                                        "namesrv")
+    def namesrv(self, *args: str) -> Process:
+        process, log_path = self._spawn(["-m", "nameserver", "--listen", "127.0.0.1:0",
+                                         *args], "namesrv")
         line = _wait_for_line(process, BOOT_SUCCESS_MESSAGE, log_path)
         return Process(process, line.rpartition("listen=")[2], log_path)
 

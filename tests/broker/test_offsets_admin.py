@@ -201,15 +201,14 @@ def test_heartbeats_and_consumer_list(start_broker: Start) -> None:
     assert code(b.messaging.Heartbeat(M.HeartbeatRequest())) == "INVALID_PARAMETER"
 
 
-def test_features_of_later_issues_say_so(start_broker: Start) -> None:
+def test_requests_naming_no_group_are_refused(start_broker: Start) -> None:
     b = start_broker()
-    assert code(b.messaging.EndTransaction(M.EndTransactionRequest())) == (
-        "REQUEST_CODE_NOT_SUPPORTED")
-    # Queue locks are served (orderly consumers); a request naming no group is refused.
+    # Transactions and queue locks are served; a request naming no group is refused.
+    assert code(b.messaging.EndTransaction(M.EndTransactionRequest())) == "INVALID_PARAMETER"
     assert code(b.messaging.LockBatchMQ(M.LockBatchMQRequest())) == "INVALID_PARAMETER"
     with pytest.raises(grpc.RpcError) as e:
         next(iter(b.messaging.SubscribeTransactionCheck(M.SubscribeTransactionCheckRequest())))
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_garbage_on_the_port_is_survived(start_broker: Start) -> None:

@@ -96,11 +96,6 @@ def test_scenario_6_kill_async_master_loss_within_reported_fall_behind(
     assert probe["lost_messages"] <= probe["behind_messages"] + probe["written_after_probe"]
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "known open bug, 2 runs in 6 here: after the frozen slave is killed with its master and "
-    "restarted, a message it still stores is sometimes never delivered (consumers took "
-    "broker-a's queues without the lock after lock requests to the dead master failed); "
-    "the loss checks themselves held in every run"))
 def test_scenario_6b_lagging_slave_loss_is_measured_beyond_its_ack(
         tmp_path: Path, clusters: dict[str, Path]) -> None:
     """The frozen slave is killed with its master: what it had not acknowledged is gone,

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 
 from mqproto import common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread, start_broker, wait_until
+from tests.broker.conftest import BrokerThread, create_topic, start_broker, wait_until
 
 __all__ = ["start_broker"]  # the fixture
 
@@ -132,3 +132,41 @@ def test_a_silent_clients_locks_lapse_after_60_s_and_a_release_spares_the_next_h
     assert locks.try_lock_batch("G", "c", [("T", 0), ("T", 1)]) == [("T", 1)]
     locks.release_client("G", "b")
     assert locks.try_lock_batch("G", "c", [("T", 0)]) == [("T", 0)]
+
+
+def test_only_the_lock_holder_commits_a_locked_queue(start_broker: Start) -> None:
+    """A late commit of a queue's previous owner (a pull or a commit it sent before it gave
+    the queue up, arriving after the next owner took the lock) must not move the group's
+    offset back; commits naming no client (admin tools) are taken as before."""
+    b = start_broker()
+    create_topic(b, "T", 1)
+    for _ in range(5):
+        r = b.messaging.SendMessage(M.SendMessageRequest(
+            producer_group="PG", message=M.Message(topic="T", body=b"x"), queue_id=0),
+            timeout=10)
+        assert r.status.code == common_pb2.SUCCESS
+
+    def commit(offset: int, client: str) -> int:
+        return b.messaging.UpdateConsumerOffset(M.UpdateConsumerOffsetRequest(
+            consumer_group="G", topic="T", queue_id=0, commit_offset=offset,
+            client_id=client), timeout=10).status.code
+
+    def committed() -> int:
+        return b.messaging.QueryConsumerOffset(M.QueryConsumerOffsetRequest(
+            consumer_group="G", topic="T", queue_id=0), timeout=10).offset
+
+    r = b.messaging.LockBatchMQ(M.LockBatchMQRequest(consumer_group="G", client_id="new",
+                                                     mq_set=[mq(0)]), timeout=10)
+    assert [m.queue_id for m in r.lock_ok_mq_set] == [0]
+    assert commit(4, "new") == common_pb2.SUCCESS
+    assert commit(3, "old") == common_pb2.NO_PERMISSION
+    b.messaging.PullMessage(M.PullMessageRequest(
+        consumer_group="G", topic="T", queue_id=0, queue_offset=3, max_msg_nums=1,
+        subscription="*", commit_offset=3, client_id="old"), timeout=10)
+    assert committed() == 4
+    b.messaging.PullMessage(M.PullMessageRequest(
+        consumer_group="G", topic="T", queue_id=0, queue_offset=5, max_msg_nums=1,
+        subscription="*", commit_offset=5, client_id="new"), timeout=10)
+    assert committed() == 5
+    assert commit(2, "") == common_pb2.SUCCESS  # no client named: an admin's
+    assert committed() == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 
@@ -14,8 +15,12 @@ from mqclient.allocate import AllocateAveragely, AllocateAveragelyByCircle
 from mqclient.fault import LatencyFaultTolerance, QueueSelector
 from mqclient.loop import ClientLoop
 from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
+from mqclient.offset_store import RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
 from mqclient.producer import select_by_hash
+from mqclient.puller import PullService
+from mqclient.route import BrokerGroup
+from mqproto import common_pb2, messaging_pb2
 from mqproto.framing import decode_batch, encode_batch_message
 
 QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
@@ -227,6 +232,54 @@ def test_send_future_behaves_as_a_concurrent_future() -> None:
     assert asyncio.run(awaited()) == 3
 
 
+def test_pull_addresses_try_the_one_that_failed_longest_ago_when_all_are_down(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Master and slave both failed: the next pull goes to the one that failed first (the
+    slave may be back), not always to the master that failed last."""
+    master, slave = "10.0.0.1:1", "10.0.0.2:1"
+    group = BrokerGroup("DefaultCluster", "broker-a", {0: master, 1: slave})
+    instance = SimpleNamespace(broker_group=lambda mq: group)
+    pulls = PullService(instance, "G", None, batch_size=32, threshold=1000,  # type: ignore[arg-type]
+                        commit_on_pull=True, may_pull=lambda pq: True,
+                        on_messages=lambda pq, msgs: None)
+    mq = MessageQueue("T", "broker-a", 0)
+    now = [100.0]
+    monkeypatch.setattr("mqclient.puller.time.monotonic", lambda: now[0])
+    assert pulls._addresses(mq) == [(master, True), (slave, False)]
+    pulls._down_until[slave] = now[0] + 30   # the slave failed first
+    assert pulls._addresses(mq) == [(master, True), (slave, False)]
+    now[0] += 1
+    pulls._down_until[master] = now[0] + 30  # then the master
+    assert pulls._addresses(mq) == [(slave, False), (master, True)]
+    now[0] += 1
+    pulls._down_until[slave] = now[0] + 30   # the slave again
+    assert pulls._addresses(mq) == [(master, True), (slave, False)]
+
+
+def test_offset_not_found_on_the_master_is_asked_of_its_slave() -> None:
+    """A master restarted after a kill -9 may lack the group's offset its slave holds:
+    the slave's answer counts (else the queue would start again from its first offset)."""
+    master, slave = "10.0.0.1:1", "10.0.0.2:1"
+    answers = {master: common_pb2.QUERY_NOT_FOUND, slave: common_pb2.SUCCESS}
+    asked: list[str] = []
+
+    def stub(addr: str) -> SimpleNamespace:
+        async def query(request: messaging_pb2.QueryConsumerOffsetRequest, timeout: float
+                        ) -> messaging_pb2.QueryConsumerOffsetResponse:
+            asked.append(addr)
+            return messaging_pb2.QueryConsumerOffsetResponse(
+                status=common_pb2.Status(code=answers[addr]), offset=42)
+        return SimpleNamespace(QueryConsumerOffset=query)
+
+    group = BrokerGroup("DefaultCluster", "broker-a", {0: master, 1: slave})
+    instance = SimpleNamespace(broker_group=lambda mq: group,
+                               channels=SimpleNamespace(messaging=stub))
+    store = RemoteBrokerOffsetStore(instance, "G")  # type: ignore[arg-type]
+    mq = MessageQueue("T", "broker-a", 0)
+    assert asyncio.run(store.read_from_store(mq)) == 42
+    assert asked == [master, slave]
+    answers[slave] = common_pb2.QUERY_NOT_FOUND
+    assert asyncio.run(store.read_from_store(mq)) == -1
 def test_accumulator_sends_the_batches_of_many_topics_together() -> None:
     """Issue 18: async sends spread over topics leave in one multi-batch call per loop turn
     (the producer sends those of one broker in one SEND_BATCHES request), not a call per

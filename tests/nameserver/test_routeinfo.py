@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from types import SimpleNamespace
 
 import pytest
 
@@ -95,8 +96,9 @@ def test_register_master_and_slave_builds_route(manager: RouteInfoManager) -> No
 
 def test_slave_without_live_master_gets_no_master_address(manager: RouteInfoManager) -> None:
     assert register(manager, SLAVE_A, broker_id=1) == RegisterBrokerResult()
-    # Only a master's topic configs build queue data.
-    assert manager.pickup_topic_route_data(TOPIC) is None
+    # With no master, the slave's topic configs build read-only queue data.
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_READ
 
 
 def test_route_data_is_a_copy(manager: RouteInfoManager) -> None:
@@ -179,6 +181,34 @@ def test_master_returns_after_expiry_rebuilds_route(
     assert route is not None
     assert route.queue_datas[0].write_queue_nums == 8
     assert writable_groups(route) == ["broker-a"]
+
+
+def test_slave_back_alone_makes_its_group_readable_until_the_master_returns(
+    manager: RouteInfoManager, clock: FakeClock
+) -> None:
+    """Master and slave both gone, the slave restarted alone: as RocketMQ 5's prime slave,
+    its topic table makes the group readable (read-only), so consumers reach what only it
+    stores; the master's return makes it writable again."""
+    register(manager)
+    register(manager, SLAVE_A, broker_id=1)
+    clock.advance(121)
+    assert sorted(manager.scan_not_active_broker()) == [MASTER_A, SLAVE_A]
+    assert manager.pickup_topic_route_data(TOPIC) is None
+
+    register(manager, SLAVE_A, broker_id=1)
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None
+    assert route.queue_datas == [QueueData("broker-a", 4, 4, PERM_READ, 0)]
+    assert [bd.broker_addrs for bd in route.broker_datas] == [{1: SLAVE_A}]
+    assert writable_groups(route) == []
+
+    register(manager)  # same data version as the slave's
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_RW
+    assert writable_groups(route) == ["broker-a"]
+    register(manager, SLAVE_A, broker_id=1)  # no longer the prime slave
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_RW
 
 
 def test_same_data_version_does_not_rebuild_queue_data(manager: RouteInfoManager) -> None:
@@ -340,3 +370,32 @@ def test_route_for_unknown_topic_is_topic_not_exist(manager: RouteInfoManager) -
     response = asyncio.run(servicer.GetRouteInfoByTopic(request, None))  # type: ignore[arg-type]
     assert response.status.code == common_pb2.SUCCESS
     assert [qd.broker_name for qd in response.topic_route_data.queue_datas] == ["broker-a"]
+
+
+def test_prime_slave_through_the_register_call(manager: RouteInfoManager,
+                                               clock: FakeClock) -> None:
+    """The same through RegisterBroker as brokers call it (the table taken by the
+    processor, in parts)."""
+    servicer = NamesrvServicer(manager)
+    context = SimpleNamespace(peer=lambda: "")
+
+    def call(addr: str, broker_id: int) -> None:
+        request = namesrv_pb2.RegisterBrokerRequest(
+            cluster_name=CLUSTER, broker_addr=addr, broker_name="broker-a",
+            broker_id=broker_id, ha_server_addr=ha_addr(addr),
+            data_version=common_pb2.DataVersion(timestamp=1, counter=1),
+            topic_configs=[common_pb2.TopicConfig(topic_name=TOPIC, read_queue_nums=4,
+                                                  write_queue_nums=4, perm=PERM_RW)])
+        response = asyncio.run(servicer.RegisterBroker(request, context))  # type: ignore[arg-type]
+        assert response.status.code == common_pb2.SUCCESS
+
+    call(MASTER_A, MASTER_ID)
+    call(SLAVE_A, 1)
+    clock.advance(121)
+    assert sorted(manager.scan_not_active_broker()) == [MASTER_A, SLAVE_A]
+    call(SLAVE_A, 1)
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_READ
+    call(MASTER_A, MASTER_ID)
+    route = manager.pickup_topic_route_data(TOPIC)
+    assert route is not None and route.queue_datas[0].perm == PERM_RW

@@ -5,6 +5,7 @@ import struct
 import crc32c
 import pytest
 
+from store import native
 from store.codec import (
     CorruptRecord,
     decode_offset_msg_id,
@@ -16,6 +17,8 @@ from store.codec import (
     encode_record,
     java_string_hash,
     parse_dispatch,
+    record_properties,
+    record_property_values,
     tags_code,
 )
 from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
@@ -123,3 +126,30 @@ def test_offset_msg_id() -> None:
     assert decode_offset_msg_id(msg_id) == (("192.168.0.7", 10911), 123456789)
     with pytest.raises(ValueError):
         decode_offset_msg_id("XYZ")
+
+
+def _record(sys_flag: int, body: bytes, topic: bytes, properties: bytes) -> bytes:
+    v4 = bytes([127, 0, 0, 1]) + struct.pack(">i", 1)
+    v6 = bytes(15) + b"\x01" + struct.pack(">i", 1)
+    return encode_record(
+        queue_id=0, flag=0, queue_offset=0, physical_offset=0, sys_flag=sys_flag,
+        born_timestamp=1, born_host=v6 if sys_flag & 0x10 else v4, store_timestamp=2,
+        store_host=v6 if sys_flag & 0x20 else v4, reconsume_times=0,
+        prepared_transaction_offset=0, body=body, topic=topic, properties=properties)
+
+
+@pytest.mark.parametrize("sys_flag", [0, 0x10, 0x20, 0x30])
+def test_property_values_of_a_record(sys_flag: int) -> None:
+    props = encode_properties({"TAGS": "x", "a": "7", "xa": "no", "empty": "", "ü": "ö"})
+    record = _record(sys_flag, b"a\x017\x02" * 50, b"TopicA", props)
+    assert record_properties(record) == props
+    names = (b"a", b"TAGS", b"missing", b"empty", "ü".encode(), b"x")
+    expected = (b"7", b"x", None, b"", "ö".encode(), None)
+    assert record_property_values(record, names) == expected
+    if native.lib is not None:  # the C fast path reads the same
+        assert native.lib.property_values(record, names) == expected
+        assert native.lib.property_values(record, ()) == ()
+        for cut in (0, 10, len(record) - len(props) - 1):  # too short: left to Python
+            assert native.lib.property_values(record[:cut], names) is None
+    assert record_property_values(_record(sys_flag, b"", b"T", b""), (b"a",)) == (None,)
+    assert record_properties(record[:10]) == b""

@@ -40,7 +40,7 @@ def test_rolling_across_many_files_and_reading_everything_back(make_store: MakeS
         assert b.file_from_offset == a.file_from_offset + a.file_size
         assert b.path.name == f"{b.file_from_offset:020d}"
     # Consume-queue files rolled too (100 entries per file, 500 per queue).
-    assert len(store.find_consume_queue("TopicA", 0).queue.files) == 5
+    assert len(store.find_consume_queue("TopicA", 0).files) == 5
 
     by_queue: dict[int, list[bytes]] = {q: [] for q in range(4)}
     for q in range(4):
@@ -116,9 +116,9 @@ def test_every_get_message_status(make_store: MakeStore) -> None:
     assert small.next_begin_offset == cq.min_offset_in_queue
     assert big.get_message("g", "TopicA", 0, cq.min_offset_in_queue, 32).status is S.FOUND
     # A consume-queue file vanished under a valid offset.
-    cq.queue.files[0].mm[:20] = bytes(20)
+    cq.handles.pwrite(cq.files[0].path, bytes(20), 0)
     gone_offset = cq.min_offset_in_queue
-    cq.queue.files.pop(0).destroy()
+    cq._delete_file(cq.files.pop(0))
     null = big.get_message("g", "TopicA", 0, gone_offset, 32)
     assert null.status is S.OFFSET_FOUND_NULL
     assert null.next_begin_offset == (gone_offset // 100 + 1) * 100

@@ -1,0 +1,147 @@
+"""The consume queues' positions at a clean stop, so the next start need not scan them.
+
+Listing and reading 400,000 queue directories costs a restart about 30 s on this machine's
+disk (100,000: 7.6 s). A clean shutdown writes, after the queues are flushed and before the
+abort file goes, one file with each queue's files and positions; a start after a clean stop
+takes them from there. The file is deleted as soon as it is read, so a crash later never
+meets a stale one; a start after a crash (or without the file, or when it does not check out)
+scans every queue as before. The consume-queue files themselves keep SPEC §2.3's format.
+
+Layout: header `magic "CQS1" | commitlog max offset (8) | queue count (4)`, then per queue
+`queue id (4) | first file offset (8) | file count (4) | end (8) | min logic offset (8) |
+max physic offset (8) | last entry real (1) | topic length (2) | topic (UTF-8)`, then the
+CRC-32 of everything before it (4).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import zlib
+from collections.abc import Callable, Iterable
+
+from store.consume_queue import ConsumeQueue, CQFile
+
+log = logging.getLogger(__name__)
+
+MAGIC = b"CQS1"
+HEAD = struct.Struct(">4sqI")
+RECORD = struct.Struct(">iqiqqq?H")
+CRC = struct.Struct(">I")
+FILE_NAME = "consumequeue.snapshot"
+
+
+def write(path: str, commitlog_max: int, queues: Iterable[ConsumeQueue]) -> None:
+    """Writes the snapshot durably (temporary file, fsync, rename, fsync of the directory)."""
+    parts = []
+    count = 0
+    pack = RECORD.pack
+    for cq in queues:
+        files = cq.files
+        first = files[0].file_from_offset if files else 0
+        topic = cq.topic.encode()
+        parts.append(pack(cq.queue_id, first, len(files), cq._max_pos, cq.min_logic_offset,
+                          cq.max_physic_offset, cq._tail_real, len(topic)))
+        parts.append(topic)
+        count += 1
+    body = HEAD.pack(MAGIC, commitlog_max, count) + b"".join(parts)
+    body += CRC.pack(zlib.crc32(body))
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(body)
+        done = 0
+        while done < len(view):
+            done += os.write(fd, view[done:])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def take(path: str, cq_root: str, new_queue: Callable[[str, int], ConsumeQueue]) -> int | None:
+    """Makes the queues of the snapshot at `path` with `new_queue` and deletes the file;
+    returns the commitlog max offset it was written at, or None (no file, or one that does
+    not check out: nothing made, the caller scans the queues)."""
+    try:
+        with open(path, "rb") as f:
+            body = f.read()
+    except FileNotFoundError:
+        return None
+    finally:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+    problem = _check(body, cq_root)
+    if isinstance(problem, str):
+        log.warning("consume-queue snapshot not used (%s): scanning every queue", problem)
+        return None
+    commitlog_max, records = problem
+    for topic, queue_id, first, count, end, min_logic, max_physic, tail_real in records:
+        cq = new_queue(topic, queue_id)
+        size = cq.file_size
+        d = cq.dir
+        files = []
+        for i in range(count):
+            offset = first + i * size
+            mf = CQFile(f"{d}/{offset:020d}", offset, size)
+            mf.wrote_position = mf.flushed_position = size
+            files.append(mf)
+        if files:
+            last = files[-1]
+            last.wrote_position = last.flushed_position = end - last.file_from_offset
+        cq.files = files
+        cq._max_pos = end
+        cq.min_logic_offset = min_logic
+        cq.max_physic_offset = max_physic
+        cq._tail_real = tail_real
+    return commitlog_max
+
+
+_Record = tuple[str, int, int, int, int, int, int, bool]
+
+
+def _check(body: bytes, cq_root: str) -> tuple[int, list[_Record]] | str:
+    if len(body) < HEAD.size + CRC.size:
+        return "too short"
+    if CRC.unpack_from(body, len(body) - CRC.size)[0] != zlib.crc32(body[: -CRC.size]):
+        return "checksum mismatch"
+    magic, commitlog_max, count = HEAD.unpack_from(body)
+    if magic != MAGIC:
+        return f"magic {magic!r}"
+    records: list[_Record] = []
+    pos = HEAD.size
+    unpack = RECORD.unpack_from
+    rsize = RECORD.size
+    topics: set[str] = set()
+    try:
+        for _ in range(count):
+            queue_id, first, files, end, min_logic, max_physic, tail_real, n = unpack(body, pos)
+            pos += rsize
+            topic = body[pos : pos + n].decode()
+            pos += n
+            if files and end < first:
+                return f"{topic}-{queue_id}: end {end} before its first file {first}"
+            topics.add(topic)
+            records.append((topic, queue_id, first, files, end, min_logic, max_physic,
+                            tail_real))
+    except (struct.error, UnicodeDecodeError) as e:
+        return f"unreadable: {e}"
+    if pos != len(body) - CRC.size:
+        return "trailing bytes"
+    # Queues of topics created or removed while the broker was stopped: scan instead.
+    on_disk: set[str] = set()
+    if os.path.isdir(cq_root):
+        with os.scandir(cq_root) as entries:
+            on_disk = {e.name for e in entries if e.is_dir()}
+    if on_disk != topics:
+        return (f"{len(on_disk ^ topics)} topic directories differ from it, e.g. "
+                f"{next(iter(on_disk ^ topics))}")
+    return commitlog_max, records
