@@ -100,12 +100,17 @@ class ScaleCluster:
         self.conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         self.broker_process: subprocess.Popen[str] | None = None
         self.broker = ""
+        self.broker_log = work / "broker.log"
+        self.boots = 0
         self.start_broker()
 
     def start_broker(self) -> float:
         started = time.monotonic()
+        self.boots += 1
+        if self.boots > 1:  # a restart logs beside the first run's log
+            self.broker_log = self.work / f"broker-{self.boots}.log"
         self.broker_process, line = _spawn(["-m", "broker", "-c", str(self.conf)],
-                                           self.work / "broker.log", BOOT_SUCCESS_PREFIX)
+                                           self.broker_log, BOOT_SUCCESS_PREFIX)
         self.broker = line.split(", ", 1)[1].split("]", 1)[0]
         return time.monotonic() - started
 
@@ -303,7 +308,7 @@ def registration_figures(cluster: ScaleCluster, n: int,
     def ping_namesrv() -> object:
         return namesrv.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=10)
 
-    broker_log, ns_log = cluster.work / "broker.log", cluster.work / "ns.log"
+    broker_log, ns_log = cluster.broker_log, cluster.work / "ns.log"
     with Pinger(ping_broker) as pb, Pinger(ping_namesrv) as pn:
         time.sleep(1.0)
         quiet = {"broker": stalls_logged(broker_log, 0), "namesrv": stalls_logged(ns_log, 0)}
