@@ -23,16 +23,19 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench import channel_floor, grpc_floor
 from broker.constants import BOOT_SUCCESS_PREFIX
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
-from mqclient.message import MessageExt
+from mqclient.message import MessageExt, MQClientError
+from mqproto.tls import make_local_ca
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BODY = os.urandom(1024)
 TOPIC = "BenchTopic"
+CONSUMER_GROUP = "BenchConsumer"
 QUEUES = 8
 BOOT_TIMEOUT_S = 30.0
 
@@ -56,11 +59,13 @@ def _spawn(args: list[str], log: Path, boot_prefix: str) -> tuple[subprocess.Pop
 
 
 @contextmanager
-def cluster(work: Path, broker_extra: dict[str, str]) -> Iterator[str]:
+def cluster(work: Path, broker_extra: dict[str, str], ns_args: list[str] | None = None
+            ) -> Iterator[str]:
     """A name server and one broker; yields the name server address."""
     processes: list[subprocess.Popen[str]] = []
     try:
-        ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0"], work / "ns.log",
+        ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0", *(ns_args or [])],
+                          work / "ns.log",
                           BOOT_SUCCESS_MESSAGE)
         processes.append(ns)
         namesrv = line.rpartition("listen=")[2]
@@ -119,7 +124,8 @@ def bench_async(producer: Producer, n: int) -> float:
     return n / (time.perf_counter() - started)
 
 
-def bench_pull(namesrv: str, total: int, pull_batch: int) -> float:
+def bench_pull(namesrv: str, total: int, pull_batch: int,
+               client: dict[str, Any] | None = None) -> float:
     consumed = 0
     lock = threading.Lock()
     done = threading.Event()
@@ -131,10 +137,11 @@ def bench_pull(namesrv: str, total: int, pull_batch: int) -> float:
             if consumed >= total:
                 done.set()
 
-    consumer = PushConsumer("BenchConsumer", namesrv, pull_batch_size=pull_batch,
+    consumer = PushConsumer(CONSUMER_GROUP, namesrv, pull_batch_size=pull_batch,
                             consume_message_batch_max_size=pull_batch,
                             pull_threshold_for_queue=4 * pull_batch,
-                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET)
+                            consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
+                            **(client or {}))
     consumer.subscribe(TOPIC).register_listener_concurrently(listener)
     started = time.perf_counter()
     consumer.start()
@@ -145,6 +152,75 @@ def bench_pull(namesrv: str, total: int, pull_batch: int) -> float:
     return total / elapsed
 
 
+# --modes: what the broker (and name server) run with, each on a fresh cluster in one run.
+MODES = ("plain", "grpc", "acl", "tls", "acl+tls")
+BENCH_ACCOUNT = {"accessKey": "bench", "secretKey": "bench-secret-key",
+                 "defaultTopicPerm": "PUB|SUB", "defaultGroupPerm": "SUB"}
+
+
+def security(mode: str, work: Path) -> tuple[dict[str, str], list[str], dict[str, Any]]:
+    """(broker.conf keys, name server arguments, client keyword arguments) of a mode:
+    plain (send channel on), grpc (send channel off: what ACL and TLS imply), acl, tls,
+    acl+tls."""
+    broker: dict[str, str] = {}
+    ns_args: list[str] = []
+    client: dict[str, Any] = {}
+    if mode == "grpc":
+        broker["sendChannelEnable"] = "false"
+    if "acl" in mode:
+        acl = work / "plain_acl.json"
+        acl.write_text(json.dumps({"accounts": [BENCH_ACCOUNT]}))
+        broker.update(aclEnable="true", aclFile=str(acl), clusterKey="bench-cluster-key")
+        ns_args += ["--cluster-key", "bench-cluster-key"]
+        client.update(access_key=BENCH_ACCOUNT["accessKey"],
+                      secret_key=BENCH_ACCOUNT["secretKey"])
+    if "tls" in mode:
+        ca, cert, key = make_local_ca(work / "tls")
+        broker.update(tlsEnable="true", tlsCertPath=str(cert), tlsKeyPath=str(key),
+                      tlsCaPath=str(ca))
+        ns_args += ["--tls-cert", str(cert), "--tls-key", str(key)]
+        client["tls_ca"] = str(ca)
+    return broker, ns_args, client
+
+
+def run_clients(namesrv: str, args: argparse.Namespace, client: dict[str, Any],
+                figures: dict[str, object], prefix: str) -> None:
+    producer = Producer("BenchProducer", namesrv, default_topic_queue_nums=QUEUES, **client)
+    producer.start()
+    for attempt in range(5):  # the first send creates the topic (slow on a busy machine)
+        try:
+            producer.send(Message(TOPIC, BODY), timeout_s=10)
+            break
+        except MQClientError as e:
+            print(f"{prefix}warm-up send failed ({e}); again", flush=True)
+            if attempt == 4:
+                raise
+    for _ in range(199):  # warm-up: route, channels
+        producer.send(Message(TOPIC, BODY))
+    sent = 200
+    sync = bench_sync(producer, args.sync)
+    figures.update({prefix + k: v for k, v in sync.items()})
+    sent += args.sync
+    print(f"{prefix}sync: {sync['send_sync_msgs_s']:,.0f} msgs/s, p50 "
+          f"{sync['send_sync_p50_ms']:.3f} ms, p99 "
+          f"{sync['send_sync_p99_ms']:.3f} ms", flush=True)
+    rate = bench_batch(producer, args.messages, args.batch_threads)
+    sent += args.messages // 32 // args.batch_threads * 32 * args.batch_threads
+    figures[prefix + "send_batch32_msgs_s"] = rate
+    figures["send_batch32_threads"] = args.batch_threads
+    print(f"{prefix}batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s",
+          flush=True)
+    rate = bench_async(producer, args.messages)
+    sent += args.messages
+    figures[prefix + "send_async_msgs_s"] = rate
+    print(f"{prefix}async (auto-batched): {rate:,.0f} msgs/s", flush=True)
+    producer.shutdown()
+    rate = bench_pull(namesrv, sent, args.pull_batch, client)
+    figures[prefix + "pull_msgs_s"] = rate
+    figures[prefix + "pulled_messages"] = sent
+    print(f"{prefix}push consumer: {rate:,.0f} msgs/s over {sent:,} messages", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=100_000,
@@ -153,40 +229,37 @@ def main() -> None:
     parser.add_argument("--batch-threads", type=int, default=2)
     parser.add_argument("--pull-batch", type=int, default=256,
                         help="messages per pull (the broker's maxTransferCount is set to it)")
+    parser.add_argument("--modes", default="plain",
+                        help=f"comma-separated, each on a fresh cluster: {', '.join(MODES)} "
+                             "(default plain; e.g. plain,acl+tls compares them in one run)")
+    parser.add_argument("--no-floors", dest="floors", action="store_false",
+                        help="skip the no-work reference servers")
     args = parser.parse_args()
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    bad = [m for m in modes if m not in MODES]
+    if bad or not modes:
+        parser.error(f"--modes: expected some of {', '.join(MODES)}, got {args.modes!r}")
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     broker_extra = {"maxTransferCountOnMessageInMemory": str(args.pull_batch),
                     "maxTransferBytesOnMessageInMemory": str(args.pull_batch * 1200)}
     figures: dict[str, object] = {"message_bytes": len(BODY), "queues": QUEUES,
                                   "pull_batch_size": args.pull_batch}
     try:
-        with cluster(work, broker_extra) as namesrv:
-            producer = Producer("BenchProducer", namesrv, default_topic_queue_nums=QUEUES)
-            producer.start()
-            for _ in range(200):  # warm-up: route, channels, topic creation
-                producer.send(Message(TOPIC, BODY))
-            sent = 200
-            figures.update(bench_sync(producer, args.sync))
-            sent += args.sync
-            print(f"sync: {figures['send_sync_msgs_s']:,.0f} msgs/s, p50 "
-                  f"{figures['send_sync_p50_ms']:.3f} ms, p99 "
-                  f"{figures['send_sync_p99_ms']:.3f} ms", flush=True)
-            rate = bench_batch(producer, args.messages, args.batch_threads)
-            sent += args.messages // 32 // args.batch_threads * 32 * args.batch_threads
-            figures["send_batch32_msgs_s"] = rate
-            figures["send_batch32_threads"] = args.batch_threads
-            print(f"batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s", flush=True)
-            rate = bench_async(producer, args.messages)
-            sent += args.messages
-            figures["send_async_msgs_s"] = rate
-            print(f"async (auto-batched): {rate:,.0f} msgs/s", flush=True)
-            producer.shutdown()
-            rate = bench_pull(namesrv, sent, args.pull_batch)
-            figures["pull_msgs_s"] = rate
-            figures["pulled_messages"] = sent
-            print(f"push consumer: {rate:,.0f} msgs/s over {sent:,} messages", flush=True)
+        for i, mode in enumerate(modes):
+            run_dir = work / f"{i}-{mode.replace('+', '-')}"
+            run_dir.mkdir()
+            broker_sec, ns_args, client = security(mode, run_dir)
+            repeat = modes[:i].count(mode)  # a mode given again: its figures as MODE.2_
+            prefix = ("" if modes == ["plain"] else
+                      f"{mode}{'.' + str(repeat + 1) if repeat else ''}_")
+            with cluster(run_dir, {**broker_extra, **broker_sec}, ns_args) as namesrv:
+                run_clients(namesrv, args, client, figures, prefix)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    if not args.floors:
+        print(json.dumps({k: round(v, 3) if isinstance(v, float) else v
+                          for k, v in figures.items()}))
+        return
     # The references, same run: servers that do no work, driven the same way.
     floor = channel_floor.measure(BODY, threads=args.batch_threads)
     figures.update(floor)

@@ -131,6 +131,7 @@ def runtime_table(broker: BrokerController) -> dict[str, str]:
         "brokerRole": broker.config.broker_role.value,
         "clusterName": broker.config.broker_cluster_name,
         "haServerAddr": broker.ha_server_addr,
+        "grpcProxyAddr": broker.grpc_proxy_addr,
         "metricsAddr": broker.metrics_addr,
         "bootTimestamp": str(broker.boot_timestamp),
         "putTps": f"{stats.put_tps():.2f}",
@@ -414,7 +415,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if service is None:
             raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
                                "transactions live on the master; this broker is a slave")
-        summary = service.summary(request.producer_group)
+        summary = await service.current_summary(request.producer_group)
         return A.GetPendingTransactionsResponse(
             status=ok(), half_offset=summary.half_offset, op_offset=summary.op_offset,
             half_max_offset=summary.half_max_offset,

@@ -17,6 +17,7 @@ from typing import Any
 
 from broker.constants import (
     DEFAULT_CLUSTER_NAME,
+    DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS,
     DEFAULT_LISTEN_PORT,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
     DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
@@ -66,6 +67,12 @@ class BrokerConfig:
     # listenPort is 0; 0 = a free port. sendChannelEnable=false: gRPC sends only.
     send_listen_port: int = -1
     send_channel_enable: bool = True
+    # RocketMQ 5's gRPC endpoint (apache.rocketmq.v2.MessagingService, package proxy/):
+    # -1 (unset) = listenPort + 3, or a free port when listenPort is 0; 0 = off.
+    grpc_proxy_port: int = -1
+    # A message received through v2 and never acked is delivered at most this many times,
+    # then moved to %DLQ%{group}.
+    grpc_proxy_max_delivery_attempts: int = DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS
     # Send channel limits (broker/send_channel.py): connections, idle and frame timeouts.
     send_channel_max_connections: int = DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS
     send_channel_idle_timeout_mills: int = DEFAULT_SEND_CHANNEL_IDLE_MS
@@ -111,6 +118,25 @@ class BrokerConfig:
     transaction_time_out: int = TRANSACTION_TIME_OUT_MS
     transaction_check_interval: int = TRANSACTION_CHECK_INTERVAL_MS
     transaction_check_max: int = TRANSACTION_CHECK_MAX
+    # Access control (acl/, issue 22): off by default, as RocketMQ's aclEnable. When on,
+    # every gRPC request must be signed by an account of aclFile (plain_acl.yml layout,
+    # YAML or JSON, reloaded when it changes) and the send channel is off (clients send by
+    # gRPC, where each request is signed).
+    acl_enable: bool = False
+    acl_file: str = ""
+    # A secret shared by the cluster's brokers and name servers (env MQ_CLUSTER_KEY when
+    # absent): registrations with the name servers and slaves' HA links must prove it, and
+    # with aclEnable a slave calls its master's admin service with it. Empty: none.
+    cluster_key: str = ""
+    # TLS (mqproto/tls.py) on the gRPC and HA ports; the broker then dials name servers and
+    # its master with TLS too (verified against tlsCaPath; empty: the system's CAs). With
+    # tlsMutual, clients must show a certificate signed by tlsCaPath. The send channel is
+    # off with TLS (clients send by gRPC).
+    tls_enable: bool = False
+    tls_cert_path: str = ""
+    tls_key_path: str = ""
+    tls_ca_path: str = ""
+    tls_mutual: bool = False
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
 
@@ -198,6 +224,8 @@ def parse_config(props: dict[str, str], env: dict[str, str] | None = None) -> Lo
             unknown.append(key)
     if "namesrv_addr" not in values and env.get("NAMESRV_ADDR"):
         values["namesrv_addr"] = env["NAMESRV_ADDR"]
+    if "cluster_key" not in values and env.get("MQ_CLUSTER_KEY"):
+        values["cluster_key"] = env["MQ_CLUSTER_KEY"]
     broker = BrokerConfig(**values)
     _check(broker)
     try:
@@ -226,6 +254,11 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
     if not -1 <= c.send_listen_port <= 65535:
         raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
+    if not -1 <= c.grpc_proxy_port <= 65535:
+        raise ConfigError(f"grpcProxyPort: {c.grpc_proxy_port} is not a port (-1 = listenPort "
+                          "+ 3, 0 = off)")
+    if c.grpc_proxy_max_delivery_attempts < 1:
+        raise ConfigError("grpcProxyMaxDeliveryAttempts: must be >= 1")
     if not -1 <= c.metrics_port <= 65535:
         raise ConfigError(f"metricsPort: {c.metrics_port} is not a port (0 = off, -1 = any "
                           "free port)")
@@ -252,6 +285,14 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError("transactionTimeOut: must be >= 0")
     if c.transaction_check_max < 0:
         raise ConfigError("transactionCheckMax: must be >= 0")
+    if c.acl_enable and not c.acl_file:
+        raise ConfigError("aclFile: aclEnable=true needs the account file's path")
+    if c.tls_enable and not (c.tls_cert_path and c.tls_key_path):
+        raise ConfigError("tlsEnable=true needs tlsCertPath and tlsKeyPath")
+    if c.tls_mutual and not c.tls_ca_path:
+        raise ConfigError("tlsMutual=true needs tlsCaPath (the CA of client certificates)")
+    if c.cluster_key and len(c.cluster_key) < 8:
+        raise ConfigError("clusterKey: at least 8 characters")
     for addr in c.namesrv_addr_list:
         host, sep, port = addr.rpartition(":")
         if not sep or not host or not port.isdigit():

@@ -68,6 +68,11 @@ MAX_QUERY_NUM = 64
 # Seconds a stopping broker lets in-flight RPCs finish.
 SHUTDOWN_GRACE_S = 2.0
 SEND_LISTEN_PORT_OFFSET = 2  # the send channel's default port: listenPort + 2
+# RocketMQ 5's gRPC protocol (apache.rocketmq.v2, package proxy/): listenPort + 3 by default.
+GRPC_PROXY_PORT_OFFSET = 3
+# A message a v2 SimpleConsumer received this many times without an ack goes to %DLQ%
+# (SubscriptionGroupConfig.retryMaxTimes + 1, as RocketMQ's proxy answers in its settings).
+DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS = MAX_RECONSUME_TIMES + 1
 # Send channel limits: sendChannelMaxConnections, sendChannelIdleTimeoutMills (RocketMQ's
 # serverChannelMaxIdleTimeSeconds is 120 s), sendChannelFrameTimeoutMills.
 DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS = 10_000

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable
@@ -21,6 +22,9 @@ from types import TracebackType
 
 import grpc
 
+from acl.config import AclConfigError
+from acl.grpc_auth import ClientAuth, ServerAuth
+from acl.store import AclStore
 from broker.admin import AdminServicer, data_version_to_proto, topic_config_to_proto
 from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
@@ -53,6 +57,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
+from mqproto.tls import ServerTls, TlsError
 from store.config import StoreConfig
 from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
 from store.message import Message
@@ -94,8 +99,17 @@ class BrokerController:
         self.stats = BrokerStats(clock_ms)
         self.clients = ClientManager(clock_ms)
         self.filters = FilterRegistry(self.config.enable_property_filter)
+        # The cluster key signs what this broker asks of name servers and of its master.
+        self.cluster_auth = ClientAuth.cluster(self.config.cluster_key)
+        c = self.config
+        self.tls = (ServerTls(c.tls_cert_path, c.tls_key_path, c.tls_ca_path, c.tls_mutual)
+                    if c.tls_enable else None)
+        self.peer_tls = self.tls.client() if self.tls is not None else None
         self.outer_api = BrokerOuterAPI(self.config.namesrv_addr_list,
-                                        self.config.register_broker_timeout_mills / 1000)
+                                        self.config.register_broker_timeout_mills / 1000,
+                                        auth=self.cluster_auth, tls=self.peer_tls)
+        self.acl: AclStore | None = None  # aclEnable: the accounts, once started
+        self.auth: ServerAuth | None = None
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
         self.pull_hold: PullRequestHoldService = None  # type: ignore[assignment]
         self.store_host: tuple[str, int] = ("127.0.0.1", 0)
@@ -126,6 +140,8 @@ class BrokerController:
         self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
         self.metrics: BrokerMetrics | None = None
         self.metrics_addr = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
+        # RocketMQ 5's gRPC endpoint, once proxy/ serves it (broker/startup.py); empty: none.
+        self.grpc_proxy_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         self._put_group: list[tuple[list[Message], asyncio.Future[PutMessageResult]]] | None = (
@@ -141,14 +157,18 @@ class BrokerController:
         """Binds, loads the store and config files, serves, registers; returns brokerAddr."""
         self._lock_store_dir()
         log_accept_errors_briefly(asyncio.get_running_loop(), log)
+        self._start_acl()
         server = self._build_server()
         self._server = server
         # brokerIP1, else the local address of a socket connected to a name server.
         host = self.config.broker_ip1 or await asyncio.to_thread(
             local_ip, self.config.namesrv_addr_list)
+        listen = format_host((self.config.bind_address, self.config.listen_port))
         try:
-            port = server.add_insecure_port(
-                format_host((self.config.bind_address, self.config.listen_port)))
+            port = (server.add_secure_port(listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(listen))
+        except TlsError as e:
+            raise ConfigError(str(e)) from None
         except RuntimeError as e:
             raise OSError(f"cannot listen on port {self.config.listen_port}: {e}") from e
         if port == 0:
@@ -224,7 +244,10 @@ class BrokerController:
             self.ha_client = HAClient(
                 self.store, c.ha_master_address, on_connected=self.slave_sync.wake,
                 hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
-                housekeeping_interval=c.ha_housekeeping_interval / 1000)
+                housekeeping_interval=c.ha_housekeeping_interval / 1000,
+                cluster_key=c.cluster_key,
+                ssl_context=self._ssl(lambda: self.peer_tls.ssl_context()  # type: ignore[union-attr]
+                                      if self.peer_tls else None))
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
@@ -232,7 +255,10 @@ class BrokerController:
                             slave_fallbehind_max=self.config.ha_slave_fallbehind_max,
                             max_time_slave_not_catchup_ms=(
                                 self.config.ha_max_time_slave_not_catchup),
-                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000)
+                            housekeeping_interval=self.config.ha_housekeeping_interval / 1000,
+                            cluster_key=self.config.cluster_key,
+                            ssl_context=self._ssl(lambda: self.tls.ssl_context()  # type: ignore[union-attr]
+                                                  if self.tls else None))
         try:
             bound = await service.start()
         except OSError as e:
@@ -241,6 +267,13 @@ class BrokerController:
         # With a write buffer, a put becomes readable only when committed: wake HA then too.
         self.store.commit_listeners.append(lambda _: service.notify_data_arrived())
         self.ha_server_addr = format_host((host, bound))
+
+    @staticmethod
+    def _ssl(make: Callable[[], ssl.SSLContext | None]) -> ssl.SSLContext | None:
+        try:
+            return make()
+        except TlsError as e:
+            raise ConfigError(str(e)) from None
 
     async def _start_send_channel(self, host: str, port: int) -> None:
         if not self.config.send_channel_enable:
@@ -253,9 +286,11 @@ class BrokerController:
         channel = SendChannelServer(self.messaging.send, ChannelLimits(
             max_connections=c.send_channel_max_connections,
             idle_timeout_s=c.send_channel_idle_timeout_mills / 1000,
-            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000))
+            frame_timeout_s=c.send_channel_frame_timeout_mills / 1000),
+            auth=self.auth)  # aclEnable: connections authenticate first (AUTH frame)
         try:
-            bound = await channel.start(self.config.bind_address, send_port)
+            bound = await channel.start(self.config.bind_address, send_port, self._ssl(
+                lambda: self.tls.ssl_context() if self.tls else None))  # type: ignore[union-attr]
         except OSError as e:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel
@@ -354,13 +389,29 @@ class BrokerController:
         self.offsets.load()
         self.delay_offsets.load()
 
+    def _start_acl(self) -> None:
+        if not self.config.acl_enable:
+            return
+        try:
+            self.acl = AclStore(self.config.acl_file)
+        except AclConfigError as e:
+            raise ConfigError(f"aclFile: {e}") from None
+        self.auth = ServerAuth(self.acl, self.config.cluster_key)
+        self.acl.start()
+        log.info("access control on: %d accounts from %s%s", len(self.acl.config.accounts),
+                 self.config.acl_file, "" if self.config.cluster_key else
+                 " (no clusterKey: slaves cannot call this broker's admin service)")
+        if self.config.is_slave and not self.config.cluster_key:
+            log.warning("aclEnable without clusterKey: this slave cannot sign its calls to "
+                        "its master's admin service (set clusterKey on both)")
+
     def _build_server(self) -> grpc.aio.Server:
         max_receive = 2 * self.store_config.max_message_size + (1 << 20)
         server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", max_receive),
             ("grpc.max_send_message_length", -1),
-        ])
+        ], interceptors=[self.auth] if self.auth is not None else None)
         self.messaging = MessagingServicer(self)
         self.messaging.send.half_messages = HalfMessages(self)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
@@ -399,6 +450,8 @@ class BrokerController:
         if self.metrics is not None:
             await self.metrics.stop()
             self.metrics = None
+        if self.acl is not None:
+            await self.acl.stop()
         if self.schedule is not None:
             await self.schedule.stop()
         if self.transactions is not None:

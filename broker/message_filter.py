@@ -16,7 +16,13 @@ import logging
 from collections.abc import Callable
 
 from broker.status import RequestError
-from filter import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, FilterError, SqlFilter
+from filter import (
+    EXPRESSION_TYPE_SQL92,
+    EXPRESSION_TYPE_TAG,
+    FilterError,
+    SqlFilter,
+    compile_sql,
+)
 from mqproto import common_pb2
 from store import codec, native
 from store.reading import TagFilter
@@ -85,8 +91,9 @@ class FilterRegistry:
         compiled = self._compiled.get(expression)
         if compiled is None:
             try:
-                compiled = SqlMessageFilter(SqlFilter(expression))
+                compiled = SqlMessageFilter(compile_sql(expression))
             except FilterError as e:
+                log.warning("SQL92 subscription refused: %s", e)
                 compiled = e
             self._compiled[expression] = compiled
             if len(self._compiled) > self.size:

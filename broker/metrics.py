@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -27,7 +28,13 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from broker import consume_stats
 from broker.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from mqproto.metrics_http import ExpositionRenderer, MetricsHttpServer, Render, histogram_family
+from mqproto.metrics_http import (
+    GIL_YIELD_LINES,
+    ExpositionRenderer,
+    MetricsHttpServer,
+    Render,
+    histogram_family,
+)
 from store.histogram import HistogramSnapshot
 
 if TYPE_CHECKING:
@@ -114,6 +121,7 @@ def _gauge(name: str, doc: str, labels: tuple[str, ...]) -> GaugeMetricFamily:
 def broker_families(s: BrokerSnapshot, store: DefaultMessageStore) -> Iterator[Metric]:
     """Every family of one scrape (any thread: reads the store per queue)."""
     yield from _broker_wide(s, store)
+    yield from _put_distribution(s)
     yield from _topics(s, store)
     yield from _groups(s, store)
     yield from _slaves(s)
@@ -165,6 +173,28 @@ def _broker_wide(s: BrokerSnapshot, store: DefaultMessageStore) -> Iterator[Metr
     yield histogram_family("rocketmq_storage_flush_latency_seconds",
                            "Seconds of each commitlog flush to disk that wrote data",
                            s.broker_labels, s.flush_latency.cumulative(), s.flush_latency.sum)
+
+
+# RocketMQ's PutMessageDistributeTime ranges (exporter: rocketmq_brokeruntime_pmdt_*), as
+# (name suffix, lower bound exclusive, upper bound inclusive) in seconds; "0ms" is below 1 ms.
+PMDT_RANGES: tuple[tuple[str, float, float], ...] = (
+    ("0ms", 0.0, 0.001), ("0to10ms", 0.001, 0.01), ("10to50ms", 0.01, 0.05),
+    ("50to100ms", 0.05, 0.1), ("100to200ms", 0.1, 0.2), ("200to500ms", 0.2, 0.5),
+    ("500to1s", 0.5, 1.0), ("1to2s", 1.0, 2.0), ("2to3s", 2.0, 3.0), ("3to4s", 3.0, 4.0),
+    ("4to5s", 4.0, 5.0), ("5to10s", 5.0, 10.0), ("10stomore", 10.0, float("inf")))
+
+
+def _put_distribution(s: BrokerSnapshot) -> Iterator[Metric]:
+    """The exporter's put latency distribution: send requests per latency range since start
+    (RocketMQ counts store puts; ours are the send latency histogram's ranges)."""
+    h = s.send_latency
+    labels = list(s.broker_labels.values())
+    for suffix, low, high in PMDT_RANGES:
+        g = _gauge(f"rocketmq_brokeruntime_pmdt_{suffix}",
+                   f"Send requests answered in ({low:g} s, {high:g} s] since start",
+                   BROKER_LABELS)
+        g.add_metric(labels, h.count_le(high) - (h.count_le(low) if low else 0))
+        yield g
 
 
 def _topics(s: BrokerSnapshot, store: DefaultMessageStore) -> Iterator[Metric]:
@@ -221,9 +251,14 @@ def _groups(s: BrokerSnapshot, store: DefaultMessageStore) -> Iterator[Metric]:
         got.add_metric([*base, topic, group], n)
         consumer_tps.add_metric([*base, topic, group], s.group_topic_get_tps.get(
             (group, topic), 0.0))
+    since_pause = 0
     for g in s.groups:
         for t in g.topics:
             lag = queue_lags(store, t, s.now_ms)
+            since_pause += len(lag)
+            if since_pause >= GIL_YIELD_LINES:  # let the event loop have the GIL
+                since_pause = 0
+                time.sleep(0)
             labels = [*base, t.topic, g.group]
             diffs[_diff_family(t.topic)].add_metric(
                 [g.group, t.topic, str(g.online_consumers), MSG_MODEL_CLUSTERING,

@@ -22,7 +22,9 @@ from collections.abc import Callable
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from mqproto.tls import ClientTls, aio_channel
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,9 @@ CHANNEL_OPTIONS = [
 ]
 # gRPC codes of a name server that received the registration and would not take it (a
 # server-side size limit answers RESOURCE_EXHAUSTED): retrying the same body cannot help.
-REFUSAL_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT})
+REFUSAL_CODES = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INVALID_ARGUMENT,
+                           # a name server with --cluster-key, and a wrong or no clusterKey
+                           grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 
 
 class RegistrationRefused(RuntimeError):
@@ -48,8 +52,11 @@ class RegistrationRefused(RuntimeError):
 class BrokerOuterAPI:
     """One gRPC channel per name server; every call goes to all of them at once."""
 
-    def __init__(self, namesrv_addrs: list[str], timeout_s: float) -> None:
+    def __init__(self, namesrv_addrs: list[str], timeout_s: float,
+                 auth: ClientAuth | None = None, tls: ClientTls | None = None) -> None:
         self.namesrv_addrs = list(namesrv_addrs)
+        self.auth = auth  # the cluster key's signature on every call
+        self.tls = tls  # TLS to the name servers (the broker's tlsEnable)
         self.timeout_s = timeout_s
         self._stubs: dict[str, namesrv_pb2_grpc.NamesrvServiceStub] = {}
         self._channels: list[grpc.aio.Channel] = []
@@ -66,7 +73,9 @@ class BrokerOuterAPI:
     def _stub(self, addr: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         stub = self._stubs.get(addr)
         if stub is None:
-            channel = grpc.aio.insecure_channel(addr, options=CHANNEL_OPTIONS)
+            channel = aio_channel(
+                addr, self.tls, options=CHANNEL_OPTIONS,
+                interceptors=self.auth.aio_interceptors() if self.auth else None)
             self._channels.append(channel)
             stub = self._stubs[addr] = namesrv_pb2_grpc.NamesrvServiceStub(channel)
         return stub

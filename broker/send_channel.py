@@ -21,12 +21,21 @@ import asyncio
 import contextlib
 import dataclasses
 import functools
+import json
 import logging
 import resource
+import ssl
 import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import grpc
+
+from acl.config import Account
+from acl.decision import Denied, decide
+from acl.grpc_auth import Refusal, ServerAuth
+from acl.resources import MESSAGING, requirement
+from acl.signing import ACCESS_KEY_MD, NONCE_MD, SIGNATURE_MD, TIMESTAMP_MD
 from broker.constants import (
     DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS,
     DEFAULT_SEND_CHANNEL_IDLE_MS,
@@ -36,8 +45,10 @@ from broker.convert import format_host
 from broker.status import RequestError, answer
 from mqproto import common_pb2, messaging_pb2
 from mqproto.framing import (
+    KIND_AUTH,
     KIND_SEND_BATCH,
     KIND_SEND_BATCHES,
+    SEND_CHANNEL_AUTH_METHOD,
     FrameError,
     FrameReader,
     encode_frame,
@@ -49,6 +60,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+SEND_BATCH_METHOD = MESSAGING + "SendBatch"
 MAX_INFLIGHT_PER_CONNECTION = 1024
 LISTEN_BACKLOG = 1024  # asyncio's default, 100, drops SYNs of a burst (1 s retransmits)
 FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at most half)
@@ -56,6 +68,15 @@ INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
 RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn
+
+
+def _refused(kind: int, why: str) -> bytes:
+    """The answer to a frame of `kind` refused with NO_PERMISSION."""
+    refused = messaging_pb2.SendBatchResponse(status=common_pb2.Status(
+        code=common_pb2.NO_PERMISSION, remark=why))
+    if kind == KIND_SEND_BATCHES:
+        return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
+    return refused.SerializeToString()
 
 
 async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
@@ -160,8 +181,12 @@ class ChannelLimits:
 
 class SendChannelServer:
     def __init__(self, send: SendProcessor, limits: ChannelLimits | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 auth: ServerAuth | None = None) -> None:
         self.send = send
+        # aclEnable: a connection's first frame is AUTH (its account then sends, each batch
+        # checked for topic PUB); None: no access control.
+        self.auth = auth
         self.limits = limits or ChannelLimits()
         self.clock = clock
         self.max_connections = self.limits.max_connections  # lowered by the fd limit
@@ -175,7 +200,8 @@ class SendChannelServer:
     def connection_count(self) -> int:
         return len(self._connections)
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+                    ) -> int:
         """Listens; returns the bound port."""
         loop = asyncio.get_running_loop()
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -186,8 +212,9 @@ class SendChannelServer:
             log.warning("send channel: at most %d connections (sendChannelMaxConnections %d, "
                         "but the open files limit is %d)", self.max_connections,
                         self.limits.max_connections, soft)
-        self._server = await loop.create_server(lambda: _Connection(self), host, port,
-                                                backlog=self.limits.backlog)
+        self._server = await loop.create_server(
+            lambda: _Connection(self), host, port, backlog=self.limits.backlog,
+            ssl=ssl_context, ssl_handshake_timeout=10.0 if ssl_context else None)
         self._sweeper = loop.create_task(self._sweep(), name="sendChannelSweep")
         return int(self._server.sockets[0].getsockname()[1])
 
@@ -233,6 +260,10 @@ class _Connection(asyncio.BufferedProtocol):
         self._paused = False
         self.last_active = server.clock()
         self.frame_started = 0.0  # when the pending frame's first byte came; 0: none
+        # Access control: whether the AUTH frame was accepted, and its account (None: the
+        # cluster key, which may do anything).
+        self.authenticated = server.auth is None
+        self.account: Account | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -325,6 +356,13 @@ class _Connection(asyncio.BufferedProtocol):
                 self.transport.resume_reading()
 
     async def _handle(self, request_id: int, kind: int, payload: bytes) -> None:
+        if kind == KIND_AUTH:
+            self._authenticate(request_id, payload)
+            return
+        if not self.authenticated:
+            refusal = "send channel: access control is on: authenticate first (AUTH frame)"
+            self._reply(encode_frame(request_id, kind, _refused(kind, refusal)))
+            return
         if kind == KIND_SEND_BATCHES:
             answer_bytes = await self._send_batches(payload)
         else:
@@ -333,6 +371,47 @@ class _Connection(asyncio.BufferedProtocol):
                                     "SendBatch (send channel)", self._send_batch(payload))
             answer_bytes = response.SerializeToString()
         self._reply(encode_frame(request_id, kind, answer_bytes))
+
+    def _authenticate(self, request_id: int, payload: bytes) -> None:
+        auth = self.server.auth
+        status = common_pb2.Status(code=common_pb2.SUCCESS)
+        try:
+            if auth is None:
+                raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                              "access control is off here: no AUTH frame is needed")
+            try:
+                data = json.loads(payload)
+                md = {ACCESS_KEY_MD: str(data["accessKey"]),
+                      TIMESTAMP_MD: str(data["timestamp"]), NONCE_MD: str(data["nonce"]),
+                      SIGNATURE_MD: str(data["signature"])}
+            except (ValueError, KeyError, TypeError):
+                raise Refusal(grpc.StatusCode.UNAUTHENTICATED, "bad AUTH frame") from None
+            self.account = auth.authenticate(SEND_CHANNEL_AUTH_METHOD, md, self.peer[0])
+            self.authenticated = True
+        except Refusal as r:
+            if auth is not None:
+                auth.log_refusal("send channel AUTH", f"ipv4:{format_host(self.peer)}", r)
+            status = common_pb2.Status(code=common_pb2.NO_PERMISSION,
+                                       remark=f"{r.code.name}: {r}")
+        self._reply(encode_frame(request_id, KIND_AUTH, status.SerializeToString()))
+        if status.code != common_pb2.SUCCESS:
+            self._flush()
+            self.close()
+
+    def _denied(self, request: messaging_pb2.SendBatchRequest) -> str:
+        """Why this connection's account may not send `request`; "" when it may."""
+        if self.account is None:
+            return ""
+        try:
+            decide(self.account, requirement(SEND_BATCH_METHOD, request))
+        except Denied as e:
+            text = f"{e} for SendBatch (send channel)"
+            auth = self.server.auth
+            if auth is not None:
+                auth.log_refusal("SendBatch", f"ipv4:{format_host(self.peer)}", Refusal(
+                    grpc.StatusCode.PERMISSION_DENIED, text))
+            return text
+        return ""
 
     async def _send_batches(self, payload: bytes) -> bytes:
         """A SendBatchesResponse: each batch handled as a SendBatch frame of its own."""
@@ -345,6 +424,17 @@ class _Connection(asyncio.BufferedProtocol):
             return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
         send, peer = self.server.send, self.peer
         broker = send.broker
+        denials = [self._denied(batch) for batch in request.batches]
+        if any(denials):  # each batch is stored or refused on its own
+            allowed = [b for b, why in zip(request.batches, denials, strict=True) if not why]
+            stored = iter(await run_all([
+                answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
+                       send.send_batch(batch, peer)) for batch in allowed],
+                broker.start_put_group, broker.end_put_group))
+            responses = [next(stored) if not why else messaging_pb2.SendBatchResponse(
+                status=common_pb2.Status(code=common_pb2.NO_PERMISSION, remark=why))
+                for why in denials]
+            return messaging_pb2.SendBatchesResponse(responses=responses).SerializeToString()
         responses = await run_all([
             answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
                    send.send_batch(batch, peer)) for batch in request.batches],
@@ -357,6 +447,9 @@ class _Connection(asyncio.BufferedProtocol):
         except Exception:  # protobuf's DecodeError
             raise RequestError(common_pb2.INVALID_PARAMETER,
                                "the frame is not a SendBatchRequest") from None
+        why = self._denied(request)
+        if why:
+            raise RequestError(common_pb2.NO_PERMISSION, why)
         return await self.server.send.send_batch(request, self.peer)
 
     def _reply(self, frame: bytes) -> None:

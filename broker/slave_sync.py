@@ -29,6 +29,7 @@ import grpc
 from broker.admin import topic_config_from_proto
 from broker.topic_config import DataVersion
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
+from mqproto.tls import aio_channel
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController
@@ -95,7 +96,10 @@ class SlaveSynchronizer:
         """A stub on a channel to `addr`; the channel to a previous master is closed."""
         if self._channel is None or self._channel_addr != addr:
             await self.close()
-            self._channel = grpc.aio.insecure_channel(addr)
+            auth = self.broker.cluster_auth
+            self._channel = aio_channel(
+                addr, self.broker.peer_tls,
+                interceptors=auth.aio_interceptors() if auth else None)
             self._channel_addr = addr
         return admin_pb2_grpc.AdminServiceStub(self._channel)
 

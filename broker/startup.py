@@ -28,6 +28,7 @@ from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
 from broker.registration import RegistrationRefused
 from mqproto.serving import raise_nofile_limit
+from proxy.server import GrpcProxy
 from store.cq_files import limits_report
 
 log = logging.getLogger("broker")
@@ -84,11 +85,16 @@ async def serve(loaded: LoadedConfig) -> None:
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
     controller = BrokerController(loaded)
+    v2: GrpcProxy | None = None
     try:
         await controller.start()
+        # RocketMQ 5's gRPC protocol for the official SDKs (grpcProxyPort; 0 = off).
+        v2 = await GrpcProxy.start_for(controller)
         print(boot_message(controller), flush=True)
         await stop.wait()
     finally:
+        if v2 is not None:
+            await v2.stop()
         await controller.shutdown()
         for signum in handled:
             loop.remove_signal_handler(signum)

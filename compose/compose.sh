@@ -2,11 +2,12 @@
 # The compose cluster's files with whichever compose tool is installed (`docker compose`,
 # else `docker-compose` v1).
 #
-#   compose/compose.sh [--async] [--in-network] [-p PROJECT] COMMAND [ARGS...]
+#   compose/compose.sh [--async] [--in-network] [--monitoring] [-p PROJECT] COMMAND [ARGS...]
 #   compose/compose.sh [...] wait [SECONDS]     # until every container is healthy (default 180)
 #
 # --async adds docker-compose.async.yml (ASYNC_MASTER + ASYNC_FLUSH), --in-network adds
-# docker-compose.in-network.yml (addresses for clients in containers on the compose network).
+# docker-compose.in-network.yml (addresses for clients in containers on the compose network),
+# --monitoring adds docker-compose.monitoring.yml (Prometheus + Grafana; needs their images).
 # COMMAND is any compose command: up -d, ps, logs broker-a-0, --profile analytics up -d,
 # down -v, ... PROJECT defaults to $COMPOSE_PROJECT_NAME, else pyrocketmq (network
 # pyrocketmq_default, volumes pyrocketmq_broker-a-0, ...).
@@ -19,6 +20,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         --async) files+=(-f "$HERE/docker-compose.async.yml"); shift ;;
         --in-network) files+=(-f "$HERE/docker-compose.in-network.yml"); shift ;;
+        --monitoring) files+=(-f "$HERE/docker-compose.monitoring.yml"); shift ;;
         -p|--project-name) project=(-p "$2"); shift 2 ;;
         -h|--help) sed -n '2,/^set /{/^#/p}' "$0"; exit 0 ;;
         *) break ;;

@@ -28,6 +28,7 @@ from filter.parser import (
     Compare,
     Condition,
     Const,
+    FilterError,
     In,
     IsNull,
     Neg,
@@ -106,8 +107,13 @@ class SqlFilter:
 
 
 def compile_sql(expression: str) -> SqlFilter:
-    """Parses and compiles; raises FilterError (with the column) when it is wrong."""
-    return SqlFilter(expression)
+    """Parses and compiles; raises FilterError (with the column) when it is wrong, or
+    when it nests deeper than Python's parser and compiler go (thousands of levels)."""
+    try:
+        return SqlFilter(expression)
+    except (RecursionError, MemoryError, SyntaxError):
+        raise FilterError(expression, 0, "the expression nests too deeply (use fewer "
+                          "parentheses, NOTs or ORs in one chain)") from None
 
 
 def _required_tags(node: Condition) -> frozenset[str] | None:

@@ -289,13 +289,14 @@ class _Parser:
             self.expect("KEYWORD", "AND", "AND between the bounds of BETWEEN")
             high_start = self.tok
             high = self.value(self.operand(), high_start, "BETWEEN")
-            if (isinstance(low, Const) and isinstance(high, Const)
+            above, below = self.comparison(">=", value, low), self.comparison("<=", value, high)
+            if (isinstance(low, Const) and isinstance(high, Const)  # numbers, checked above
                     and low.value > high.value):  # type: ignore[operator]
                 raise self.fail(f"BETWEEN {low_start.text} AND {high_start.text}: the low "
                                 "bound must not be above the high one", low_start.pos)
             if negated:  # RocketMQ: NOT BETWEEN is value < low OR value > high
                 return Or(self.comparison("<", value, low), self.comparison(">", value, high))
-            return And(self.comparison(">=", value, low), self.comparison("<=", value, high))
+            return And(above, below)
         if self.is_("KEYWORD", "IN"):
             self.take()
             prop = self.property_of(left, start, "IN")

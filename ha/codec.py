@@ -5,7 +5,8 @@ project first says who it is: `HELLO_MAGIC (8) | length (4) | JSON`, so the mast
 link by the slave's brokerId and address; acks can never be negative, so a plain 4.x-style
 slave that starts with an ack is still understood. The hello also proves what the slave
 holds: its max offset and a CRC32 of the bytes just before it (`maxOffset`, `tailSize`,
-`tailCrc`; optional keys, so older hellos still decode).
+`tailCrc`; optional keys, so older hellos still decode) and, with a cluster key, its proof
+(`authTs`, `authNonce`, `authMac`: ha/auth.py).
 master -> slave: frames `phyOffset (8) | bodySize (4) | body`; bodySize 0 is a heartbeat.
 """
 
@@ -128,6 +129,11 @@ class SlaveHello(NamedTuple):
     max_offset: int = -1
     tail_size: int = 0
     tail_crc: int = 0
+    # The cluster key's proof (ha/auth.py): wall time (ms), a nonce and an HMAC-SHA256 over
+    # the fields above with them; empty when the slave has no clusterKey.
+    auth_ts: int = 0
+    auth_nonce: str = ""
+    auth_mac: str = ""
 
 
 def encode_hello(hello: SlaveHello) -> bytes:
@@ -136,6 +142,8 @@ def encode_hello(hello: SlaveHello) -> bytes:
     if hello.max_offset >= 0:
         data.update(maxOffset=hello.max_offset, tailSize=hello.tail_size,
                     tailCrc=hello.tail_crc)
+    if hello.auth_mac:
+        data.update(authTs=hello.auth_ts, authNonce=hello.auth_nonce, authMac=hello.auth_mac)
     body = json.dumps(data).encode()
     return HELLO_HEADER.pack(HELLO_MAGIC, len(body)) + body
 
@@ -149,13 +157,18 @@ def decode_hello(body: bytes) -> SlaveHello:
         data = json.loads(body)
         hello = SlaveHello(data["brokerId"], data["brokerName"], data["brokerAddr"],
                            data.get("maxOffset", -1), data.get("tailSize", 0),
-                           data.get("tailCrc", 0))
+                           data.get("tailCrc", 0), data.get("authTs", 0),
+                           data.get("authNonce", ""), data.get("authMac", ""))
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise HACodecError(f"bad hello from the slave: {e}") from None
     if (not _is_int(hello.broker_id) or hello.broker_id <= 0
             or not isinstance(hello.broker_name, str) or not isinstance(hello.broker_addr, str)):
         raise HACodecError(f"bad hello from the slave: {data!r} (a slave's brokerId is > 0)")
-    if (not all(_is_int(v) for v in hello[3:]) or hello.max_offset < -1
+    if (not _is_int(hello.auth_ts) or not isinstance(hello.auth_nonce, str)
+            or not isinstance(hello.auth_mac, str) or len(hello.auth_nonce) > 64
+            or len(hello.auth_mac) > 128):
+        raise HACodecError(f"bad hello from the slave: {data!r} (bad cluster-key proof)")
+    if (not all(_is_int(v) for v in hello[3:6]) or hello.max_offset < -1
             or not 0 <= hello.tail_size <= max(hello.max_offset, 0)
             or not 0 <= hello.tail_crc <= 0xFFFFFFFF):
         raise HACodecError(f"bad hello from the slave: {data!r} (bad proof of its data)")

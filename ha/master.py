@@ -16,10 +16,13 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import ssl
 import struct
 import time
 from collections.abc import Callable
 
+from acl.signing import AuthError, NonceCache
+from ha.auth import verify_hello
 from ha.codec import (
     AckParser,
     HACodecError,
@@ -191,7 +194,13 @@ class HAConnection:
                 return
             for report in reports:
                 if isinstance(report, SlaveHello):
+                    if not self.service.authenticate(self, report):
+                        return
                     self.service.identify(self, report)
+                elif self.service.cluster_key and self.hello is None:
+                    self.fail("no hello proving the cluster key before its first ack: "
+                              "refused, link closed")
+                    return
                 elif not self.on_report(report):
                     return
 
@@ -356,8 +365,13 @@ class HAService:
                  slave_fallbehind_max: int = HA_SLAVE_FALLBEHIND_MAX,
                  max_time_slave_not_catchup_ms: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP,
                  clock: Callable[[], float] = time.monotonic,
-                 wall_clock_ms: Callable[[], int] = _wall_clock_ms) -> None:
+                 wall_clock_ms: Callable[[], int] = _wall_clock_ms,
+                 cluster_key: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
         self.store = store
+        self.ssl_context = ssl_context  # TLS on the HA port; None: plain TCP
+        # Links must open with a hello proving this key (ha/auth.py); empty: any may.
+        self.cluster_key = cluster_key
+        self._hello_nonces = NonceCache(capacity=10_000)
         self.host = host
         self.port = port
         self.on_ack = on_ack
@@ -382,7 +396,10 @@ class HAService:
     async def start(self) -> int:
         """Listens; returns the bound port."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._on_connect, self.host, self.port)
+        self._server = await asyncio.start_server(self._on_connect, self.host, self.port,
+                                                  ssl=self.ssl_context,
+                                                  ssl_handshake_timeout=(
+                                                      10.0 if self.ssl_context else None))
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service listening on %s:%d", self.host, self.port)
         return self.port
@@ -419,6 +436,18 @@ class HAService:
             elif not any(c.status.broker_id == closed.broker_id for c in self.connections):
                 self.absent_slaves[closed.broker_id] = closed
             self.acked()
+
+    def authenticate(self, conn: HAConnection, hello: SlaveHello) -> bool:
+        """With a cluster key: False (the link is refused) unless the hello proves it."""
+        if not self.cluster_key:
+            return True
+        try:
+            verify_hello(hello, self.cluster_key, self._hello_nonces, self.wall_clock_ms())
+        except AuthError as e:
+            conn.fail(f"claims to be slave {hello.broker_id} of {hello.broker_name!r} but "
+                      f"{e}: refused, link closed")
+            return False
+        return True
 
     def identify(self, conn: HAConnection, hello: SlaveHello) -> None:
         """A link's slave said who it is; an older link of the same slave is stale."""

@@ -13,9 +13,11 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import ssl
 import time
 from collections.abc import Callable
 
+from ha.auth import sign_hello
 from ha.codec import (
     FRAME_HEADER_SIZE,
     FrameSpan,
@@ -75,12 +77,15 @@ class HAClient:
                  reconnect_min_interval: float = HA_CONNECT_RETRY_MIN_INTERVAL / 1000,
                  read_size: int = HA_READ_MAX_SIZE,
                  clock: Callable[[], float] = time.monotonic,
-                 on_connected: Callable[[], None] | None = None) -> None:
+                 on_connected: Callable[[], None] | None = None,
+                 cluster_key: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
         """`on_connected` runs on the loop each time a link to the master is up (the broker
         then reconciles its consumer offsets with the master at once). `hello` tells the
         master who this slave is, first thing on every link."""
         self.store = store
         self.hello = hello
+        self.cluster_key = cluster_key  # signs the hello (ha/auth.py); empty: unsigned
+        self.ssl_context = ssl_context  # TLS to the master's HA port; None: plain TCP
         self.report_interval = report_interval
         self.housekeeping_interval = housekeeping_interval
         self.reconnect_interval = reconnect_interval
@@ -164,7 +169,9 @@ class HAClient:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
         transport, link = await asyncio.wait_for(
-            loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port),
+            loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port,
+                                   ssl=self.ssl_context,
+                                   server_hostname=host if self.ssl_context else None),
             self.housekeeping_interval)
         self.status.connected = True
         self.status.connect_count += 1
@@ -180,6 +187,8 @@ class HAClient:
         try:
             if self.hello is not None:
                 hello = with_proof(self.hello, self.store)  # at the offset reported next
+                if self.cluster_key:
+                    hello = sign_hello(hello, self.cluster_key)
                 transport.write(encode_hello(hello))  # type: ignore[attr-defined]
             self._report(transport)
             await self._watch(link)

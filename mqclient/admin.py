@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.admin_types import (
     AdminError,
     BrokerGroup,
@@ -49,6 +50,7 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
+from mqproto.tls import ClientTls, grpc_channel, plaintext_hint
 from nameserver.routeinfo import QueueData
 from store import codec as store_codec
 
@@ -137,7 +139,16 @@ class MQAdmin:
     """`MQAdmin("127.0.0.1:9876;127.0.0.1:9877")`; use as a context manager or close()."""
 
     def __init__(self, namesrv_addr: str | Sequence[str],
-                 timeout: float = DEFAULT_RPC_TIMEOUT_S) -> None:
+                 timeout: float = DEFAULT_RPC_TIMEOUT_S, *, access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
+        """`access_key`/`secret_key`: an admin account of brokers with aclEnable (default
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); `tls_ca`: the CA of TLS servers (default
+        $MQ_TLS_CA; none: plaintext)."""
+        self.tls = ClientTls.from_env(tls_ca)
+        try:
+            self.auth = ClientAuth.from_env(access_key, secret_key)
+        except ValueError as e:
+            raise AdminError(str(e)) from None
         # Empty is allowed: commands aimed at one broker address need no name server.
         self.namesrv_addrs = parse_addresses(namesrv_addr, allow_empty=True)
         self.timeout = timeout
@@ -160,8 +171,11 @@ class MQAdmin:
         with self._channels_lock:
             channel = self._channels.get(addr)
             if channel is None:
-                channel = self._channels[addr] = grpc.insecure_channel(
-                    addr, options=CHANNEL_OPTIONS)  # the clients' 200 ms - 2 s backoff
+                channel = grpc_channel(
+                    addr, self.tls, options=CHANNEL_OPTIONS)  # the clients' 200 ms - 2 s backoff
+                if self.auth is not None:
+                    channel = self.auth.intercept(channel)
+                self._channels[addr] = channel
             return channel
 
     def each_broker(self, brokers: Sequence[tuple[str, str, int]],
@@ -193,7 +207,8 @@ class MQAdmin:
         except grpc.RpcError as e:
             code = e.code().name if isinstance(e, grpc.Call) else "ERROR"
             detail = _one_line(e.details() or "") if isinstance(e, grpc.Call) else str(e)
-            raise AdminError(f"{what} {addr}: {code}: {detail}") from None
+            hint = plaintext_hint(code, detail, self.tls)
+            raise AdminError(f"{what} {addr}: {code}: {detail}{hint}") from None
 
     def _namesrv(self, method: str, request: Any) -> Any:
         """Asks each name server in turn until one answers."""

@@ -72,7 +72,8 @@ SHUTDOWN_STEP_S = 3.0  # each other step of a shutdown (tasks ending, commits) a
 RETRY_ROUTE_ATTEMPTS = 30
 # Heartbeat answers that mean "this consumer's subscriptions cannot be served here".
 _SUBSCRIPTION_REFUSALS = frozenset({common_pb2.SUBSCRIPTION_PARSE_FAILED,
-                                    common_pb2.REQUEST_CODE_NOT_SUPPORTED})
+                                    common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                                    common_pb2.NO_PERMISSION})  # access control
 
 __all__ = ["ConsumeFromWhere", "ConsumeStatus", "MessageModel", "MessageSelector",
            "PushConsumer"]
@@ -97,7 +98,8 @@ class PushConsumer:
                  offsets_dir: str | Path | None = None,
                  max_reconsume_times: int = -1,
                  shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
-                 loop: ClientLoop | None = None) -> None:
+                 loop: ClientLoop | None = None, access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         """Flow control: pulling a queue pauses while it buffers
         `pull_threshold_for_queue` messages or `pull_threshold_size_for_queue` MiB of
         bodies; the `*_for_topic` thresholds (-1: none) are shared by the queues of the
@@ -128,7 +130,9 @@ class PushConsumer:
         self.max_reconsume_times = max_reconsume_times
         self.shutdown_timeout_s = shutdown_timeout_s
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
-                                       poll_name_server_interval_s=poll_name_server_interval_s)
+                                       poll_name_server_interval_s=poll_name_server_interval_s,
+                                       access_key=access_key, secret_key=secret_key,
+                                       tls_ca=tls_ca)
         self.loop = self.instance.loop
         self.executor = ThreadPoolExecutor(consume_thread_nums,
                                            thread_name_prefix=f"consume-{group}")
@@ -284,8 +288,9 @@ class PushConsumer:
 
     async def _check_subscriptions(self) -> None:
         """RocketMQ's checkClientInBroker: a broker that refused this consumer's
-        subscriptions at the first heartbeat (a SQL92 expression that does not parse, or
-        a broker without enablePropertyFilter) fails start() with its reason."""
+        subscriptions at the first heartbeat (a SQL92 expression that does not parse, a
+        broker without enablePropertyFilter, or access control: no SUB on the group or a
+        topic) fails start() with its reason."""
         refused = {addr: s for addr, s in self.instance.heartbeat_refusals.items()
                    if s.code in _SUBSCRIPTION_REFUSALS}
         if not refused:

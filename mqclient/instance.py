@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
 from mqclient.constants import (
     ADMIN_CALL_TIMEOUT_S,
     AUTO_CREATE_TOPIC_KEY_TOPIC,
@@ -25,6 +26,7 @@ from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
 from mqproto.local_address import local_ip
+from mqproto.tls import ClientTls
 
 log = logging.getLogger(__name__)
 _instance_counter = itertools.count()
@@ -53,12 +55,18 @@ class ClientInstance:
                  consumer_group: str = "", loop: ClientLoop | None = None,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S,
-                 client_ip: str = "") -> None:
+                 client_ip: str = "", access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         namesrv_addrs = parse_namesrv_addr(namesrv_addr)
         self.client_ip = resolve_client_ip(namesrv_addrs, client_ip)
         self.client_id = new_client_id(self.client_ip)
         self.loop = loop or ClientLoop.shared()
-        self.channels = Channels()
+        try:  # explicit keys, else $MQ_ACCESS_KEY / $MQ_SECRET_KEY (none: unsigned)
+            auth = ClientAuth.from_env(access_key, secret_key)
+        except ValueError as e:
+            raise MQClientError("ILLEGAL_ARGUMENT", str(e)) from None
+        # TLS: the servers' CA (tls_ca, else $MQ_TLS_CA); None: plaintext
+        self.channels = Channels(auth, ClientTls.from_env(tls_ca))
         self.namesrv = NameServerClient(namesrv_addrs, self.channels)
         self.producer_group = producer_group
         self.consumer_group = consumer_group
@@ -251,7 +259,15 @@ class ClientInstance:
             r = await self.channels.messaging(address).Heartbeat(
                 self.heartbeat_request(), timeout=ADMIN_CALL_TIMEOUT_S)
         except grpc.RpcError as e:
-            log.debug("heartbeat to %s failed: %s", address, e.code())  # type: ignore[attr-defined]
+            code = e.code()  # type: ignore[attr-defined]
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                if address not in self.heartbeat_refusals:  # access control: once
+                    log.error("broker %s refused the heartbeat of %s: %s: %s", address,
+                              self.client_id, code.name, e.details())  # type: ignore[attr-defined]
+                self.heartbeat_refusals[address] = common_pb2.Status(
+                    code=common_pb2.NO_PERMISSION, remark=str(e.details()))  # type: ignore[attr-defined]
+            else:
+                log.debug("heartbeat to %s failed: %s", address, code)
             return False
         if r.status.code != common_pb2.SUCCESS:
             if address not in self.heartbeat_refusals:

@@ -18,8 +18,11 @@ from typing import Any, TypeVar
 
 import grpc
 
+from acl.grpc_auth import ClientAuth
+from mqclient.message import MQClientError
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
+from mqproto.tls import ClientTls, aio_channel, grpc_channel
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -89,7 +92,10 @@ class Channels:
     """One client's channels by address. The aio ones belong to the client loop (create and
     use them there only); the sync ones may be used from any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth: ClientAuth | None = None, tls: ClientTls | None = None) -> None:
+        # Access control (acl/): every call signed with these credentials; None: unsigned.
+        self.auth = auth
+        self.tls = tls  # TLS to brokers and name servers (their CA); None: plaintext
         self._aio: dict[str, grpc.aio.Channel] = {}
         self._sync: dict[str, grpc.Channel] = {}
         self._sync_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
@@ -99,15 +105,17 @@ class Channels:
         self._send_addresses: dict[str, str] = {}
         self._send_channels: dict[str, SendChannel] = {}
         self._opening: dict[str, asyncio.Future[SendChannel | None]] = {}
-        self.blocking = BlockingSendConnections()
+        self._ssl = tls.ssl_context() if tls is not None else None  # the send channel's
+        self.blocking = BlockingSendConnections(auth, self._ssl)
         self._lock = threading.Lock()
         self.closed = False
 
     def _aio_channel(self, address: str) -> grpc.aio.Channel:
         channel = self._aio.get(address)
         if channel is None:
-            channel = self._aio[address] = grpc.aio.insecure_channel(
-                address, options=CHANNEL_OPTIONS)
+            channel = self._aio[address] = aio_channel(
+                address, self.tls, options=CHANNEL_OPTIONS,
+                interceptors=self.auth.aio_interceptors() if self.auth else None)
         return channel
 
     def messaging(self, address: str) -> messaging_pb2_grpc.MessagingServiceStub:
@@ -131,10 +139,11 @@ class Channels:
                 raise RuntimeError("the client is shut down")
             stub = self._sync_stubs.get(address)
             if stub is None:
-                channel = self._sync[address] = grpc.insecure_channel(
-                    address, options=CHANNEL_OPTIONS)
+                channel = self._sync[address] = grpc_channel(
+                    address, self.tls, options=CHANNEL_OPTIONS)
+                signed = self.auth.intercept(channel) if self.auth else channel
                 stub = self._sync_stubs[address] = messaging_pb2_grpc.MessagingServiceStub(
-                    channel)
+                    signed)
             return stub
 
     def known_send_address(self, address: str) -> str | None:
@@ -152,6 +161,10 @@ class Channels:
             r = await self.messaging(address).GetSendChannel(
                 messaging_pb2.GetSendChannelRequest(), timeout=timeout)
         except grpc.RpcError as e:
+            if e.code() in (grpc.StatusCode.UNAUTHENTICATED,  # type: ignore[attr-defined]
+                            grpc.StatusCode.PERMISSION_DENIED):  # access control: no retry
+                raise MQClientError("NO_PERMISSION", f"{address}: {e.code().name}: "  # type: ignore[attr-defined]
+                                    f"{e.details()}") from None  # type: ignore[attr-defined]
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
                 raise SendChannelClosed(f"{address}: {e.code().name}") from None  # type: ignore[attr-defined]
             r = messaging_pb2.GetSendChannelResponse()  # a broker without one
@@ -175,7 +188,7 @@ class Channels:
         target = await self.send_channel_address(address, timeout)
         if not target:
             return None
-        channel = await SendChannel.connect(target, timeout)
+        channel = await SendChannel.connect(target, timeout, self.auth, self._ssl)
         if self.closed:
             channel.close()
             raise SendChannelClosed("the client is shut down")

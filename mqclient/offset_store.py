@@ -104,6 +104,8 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
             if r.status.code == common_pb2.QUERY_NOT_FOUND:
                 not_found = True
                 continue
+            if not_found:  # e.g. a slave that does not know the new topic yet
+                continue
             raise MQClientError(code_name(r.status.code), r.status.remark)
         if not_found:
             return -1

@@ -78,6 +78,9 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> Me
     return queues[zlib.crc32(str(key).encode()) % len(queues)]
 
 
+_ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
+
+
 class _Attempts:
     """Bookkeeping of one send and its retries: deadline, last broker, errors."""
 
@@ -102,7 +105,11 @@ class _Attempts:
 
     def unreachable(self, mq: MessageQueue, addr: str, started: float, error: BaseException,
                     timeout: float) -> None:
-        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError."""
+        """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError.
+        Refused credentials or permission (access control) raise at once: no retry helps."""
+        if isinstance(error, grpc.RpcError) and error.code() in _ACCESS_REFUSED:  # type: ignore[attr-defined]
+            raise MQClientError("NO_PERMISSION", f"{mq.broker_name}: "  # type: ignore[attr-defined]
+                                f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
             why = f"no answer within {timeout:.3f} s"
         else:  # it may have restarted elsewhere: ask it again where its channel is
@@ -145,9 +152,13 @@ class Producer:
                  max_inflight_batches: int = MAX_INFLIGHT_BATCHES_PER_TOPIC,
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None,
-                 client_ip: str = "") -> None:
+                 client_ip: str = "", access_key: str | None = None,
+                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
         """`client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
-        default $MQCLIENT_IP, else the local address towards the name servers."""
+        default $MQCLIENT_IP, else the local address towards the name servers.
+        `access_key`/`secret_key`: the account of a broker with aclEnable (default
+        $MQ_ACCESS_KEY / $MQ_SECRET_KEY); each request is signed, the secret never sent.
+        `tls_ca`: the CA of TLS servers (default $MQ_TLS_CA; none: plaintext)."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
@@ -157,7 +168,8 @@ class Producer:
         self.max_message_size = max_message_size
         self.instance = ClientInstance(namesrv_addr, producer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s,
-                                       client_ip=client_ip)
+                                       client_ip=client_ip, access_key=access_key,
+                                       secret_key=secret_key, tls_ca=tls_ca)
         self.instance.default_topic_queue_nums = default_topic_queue_nums
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)

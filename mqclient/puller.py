@@ -133,7 +133,11 @@ class PullService:
                 code = e.code()  # type: ignore[attr-defined]
                 if code in _DOWN_CODES:
                     self._down_until[addr] = time.monotonic() + PULL_ADDRESS_DOWN_S
-                log.info("pull of %s from %s failed: %s", mq, addr, code.name)
+                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                    log.warning("pull of %s from %s refused: %s: %s", mq, addr, code.name,
+                                e.details())  # type: ignore[attr-defined]  (access control)
+                else:
+                    log.info("pull of %s from %s failed: %s", mq, addr, code.name)
                 now = time.monotonic()
                 # Straight on only to another address not known down (all down: the
                 # loop would spin on them).

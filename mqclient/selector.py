@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from filter import compile_sql
+
 EXPRESSION_TYPE_TAG = "TAG"
 EXPRESSION_TYPE_SQL92 = "SQL92"
 
@@ -25,8 +27,13 @@ class MessageSelector:
     @classmethod
     def by_sql(cls, sql: str) -> MessageSelector:
         """A SQL92 selector on message properties: numbers (>, >=, <, <=, BETWEEN, =,
-        <>), strings (=, <>, IN), IS [NOT] NULL, AND / OR / NOT, TRUE / FALSE / NULL."""
-        return cls(EXPRESSION_TYPE_SQL92, sql if sql and sql.strip() else "TRUE")
+        <>), strings (=, <>, IN), IS [NOT] NULL, AND / OR / NOT, TRUE / FALSE / NULL.
+        An empty one selects every message. An expression that does not parse raises
+        filter.FilterError (a ValueError saying at which column) here, before any broker
+        is asked (which may be later: a topic without a route yet)."""
+        expression = sql if sql and sql.strip() else "TRUE"
+        compile_sql(expression)
+        return cls(EXPRESSION_TYPE_SQL92, expression)
 
     @classmethod
     def by_tag(cls, tags: str) -> MessageSelector:

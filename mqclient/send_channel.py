@@ -13,12 +13,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import select
 import socket
+import ssl
 import threading
 import time
 
+from acl.grpc_auth import ClientAuth
+from mqclient.message import MQClientError
+from mqproto import common_pb2
 from mqproto.framing import (
     FRAME_HEADER,
+    KIND_AUTH,
     MAX_FRAME_BYTES,
     REQUEST_ID_MASK,
     FrameError,
@@ -52,12 +58,20 @@ class SendChannel(asyncio.Protocol):
         self._out: list[bytes] = []
 
     @classmethod
-    async def connect(cls, address: str, timeout: float) -> SendChannel:
+    async def connect(cls, address: str, timeout: float,
+                      auth: ClientAuth | None = None,
+                      ssl_context: ssl.SSLContext | None = None) -> SendChannel:
+        """A connected channel; with `auth`, authenticated (the AUTH frame) first."""
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(timeout):
-                _, channel = await loop.create_connection(lambda: cls(address),
-                                                          *split_address(address))
+                host, port = split_address(address)
+                _, channel = await loop.create_connection(
+                    lambda: cls(address), host, port, ssl=ssl_context,
+                    server_hostname=host if ssl_context else None)
+                if auth is not None:
+                    check_auth_answer(address, await channel.request(
+                        KIND_AUTH, auth.send_channel_auth(), timeout))
         except (OSError, TimeoutError) as e:
             raise SendChannelClosed(f"cannot connect to the send channel {address}: "
                                     f"{e or 'timed out'}") from None
@@ -121,10 +135,20 @@ class SendChannel(asyncio.Protocol):
                 future.set_exception(error)
 
 
+def check_auth_answer(address: str, payload: bytes) -> None:
+    """Raises MQClientError NO_PERMISSION when the broker refused the AUTH frame."""
+    status = common_pb2.Status.FromString(payload)
+    if status.code != common_pb2.SUCCESS:
+        raise MQClientError("NO_PERMISSION", f"send channel {address}: {status.remark}")
+
+
 class BlockingSendConnections:
     """Blocking connections by send channel address, for any thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, auth: ClientAuth | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self.auth = auth  # access control: each new connection authenticates first
+        self.ssl_context = ssl_context  # TLS; None: plain TCP
         self._idle: dict[str, list[socket.socket]] = {}
         self._lock = threading.Lock()
         self.closed = False
@@ -132,16 +156,9 @@ class BlockingSendConnections:
     def request(self, address: str, kind: int, payload: bytes, timeout: float) -> bytes:
         """The answer's payload; SendChannelClosed, or TimeoutError after `timeout` s (the
         request may still be carried out)."""
-        deadline = time.monotonic() + timeout
         sock = self._take(address, timeout)
         try:
-            sock.settimeout(timeout)
-            sock.sendall(encode_frame(1, kind, payload))  # its timeout bounds the whole send
-            length, request_id, answer_kind = FRAME_HEADER.unpack(_receive(sock, 9, deadline))
-            if request_id != 1 or answer_kind != kind or not 5 <= length <= MAX_FRAME_BYTES:
-                raise SendChannelClosed(f"the send channel {address} answered a bad frame "
-                                        f"(id {request_id}, kind {answer_kind}, {length} bytes)")
-            answer = _receive(sock, length - 5, deadline)
+            answer = self._exchange(sock, address, kind, payload, timeout)
         except BaseException as e:
             sock.close()  # an answer may still come: this connection is out of step
             if isinstance(e, OSError) and not isinstance(e, TimeoutError | SendChannelClosed):
@@ -154,6 +171,18 @@ class BlockingSendConnections:
             else:
                 idle.append(sock)
         return answer
+
+    @staticmethod
+    def _exchange(sock: socket.socket, address: str, kind: int, payload: bytes,
+                  timeout: float) -> bytes:
+        deadline = time.monotonic() + timeout
+        sock.settimeout(timeout)
+        sock.sendall(encode_frame(1, kind, payload))  # its timeout bounds the whole send
+        length, request_id, answer_kind = FRAME_HEADER.unpack(_receive(sock, 9, deadline))
+        if request_id != 1 or answer_kind != kind or not 5 <= length <= MAX_FRAME_BYTES:
+            raise SendChannelClosed(f"the send channel {address} answered a bad frame "
+                                    f"(id {request_id}, kind {answer_kind}, {length} bytes)")
+        return _receive(sock, length - 5, deadline)
 
     def _take(self, address: str, timeout: float) -> socket.socket:
         with self._lock:
@@ -171,6 +200,22 @@ class BlockingSendConnections:
             raise SendChannelClosed(f"cannot connect to the send channel {address}: "
                                     f"{e}") from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if self.ssl_context is not None:
+            host = split_address(address)[0]
+            try:
+                sock.settimeout(timeout)
+                sock = self.ssl_context.wrap_socket(sock, server_hostname=host)
+            except (OSError, ssl.SSLError) as e:
+                sock.close()
+                raise SendChannelClosed(f"TLS to the send channel {address} failed: {e}"
+                                        ) from None
+        if self.auth is not None:
+            try:
+                check_auth_answer(address, self._exchange(
+                    sock, address, KIND_AUTH, self.auth.send_channel_auth(), timeout))
+            except BaseException:
+                sock.close()
+                raise
         return sock
 
     def forget(self, address: str) -> None:
@@ -191,6 +236,12 @@ class BlockingSendConnections:
 
 def _still_open(sock: socket.socket) -> bool:
     """An idle pooled connection the peer has not closed (nor sent anything on)."""
+    if isinstance(sock, ssl.SSLSocket):  # no MSG_PEEK there: readable = closed or astray
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            return False
+        return not readable and sock.pending() == 0
     try:
         sock.settimeout(0)  # else recv waits out the socket's timeout (the caller sets it)
         sock.recv(1, socket.MSG_PEEK)  # b"": closed; bytes: out of step

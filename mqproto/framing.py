@@ -26,7 +26,13 @@ import struct
 FRAME_HEADER = struct.Struct(">IIB")
 KIND_SEND_BATCH = 1
 KIND_SEND_BATCHES = 2
-KINDS = frozenset({KIND_SEND_BATCH, KIND_SEND_BATCHES})
+# Access control (acl/): the first frame of a connection to a broker with aclEnable. Its
+# payload is JSON {accessKey, timestamp, nonce, signature} (acl.signing, method
+# SEND_CHANNEL_AUTH_METHOD, no fields); the answer (same id and kind) is a serialized
+# common Status: SUCCESS, or NO_PERMISSION with the reason (then the broker closes).
+KIND_AUTH = 3
+KINDS = frozenset({KIND_SEND_BATCH, KIND_SEND_BATCHES, KIND_AUTH})
+SEND_CHANNEL_AUTH_METHOD = "/mqcluster.v1.SendChannel/Auth"
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 REQUEST_ID_MASK = 0xFFFFFFFF
 READ_BUFFER_BYTES = 256 * 1024

@@ -10,8 +10,10 @@ from types import TracebackType
 
 import grpc
 
+from acl.grpc_auth import NAMESRV_BROKER_METHODS, ServerAuth
 from mqproto import namesrv_pb2_grpc
 from mqproto.serving import add_servicer, watch_loop_stalls
+from mqproto.tls import ServerTls
 from nameserver.constants import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
@@ -58,6 +60,8 @@ class NamesrvController:
         max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
         max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
         metrics_port: int = 0,
+        cluster_key: str = "",
+        tls: ServerTls | None = None,
     ) -> None:
         self.listen = listen
         self.max_topic_queue_nums = max_topic_queue_nums
@@ -68,6 +72,11 @@ class NamesrvController:
         self.metrics: NamesrvMetrics | None = None
         if metrics_port:
             self.metrics = NamesrvMetrics(self.route_info_manager, clock)
+        # Brokers prove the cluster key to register (acl/): a stranger cannot.
+        self.auth: ServerAuth | None = None
+        if cluster_key:
+            self.auth = ServerAuth(None, cluster_key, protected=NAMESRV_BROKER_METHODS)
+        self.tls = tls  # gRPC over TLS; None: plaintext
         self.metrics_address = ""
         """``host:port`` of /metrics; empty when off."""
         self._sleep = sleep
@@ -81,7 +90,10 @@ class NamesrvController:
         """Bind, serve and start the scan task; returns the bound ``host:port``."""
         host, _ = split_host_port(self.listen)
         # No SO_REUSEPORT: a second name server on a taken port must fail, not share it.
-        interceptors = [self.metrics.interceptor] if self.metrics is not None else []
+        interceptors: list[grpc.aio.ServerInterceptor] = (
+            [self.metrics.interceptor] if self.metrics is not None else [])
+        if self.auth is not None:
+            interceptors.append(self.auth)
         server = grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", self.max_receive_message_bytes),
@@ -92,7 +104,8 @@ class NamesrvController:
                      NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums,
                                      self.max_receive_message_bytes), log)
         try:
-            port = server.add_insecure_port(self.listen)
+            port = (server.add_secure_port(self.listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(self.listen))
         except RuntimeError as exc:
             raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
         if port == 0:

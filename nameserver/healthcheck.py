@@ -4,7 +4,7 @@
 
 Exit 0 when the name server at HOST:PORT (default 127.0.0.1:9876) answers GetClusterInfo
 with SUCCESS, else 1 with the reason on one line of stdout (Docker keeps it in the
-container's health log).
+container's health log). A name server with TLS: $MQ_TLS_CA names its CA.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from collections.abc import Sequence
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
+from mqproto.tls import ClientTls, grpc_channel
 
 DEFAULT_ADDR = "127.0.0.1:9876"
 DEFAULT_TIMEOUT_S = 3.0
@@ -24,7 +25,7 @@ DEFAULT_TIMEOUT_S = 3.0
 def cluster_info(addr: str, timeout_s: float
                  ) -> tuple[namesrv_pb2.GetClusterInfoResponse | None, str]:
     """The name server's cluster info, or None and why it could not be had."""
-    with grpc.insecure_channel(addr) as channel:
+    with grpc_channel(addr, ClientTls.from_env()) as channel:
         stub = namesrv_pb2_grpc.NamesrvServiceStub(channel)
         try:
             r = stub.GetClusterInfo(namesrv_pb2.GetClusterInfoRequest(), timeout=timeout_s)

@@ -14,11 +14,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
 
+from acl.grpc_auth import CLUSTER_KEY_ENV
 from mqproto.serving import raise_nofile_limit
+from mqproto.tls import ServerTls, TlsError
 from nameserver.constants import (
     BOOT_SUCCESS_MESSAGE,
     DEFAULT_LISTEN,
@@ -67,6 +70,19 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              "-1: any free port, logged)",
     )
     parser.add_argument(
+        "--cluster-key", default=os.environ.get(CLUSTER_KEY_ENV, ""), metavar="KEY",
+        help="a secret shared with the cluster's brokers (their clusterKey): registrations "
+             f"that do not prove it are refused (default ${CLUSTER_KEY_ENV}; empty: any "
+             "broker may register)",
+    )
+    parser.add_argument("--tls-cert", default="", metavar="PEM",
+                        help="serve gRPC over TLS with this certificate (and --tls-key)")
+    parser.add_argument("--tls-key", default="", metavar="PEM", help="the certificate's key")
+    parser.add_argument("--tls-ca", default="", metavar="PEM",
+                        help="with --tls-mutual: the CA that signs client certificates")
+    parser.add_argument("--tls-mutual", action="store_true",
+                        help="clients (brokers included) must show a certificate")
+    parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=DEFAULT_LOG_LEVEL,
         help=f"logging level (default {DEFAULT_LOG_LEVEL})",
     )
@@ -77,11 +93,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--max-receive-mib must be 1..2047")
     if not -1 <= args.metrics_port <= 65535:
         parser.error("--metrics-port must be a port, 0 (off) or -1 (any free port)")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    if args.tls_mutual and not (args.tls_cert and args.tls_ca):
+        parser.error("--tls-mutual needs --tls-cert, --tls-key and --tls-ca")
+    if args.cluster_key and len(args.cluster_key) < 8:
+        parser.error("--cluster-key must be at least 8 characters")
     return args
 
 
 async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
-                max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB, metrics_port: int = 0) -> None:
+                max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB, metrics_port: int = 0,
+                cluster_key: str = "", tls: ServerTls | None = None) -> None:
     """Run one name server until SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -95,7 +118,8 @@ async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE
         loop.add_signal_handler(signum, on_signal, signum)
     controller = NamesrvController(listen, max_topic_queue_nums=max_topic_queue_nums,
                                    max_receive_message_bytes=max_receive_mib * 1024 * 1024,
-                                   metrics_port=metrics_port)
+                                   metrics_port=metrics_port, cluster_key=cluster_key,
+                                   tls=tls)
     try:
         address = await controller.start()
         print(f"{BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
@@ -112,8 +136,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         raise_nofile_limit(log)
         asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.max_receive_mib,
-                          args.metrics_port))
-    except OSError as exc:
+                          args.metrics_port, args.cluster_key,
+                          ServerTls(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
+                          if args.tls_cert else None))
+    except (OSError, TlsError) as exc:
         log.error("name server failed: %s", exc)
         return 1
     return 0

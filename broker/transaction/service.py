@@ -395,6 +395,14 @@ class TransactionalMessageService:
         return copy
 
     # -- admin -------------------------------------------------------------------------------
+    async def current_summary(self, producer_group: str = "") -> PendingSummary:
+        """`summary` after reading what the half and op queues got since the last check
+        (a half stored a moment ago counts at once, not only after the next check)."""
+        if self.ready.is_set():
+            async with self._lock:
+                self.refresh()
+        return self.summary(producer_group)
+
     def summary(self, producer_group: str = "") -> PendingSummary:
         """Halves without outcome per producer group (all groups when "")."""
         online = self.online_producers()

@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -24,6 +25,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from mqproto.tls import ClientTls, make_local_ca
 
 LOOPBACK = "127.0.0.1"
 LAYOUT_FILE = "mqcluster.layout.json"
@@ -41,6 +44,13 @@ DEFAULT_CLUSTER_NAME = "DefaultCluster"
 # Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
 # of use, and a laptop running four brokers should not write 8 GiB for that.
 LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
+# `up --acl` (issue 22): the cluster key, the account file and the admin's credentials.
+SECURITY_DIR = "security"
+CLUSTER_KEY_FILE = "cluster.key"
+ACL_FILE = "plain_acl.yml"
+CREDENTIALS_FILE = "credentials.env"
+LOCAL_ADMIN_ACCOUNT = "mqadmin"
+TLS_DIR = "tls"
 STOP_POLL_S = 0.05
 KILL_WAIT_S = 5.0
 
@@ -59,6 +69,7 @@ class Node:
     broker_name: str = ""
     broker_id: int = 0
     metrics_port: int = 0  # Prometheus /metrics; 0: off (a layout from before metrics)
+    v2_port: int = 0  # a broker's grpcProxyPort (RocketMQ 5 SDKs); 0: a layout from before
 
     @property
     def address(self) -> str:
@@ -118,17 +129,25 @@ def metrics_ports_needed(groups: int, slaves: int, namesrvs: int) -> int:
     return namesrvs + groups * (1 + slaves)  # one /metrics port per process
 
 
+def v2_ports_needed(groups: int, slaves: int) -> int:
+    return groups * (1 + slaves)  # one grpcProxyPort per broker
+
+
 def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
                 role: str, broker_props: dict[str, str],
                 cluster_name: str = DEFAULT_CLUSTER_NAME,
-                metrics_ports: Sequence[int] = ()) -> Layout:
+                metrics_ports: Sequence[int] = (), v2_ports: Sequence[int] = ()) -> Layout:
     """Name servers take the first ports, then each broker its gRPC port and its HA port.
-    `metrics_ports` (none: metrics off) go to the processes in the same order."""
+    `metrics_ports` (none: metrics off) go to the processes in the same order, `v2_ports`
+    (none: no v2 endpoint) to the brokers."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
     if metrics_ports and len(metrics_ports) != metrics_ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of metrics ports for the shape")
+    if v2_ports and len(v2_ports) != v2_ports_needed(groups, slaves):
+        raise ValueError("wrong number of v2 ports for the shape")
     free = iter(ports)
+    v2 = iter(v2_ports or [0] * v2_ports_needed(groups, slaves))
     metrics = iter(metrics_ports or [0] * metrics_ports_needed(groups, slaves, namesrvs))
     nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free), metrics_port=next(metrics))
              for i in range(namesrvs)]
@@ -136,7 +155,7 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id, next(metrics)))
+                              broker_id, next(metrics), next(v2)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -167,7 +186,7 @@ def free_ports(count: int) -> list[int]:
 
 def check_ports_free(layout: Layout) -> None:
     for node in layout.nodes:
-        for port in (node.port, node.ha_port, node.metrics_port):
+        for port in (node.port, node.ha_port, node.metrics_port, node.v2_port):
             if port and not port_is_free(port):
                 raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
                                         "--base-port (or omit it to use free ports)")
@@ -186,6 +205,9 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         "brokerIP1": LOOPBACK,
         "listenPort": str(node.port),
         "haListenPort": str(node.ha_port),
+        # Its own planned port (listenPort + 3 may be another node's port in this layout);
+        # 0 (off) in a layout from before.
+        "grpcProxyPort": str(node.v2_port),
         # Any free port: producers ask each broker where its send channel is (GetSendChannel),
         # and listenPort + 2 may be the next broker's port in this layout.
         "sendListenPort": "0",
@@ -208,9 +230,7 @@ def prometheus_config(layout: Layout) -> str:
     """A Prometheus config scraping every process of the layout that serves /metrics."""
     def job(name: str, nodes: list[Node]) -> str:
         targets = ", ".join(f"'{n.metrics_address}'" for n in nodes if n.metrics_port)
-        return (f"  - job_name: {name}\n    static_configs:\n"
-                f"      - targets: [{targets}]\n        labels: {{cluster: "
-                f"'{layout.cluster_name}'}}\n")
+        return f"  - job_name: {name}\n    static_configs:\n      - targets: [{targets}]\n"
     return ("# Written by `mqcluster up`: prometheus --config.file=prometheus.yml\n"
             "global:\n  scrape_interval: 15s\nscrape_configs:\n"
             + job("rocketmq-namesrv", [n for n in layout.nodes if n.kind == NAMESRV])
@@ -295,6 +315,59 @@ def _reap(pid: int) -> None:
         pass
 
 
+def write_security(directory: Path) -> dict[str, str]:
+    """`up --acl`: a random cluster key and an admin account (mode 0600 files under
+    DIR/security, kept across ups); returns the broker.conf keys that turn ACL on. The
+    cluster key reaches the processes as $MQ_CLUSTER_KEY, never on a command line."""
+    sec = directory / SECURITY_DIR
+    sec.mkdir(mode=0o700, exist_ok=True)
+
+    def secret_file(name: str, text: str) -> None:
+        path = sec / name
+        if not path.exists():
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+
+    secret = secrets.token_hex(16)
+    secret_file(CLUSTER_KEY_FILE, secrets.token_hex(32) + "\n")
+    secret_file(ACL_FILE, (
+        "# Written by `mqcluster up --acl`; edited while running, it is reloaded.\n"
+        "globalWhiteRemoteAddresses: []\n"
+        "accounts:\n"
+        f"  - accessKey: {LOCAL_ADMIN_ACCOUNT}\n"
+        f"    secretKey: {secret}\n"
+        "    admin: true\n"
+        "    defaultTopicPerm: PUB|SUB\n"
+        "    defaultGroupPerm: SUB\n"))
+    secret_file(CREDENTIALS_FILE, f"MQ_ACCESS_KEY={LOCAL_ADMIN_ACCOUNT}\n"
+                                  f"MQ_SECRET_KEY={secret}\n")
+    return {"aclEnable": "true", "aclFile": str(sec / ACL_FILE)}
+
+
+def write_tls(directory: Path) -> dict[str, str]:
+    """`up --tls`: a local CA and a certificate for loopback (openssl; kept across ups);
+    returns the broker.conf keys that turn TLS on."""
+    ca, cert, key = make_local_ca(directory / SECURITY_DIR / TLS_DIR)
+    return {"tlsEnable": "true", "tlsCertPath": str(cert), "tlsKeyPath": str(key),
+            "tlsCaPath": str(ca)}
+
+
+def client_tls(layout: Layout) -> ClientTls | None:
+    """How mqcluster itself reaches the cluster's processes."""
+    props = layout.broker_props
+    if props.get("tlsEnable", "").lower() != "true":
+        return None
+    return ClientTls(props.get("tlsCaPath", ""))
+
+
+def cluster_key_of(directory: Path) -> str:
+    try:
+        return (directory / SECURITY_DIR / CLUSTER_KEY_FILE).read_text().strip()
+    except OSError:
+        return ""
+
+
 def child_env() -> dict[str, str]:
     """The environment of the cluster's processes: this interpreter finds the packages
     (nameserver, broker) where this one found them, installed or not."""
@@ -306,25 +379,33 @@ def child_env() -> dict[str, str]:
                 PYTHONUNBUFFERED="1")
 
 
-def process_argv(node: Node, directory: Path) -> list[str]:
+def process_argv(node: Node, directory: Path, layout: Layout | None = None) -> list[str]:
     if node.kind == NAMESRV:
         argv = [sys.executable, "-m", "nameserver", "--listen", node.address]
         if node.metrics_port:
             argv += ["--metrics-port", str(node.metrics_port)]
+        if layout is not None and client_tls(layout) is not None:  # `up --tls`
+            props = layout.broker_props
+            argv += ["--tls-cert", props["tlsCertPath"], "--tls-key", props["tlsKeyPath"]]
         return argv
     return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
 
 
-def spawn(node: Node, directory: Path) -> tuple[ProcessRecord, int]:
+def spawn(node: Node, directory: Path, layout: Layout | None = None
+          ) -> tuple[ProcessRecord, int]:
     """Starts a node detached (own session, no terminal); returns its record and the log
     size before it started (its boot line comes after)."""
     log_rel = f"{LOG_DIR}/{node.name}.log"
     log_path = directory / log_rel
-    argv = process_argv(node, directory)
+    argv = process_argv(node, directory, layout)
+    env = child_env()
+    key = cluster_key_of(directory)  # `up --acl`: name servers and brokers share it
+    if key:
+        env["MQ_CLUSTER_KEY"] = key
     with log_path.open("ab") as log:
         offset = log.tell()
         process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=directory, env=child_env(),
+                                   stderr=subprocess.STDOUT, cwd=directory, env=env,
                                    start_new_session=True)
     stat = _proc_stat(process.pid)
     # Exited already: recorded with a start time no process has, so it reads as dead.

@@ -435,6 +435,14 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("-n", "--namesrvAddr", dest="namesrv",
                         help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
     common.add_argument("--json", action="store_true", help="print JSON for scripts")
+    common.add_argument("--accessKey", dest="access_key", default=None,
+                        help="an admin account of brokers with aclEnable (default "
+                             "$MQ_ACCESS_KEY)")
+    common.add_argument("--tlsCa", dest="tls_ca", default=None,
+                        help="the CA of TLS name servers and brokers (default $MQ_TLS_CA)")
+    common.add_argument("--secretKey", dest="secret_key", default=None,
+                        help="its secret (default $MQ_SECRET_KEY; prefer the variable: "
+                             "arguments show in the process list)")
     common.add_argument("--timeout", type=float, default=5.0, help="seconds per RPC (default 5)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -531,7 +539,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         namesrv = args.namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")
-        with MQAdmin(namesrv, timeout=args.timeout) as admin:
+        with MQAdmin(namesrv, timeout=args.timeout, access_key=args.access_key,
+                     secret_key=args.secret_key, tls_ca=args.tls_ca) as admin:
             args.handler(admin, args)
     except AdminError as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)

@@ -29,18 +29,22 @@ from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli.local_cluster import (
     BROKER,
     BROKER_CONF,
+    CREDENTIALS_FILE,
     DEFAULT_CLUSTER_NAME,
     FLUSH_TYPES,
     LAYOUT_FILE,
     LOG_DIR,
     MASTER_ROLES,
     PROMETHEUS_FILE,
+    SECURITY_DIR,
     STATE_FILE,
+    TLS_DIR,
     Layout,
     LocalClusterError,
     ProcessRecord,
     broker_conf,
     check_ports_free,
+    client_tls,
     free_ports,
     is_alive,
     is_stopped,
@@ -53,9 +57,13 @@ from mqclient.cli.local_cluster import (
     records_to_json,
     spawn,
     stop_processes,
+    v2_ports_needed,
     write_json,
+    write_security,
+    write_tls,
 )
 from mqclient.cli.output import dumps, table
+from mqproto.tls import TlsError
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
 PROG = "mqcluster"
@@ -121,14 +129,18 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
                      if args.metrics else 0)
     same_shape = previous is not None and previous.shape == (
         shape["groups"], shape["slaves"], shape["namesrvs"])
+    v2_count = v2_ports_needed(shape["groups"], shape["slaves"])
     metrics_ports: list[int] = []
     if args.base_port is not None:
-        # The metrics ports follow the gRPC and HA ports (whose places stay as they were).
-        total = count + metrics_count
+        # The metrics ports, then the brokers' v2 ports, follow the gRPC and HA ports (whose
+        # places stay as they were).
+        total = count + metrics_count + v2_count
         if args.base_port + total - 1 > 65535:
             raise LocalClusterError(f"--base-port {args.base_port}: {total} ports do not fit")
         ports = list(range(args.base_port, args.base_port + count))
-        metrics_ports = list(range(args.base_port + count, args.base_port + total))
+        metrics_ports = list(range(args.base_port + count, args.base_port + count
+                                   + metrics_count))
+        v2_ports = list(range(args.base_port + count + metrics_count, args.base_port + total))
     elif same_shape and previous is not None:
         ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
                                                      else (n.port,))]
@@ -137,11 +149,15 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
             metrics_ports = kept
         elif metrics_count:  # a layout from before metrics: new ports for them only
             metrics_ports = free_ports(metrics_count)
+        kept_v2 = [n.v2_port for n in previous.brokers]
+        # A layout from before the v2 endpoint: new ports for it only.
+        v2_ports = kept_v2 if all(kept_v2) else free_ports(v2_count)
     else:
-        both = free_ports(count + metrics_count)
-        ports, metrics_ports = both[:count], both[count:]
+        both = free_ports(count + metrics_count + v2_count)
+        ports, metrics_ports = both[:count], both[count:count + metrics_count]
+        v2_ports = both[count + metrics_count:]
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
-                         metrics_ports=metrics_ports, **shape)
+                         metrics_ports=metrics_ports, v2_ports=v2_ports, **shape)
     check_ports_free(layout)
     return layout
 
@@ -174,11 +190,17 @@ def _wait_booted(directory: Path, started: list[tuple[ProcessRecord, int, str]],
             time.sleep(POLL_S)
 
 
+def _tls_ca(layout: Layout) -> str | None:
+    tls = client_tls(layout)
+    return tls.ca_path if tls is not None else None
+
+
 def _wait_registered(layout: Layout, deadline: float) -> None:
     """Until every name server lists every broker at its address."""
     expected = {(n.broker_name, n.broker_id, n.address) for n in layout.brokers}
     for addr in layout.namesrv_addr.split(";"):
-        with MQAdmin(addr, timeout=STATUS_RPC_TIMEOUT_S) as admin:
+        with MQAdmin(addr, timeout=STATUS_RPC_TIMEOUT_S,
+                     tls_ca=_tls_ca(layout)) as admin:
             while True:
                 problem = ""
                 try:
@@ -212,6 +234,13 @@ def up(args: argparse.Namespace) -> int:
         (directory / STATE_FILE).unlink()  # left by a cluster that is gone
     layout = resolve_layout(args, directory)
     directory.mkdir(parents=True, exist_ok=True)
+    if args.acl:
+        layout.broker_props.update(write_security(directory))
+    if args.tls:
+        try:
+            layout.broker_props.update(write_tls(directory))
+        except TlsError as e:
+            raise LocalClusterError(str(e)) from None
     if layout.role == "SYNC_MASTER" and layout.slaves == 0:
         _out(f"{PROG}: warning: SYNC_MASTER without slaves answers SLAVE_NOT_AVAILABLE "
              "to every send")
@@ -229,7 +258,7 @@ def up(args: argparse.Namespace) -> int:
                 (layout.brokers, BOOT_SUCCESS_PREFIX)):
             started = []
             for node in kind_nodes:
-                record, offset = spawn(node, directory)
+                record, offset = spawn(node, directory, layout)
                 records.append(record)
                 save_state(directory, layout, records)  # a failed up can still be downed
                 started.append((record, offset, boot_line))
@@ -249,6 +278,10 @@ def up(args: argparse.Namespace) -> int:
          + (f"Metrics: the Metrics column; prometheus --config.file="
             f"{directory / PROMETHEUS_FILE} scrapes them all\n"
             if any(n.metrics_port for n in layout.nodes) else "") +
+         (f"TLS on: export MQ_TLS_CA={directory / SECURITY_DIR / TLS_DIR / 'ca.pem'}\n"
+          if args.tls else "") +
+         (f"ACL on: export $(cat {directory / SECURITY_DIR / CREDENTIALS_FILE}) for "
+            "mqadmin and clients\n" if args.acl else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
 
@@ -267,7 +300,7 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
                               BOOT_SUCCESS_PREFIX)):
         started = []
         for old in group:
-            record, offset = spawn(nodes[old.name], directory)
+            record, offset = spawn(nodes[old.name], directory, layout)
             records[records.index(old)] = record
             save_state(directory, layout, records)
             started.append((record, offset, boot_line))
@@ -282,7 +315,8 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
 def _registered(layout: Layout) -> set[str] | None:
     """Broker addresses the first answering name server lists; None when none answers."""
     try:
-        with MQAdmin(layout.namesrv_addr, timeout=STATUS_RPC_TIMEOUT_S) as admin:
+        with MQAdmin(layout.namesrv_addr, timeout=STATUS_RPC_TIMEOUT_S,
+                     tls_ca=_tls_ca(layout)) as admin:
             info = admin.cluster_info()
     except AdminError:
         return None
@@ -352,6 +386,7 @@ def _clean(directory: Path) -> None:
         for node in Layout.from_json(data).brokers:
             shutil.rmtree(directory / node.name, ignore_errors=True)
     shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
+    shutil.rmtree(directory / SECURITY_DIR, ignore_errors=True)
     (directory / LAYOUT_FILE).unlink(missing_ok=True)
     (directory / PROMETHEUS_FILE).unlink(missing_ok=True)
     try:
@@ -416,6 +451,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra broker.conf key for every broker (repeatable)")
     p.add_argument("--no-metrics", dest="metrics", action="store_false",
                    help="no Prometheus /metrics ports (default: one per process)")
+    p.add_argument("--acl", action="store_true",
+                   help="access control on: a cluster key for registrations and HA links, "
+                        "and an admin account (credentials in DIR/security/credentials.env)")
+    p.add_argument("--tls", action="store_true",
+                   help="TLS on the gRPC and HA ports with a local CA (DIR/security/tls; "
+                        "clients: MQ_TLS_CA=DIR/security/tls/ca.pem)")
     p.add_argument("--json", action="store_true", help="print the processes as JSON")
     p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
     p = sub.add_parser("status", parents=[common], help="show each process alive or dead")

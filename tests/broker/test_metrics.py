@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import socket
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -116,6 +117,11 @@ def test_scrape_after_known_traffic(processes: Processes, tmp_path: Path,
     assert s.value("rocketmq_send_latency_seconds_count", **broker) == sends
     assert s.value("rocketmq_send_latency_seconds_bucket", le="+Inf", **broker) == sends
     assert 0 < s.value("rocketmq_send_latency_seconds_sum", **broker) < sends * 10
+    pmdt = [s.value(f"rocketmq_brokeruntime_pmdt_{suffix}", **broker)
+            for suffix in ("0ms", "0to10ms", "10to50ms", "50to100ms", "100to200ms",
+                           "200to500ms", "500to1s", "1to2s", "2to3s", "3to4s", "4to5s",
+                           "5to10s", "10stomore")]
+    assert sum(pmdt) == sends  # the exporter's put distribution: every send in one range
     flushes = s.value("rocketmq_storage_flush_latency_seconds_count", **broker)
     assert 1 <= flushes <= sends
     # Process metrics of prometheus_client.
@@ -259,3 +265,36 @@ def test_taken_metrics_port_fails_the_start_clearly(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         with pytest.raises(OSError, match=f"cannot listen on metricsPort {port}"):
             BrokerThread(broker_props(tmp_path / "store", metricsPort=port))
+
+
+def test_per_queue_reads_happen_off_the_event_loop(start_broker: StartBroker) -> None:
+    """The loop copies tables; every per-queue store read of a scrape is in the worker."""
+    b = start_broker(metricsPort=-1)
+    node = Node(b.address)
+    try:
+        node.create_topic(TOPIC, 64)
+        send_one(node, 3)
+        for q in range(64):
+            node.messaging.UpdateConsumerOffset(M.UpdateConsumerOffsetRequest(
+                consumer_group=GROUP, topic=TOPIC, queue_id=q, commit_offset=0),
+                timeout=RPC_TIMEOUT_S)
+        store = b.controller.store
+        reads: list[str] = []
+
+        def watched(name: str) -> Callable[..., object]:
+            real = getattr(store, name)
+
+            def read(*args: object) -> object:
+                reads.append(threading.current_thread().name)
+                return real(*args)
+            return read
+
+        for name in ("get_max_offset_in_queue", "get_min_offset_in_queue",
+                     "get_message_store_timestamp"):
+            setattr(store, name, watched(name))
+        s = scrape(b.controller.metrics_addr)
+        assert s.value("rocketmq_group_diff", group=GROUP, topic=TOPIC) == 1
+        assert len(reads) >= 64 * 2
+        assert all(name.startswith("broker-metrics") for name in reads), set(reads)
+    finally:
+        node.close()

@@ -177,3 +177,22 @@ def test_two_groups_with_different_filters_on_one_topic(start_broker: Start) -> 
     assert bodies(eu) == [b"m0", b"m2"]
     assert bodies(big) == [b"m1", b"m4"]
     assert eu.next_begin_offset == big.next_begin_offset == 5
+
+
+def test_tag_long_polling_also_waits_past_other_tags(start_broker: Start) -> None:
+    b = start_broker()
+    send_batch(b, "T", [{"TAGS": "y"}])
+
+    def later() -> None:
+        time.sleep(0.2)
+        send_batch(b, "T", [{"TAGS": "y"}, {"TAGS": "y"}])
+        time.sleep(0.3)
+        send_batch(b, "T", [{"TAGS": "x"}])
+
+    sender = threading.Thread(target=later)
+    sender.start()
+    r = pull(b, "T", 0, "x", suspend_ms=10_000, expression_type="TAG")
+    sender.join()
+    assert r.status.code == C.SUCCESS
+    assert [m.system_properties.queue_offset for m in r.messages] == [3]
+    assert r.next_begin_offset == 4

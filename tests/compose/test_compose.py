@@ -34,10 +34,12 @@ from tests.compose.cluster import (
     COMPOSE_DIR,
     IN_NETWORK_FILE,
     REPO_ROOT,
+    SERVICES,
     ComposeCluster,
     timed,
 )
 from tests.compose.roundtrip import round_trip, wait_for_slaves_in_sync
+from tests.prom import Scrape
 
 pytestmark = pytest.mark.timeout(1200)  # the first test may build the images from nothing
 
@@ -171,6 +173,38 @@ def test_sync_master_replicates_to_its_slave(cluster: ComposeCluster) -> None:
             link = admin.ha_status(slave_addr).master_link
             assert link is not None and link.connected
             assert link.master_addr == f"{master}:{cluster.port(master) + 1}"
+
+
+METRICS_PORT = 5557  # compose/conf/broker.conf's metricsPort, the name servers' --metrics-port
+
+
+def test_every_process_serves_metrics(cluster: ComposeCluster) -> None:
+    """What compose/monitoring/prometheus.yml scrapes: each container's /metrics on the
+    compose network (fetched from namesrv1's container)."""
+    code = (
+        "import json, urllib.request\n"
+        "out = {}\n"
+        f"for host in {[*SERVICES]!r}:\n"
+        f"    url = f'http://{{host}}:{METRICS_PORT}/metrics'\n"
+        "    out[host] = urllib.request.urlopen(url, timeout=10).read().decode()\n"
+        "print(json.dumps(out))\n")
+    deadline = time.monotonic() + 30
+    while True:
+        scrapes = {service: Scrape(text) for service, text
+                   in json.loads(cluster.exec_python("namesrv1", code)).items()}
+        in_sync = [scrapes[master].value("rocketmq_broker_slave_in_sync",
+                                         brokerIP=f"127.0.0.1:{cluster.port(slave)}")
+                   for master, slave in zip(MASTERS.values(), SLAVES.values(), strict=True)]
+        if in_sync == [1, 1]:
+            break
+        assert time.monotonic() < deadline, f"slaves in sync per the masters: {in_sync}"
+        time.sleep(1)
+    for service, s in scrapes.items():
+        assert s.value("process_resident_memory_bytes") > 0, service
+        if service.startswith("namesrv"):
+            assert s.value("rocketmq_namesrv_brokers", cluster="DefaultCluster") == 4
+        else:
+            assert s.value("rocketmq_broker_put_messages_total", cluster="DefaultCluster") >= 0
 
 
 def collector_built() -> bool:

@@ -7,6 +7,8 @@ agree. Properties are strings, as in a message.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from filter import FilterError, compile_sql
@@ -250,3 +252,56 @@ def test_errors_say_where(expression: str, column: int, words: str) -> None:
 ])
 def test_to_number(text: str | None, number: float | None) -> None:
     assert to_number(text) == number
+
+
+_WORDS = ["a", "b", "TAGS", "5", "-", "+", "1.5", "'x'", "'7'", "(", ")", ",", "=", "<>", ">",
+          ">=", "<", "<=", "AND", "OR", "NOT", "BETWEEN", "IN", "IS", "NULL", "TRUE", "FALSE",
+          "CONTAINS", "STARTSWITH", "ENDSWITH", "LIKE", "--c\n", "/*c*/", "1e3", "'", "!",
+          "99999999999999999999", "0", "-0.0", "1e400", "$x"]
+_PROPERTY_SETS = [EMPTY, {"a": "7", "b": "x", "TAGS": "x"}, {"a": "abc", "b": "5"},
+                  {"a": "", "TAGS": "7"}, {"a": "nan", "b": "inf"}, {"a": "1e400"}]
+
+
+def test_random_text_gives_a_filter_or_a_filter_error_and_every_entry_agrees() -> None:
+    rng = random.Random(19)
+    compiled = 0
+    for _ in range(20_000):
+        text = " ".join(rng.choice(_WORDS) for _ in range(rng.randint(1, 9)))
+        try:
+            f = compile_sql(text)
+        except FilterError:
+            continue
+        compiled += 1
+        by_record = f.record_matcher(lambda record, names: None, _values_of)
+        for props in _PROPERTY_SETS:
+            expected = f.matches(props)
+            encoded = "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode()
+            values = [props[n].encode() if n in props else None for n in f.properties]
+            assert isinstance(expected, bool), text
+            assert f.matches_encoded(encoded) is expected, (text, props)
+            assert f.matches_values(*values) is expected, (text, props)
+            assert by_record(encoded) is expected, (text, props)
+    assert compiled > 300
+
+
+def _values_of(encoded: bytes, names: tuple[bytes, ...]) -> tuple[bytes | None, ...]:
+    pairs = dict(p.split(b"\x01", 1) for p in encoded.split(b"\x02") if p)
+    return tuple(pairs.get(n) for n in names)
+
+
+@pytest.mark.parametrize("expression", [
+    "(" * 3000 + "a > 1" + ")" * 3000,
+    " OR ".join(["a > 1"] * 3000),
+    "NOT " * 3000 + "a > 1",
+])
+def test_an_expression_nested_too_deeply_is_a_clear_error(expression: str) -> None:
+    with pytest.raises(FilterError, match="nests too deeply"):
+        compile_sql(expression)
+
+
+def test_a_selector_that_does_not_parse_fails_at_once_in_the_client() -> None:
+    """Before any broker is asked: a topic without a route yet would hide it until later."""
+    from mqclient import MessageSelector
+    with pytest.raises(FilterError, match="column 5"):
+        MessageSelector.by_sql("a > AND")
+    assert MessageSelector.by_sql("").expression == "TRUE"

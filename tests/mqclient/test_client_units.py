@@ -280,6 +280,10 @@ def test_offset_not_found_on_the_master_is_asked_of_its_slave() -> None:
     assert asked == [master, slave]
     answers[slave] = common_pb2.QUERY_NOT_FOUND
     assert asyncio.run(store.read_from_store(mq)) == -1
+    # A slave that cannot tell (it does not know a topic created a moment ago) does not
+    # turn the master's "none" into a failure.
+    answers[slave] = common_pb2.TOPIC_NOT_EXIST
+    assert asyncio.run(store.read_from_store(mq)) == -1
 def test_accumulator_sends_the_batches_of_many_topics_together() -> None:
     """Issue 18: async sends spread over topics leave in one multi-batch call per loop turn
     (the producer sends those of one broker in one SEND_BATCHES request), not a call per

@@ -82,6 +82,16 @@ def test_plan_gives_each_broker_a_grpc_and_an_ha_port_and_slaves_their_master(
     assert slave["maxIndexNum"] == "4000"  # --set reaches every broker
 
 
+def test_plan_gives_each_broker_its_own_v2_port(tmp_path: Path) -> None:
+    """grpcProxyPort is planned (listenPort + 3 may be another node's port here)."""
+    layout = plan_layout(groups=1, slaves=1, namesrvs=1, ports=range(20000, 20005),
+                         flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={},
+                         v2_ports=[21000, 21001])
+    assert [n.v2_port for n in layout.brokers] == [21000, 21001]
+    conf = read_properties(broker_conf(layout, layout.brokers[1], tmp_path))
+    assert conf["grpcProxyPort"] == "21001"
+
+
 # -- real processes ----------------------------------------------------------------------------
 def test_default_shape_up_status_down(tmp_path: Path) -> None:
     directory = tmp_path / "c"

@@ -3,6 +3,8 @@ argv it writes, and a real local cluster scraped."""
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from broker.config import read_properties
@@ -16,6 +18,8 @@ from mqclient.cli.local_cluster import (
 from tests.processes import LocalCluster
 from tests.prom import scrape
 
+DASHBOARD = (Path(__file__).resolve().parents[2] / "compose" / "monitoring" / "grafana"
+             / "dashboards" / "rocketmq-cluster.json")
 SMALL_STORE = ("--set", "mappedFileSizeCommitLog=1048576", "--set", "maxHashSlotNum=1000",
                "--set", "maxIndexNum=4000")
 
@@ -52,8 +56,16 @@ def test_local_cluster_serves_metrics(tmp_path: Path) -> None:
         assert "Metrics" in cluster.mqcluster("status").stdout
         namesrv_metrics = namesrv["metrics"].removeprefix("http://").removesuffix("/metrics")
         broker_metrics = broker["metrics"].removeprefix("http://").removesuffix("/metrics")
-        assert scrape(namesrv_metrics).value("rocketmq_namesrv_brokers") == 1
+        n = scrape(namesrv_metrics)
+        assert n.value("rocketmq_namesrv_brokers") == 1
         s = scrape(broker_metrics)
+        # Every metric the compose Grafana dashboard queries is one the processes serve.
+        served = set(re.findall(r"^# TYPE (\S+)", n.text + s.text, re.M))
+        served |= {s.name for s in n.samples + s.samples}
+        exprs = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"]
+                 for t in p.get("targets", [])]
+        queried = set(re.findall(r"\b((?:rocketmq|process)_[a-z0-9_]+)", " ".join(exprs)))
+        assert len(queried) > 20 and queried <= served, queried - served
         assert s.value("rocketmq_broker_put_messages_total", broker="broker-a",
                        brokerIP=broker["address"]) == 0
         assert broker_metrics in (directory / PROMETHEUS_FILE).read_text()

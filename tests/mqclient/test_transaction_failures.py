@@ -34,7 +34,11 @@ from tests.mqclient.conftest import Cluster, wait_until
 COMMIT = LocalTransactionState.COMMIT
 UNKNOWN = LocalTransactionState.UNKNOWN
 TIMEOUT_S = 30.0
-FAST_CHECKS = {"transactionTimeOut": 500, "transactionCheckInterval": 100}
+# Checks count while no producer of the group is online (as in RocketMQ): with checks every
+# 100 ms, the 15 of the default would roll a half back within 1.5 s of a restart, before a
+# loaded machine's producer reconnected its check stream.
+FAST_CHECKS = {"transactionTimeOut": 500, "transactionCheckInterval": 100,
+               "transactionCheckMax": 300}
 FAULT_ENV = "MQ_TRANSACTION_FAULT"
 
 
@@ -121,7 +125,9 @@ def test_producer_killed_before_end_is_checked_through_another_member(
         seen = consume(cluster, consumers, "TopicKilled")
         exactly_once(seen, "CHILD-KEY")
         with survivor_listener.lock:
-            assert survivor_listener.checked["CHILD-KEY"] == 1
+            # Checked again if the answer took longer than the 100 ms check interval (a
+            # loaded machine): checks are at least once, the delivery exactly once.
+            assert survivor_listener.checked["CHILD-KEY"] >= 1
         assert pending(cluster, "PG_KILLED") == 0
     finally:
         survivor.shutdown()
@@ -147,7 +153,7 @@ def test_broker_killed_between_half_and_end_commits_once(
         seen = consume(cluster, consumers, "TopicHalfKill")
         exactly_once(seen, "HALF-KILL")
         with listener.lock:
-            assert listener.checked["HALF-KILL"] == 1
+            assert listener.checked["HALF-KILL"] >= 1  # at least once, as above
         assert pending(cluster, "PG_HALF_KILL") == 0
     finally:
         p.shutdown()

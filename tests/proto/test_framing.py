@@ -185,7 +185,7 @@ def test_length_over_the_maximum_is_a_frame_error() -> None:
         FrameReader().feed(b"\xff\xff\xff\xff")
 
 
-@pytest.mark.parametrize("kind", [0, 3, 0x7F, 0xFF])  # 1: SEND_BATCH, 2: SEND_BATCHES
+@pytest.mark.parametrize("kind", [0, 4, 0x7F, 0xFF])  # 1: SEND_BATCH, 2: SEND_BATCHES, 3: AUTH
 def test_unknown_kind_is_a_frame_error(kind: int) -> None:
     with pytest.raises(FrameError):
         FrameReader().feed(encode_frame(1, kind, b"payload"))

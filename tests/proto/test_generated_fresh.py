@@ -28,18 +28,21 @@ def test_checked_in_generated_modules_are_fresh(tmp_path: Path) -> None:
         check=True, capture_output=True, timeout=60,
         env=dict(os.environ, PYTHON=sys.executable),
     )
-    fresh = generated_files(out_dir)
-    checked_in = generated_files(CHECKED_IN)
-    assert fresh, "gen_proto.sh generated nothing"
-    assert sorted(checked_in) == sorted(fresh), (
-        "mqproto/ has missing or extra generated files: run scripts/gen_proto.sh"
-    )
-    stale = sorted(name for name in fresh if fresh[name] != checked_in[name])
-    assert not stale, f"stale generated modules {stale}: run scripts/gen_proto.sh"
+    for fresh_dir, checked_dir in ((out_dir, CHECKED_IN), (out_dir / "v2", CHECKED_IN / "v2")):
+        fresh = generated_files(fresh_dir)
+        checked_in = generated_files(checked_dir)
+        assert fresh, f"gen_proto.sh generated nothing in {fresh_dir.name}"
+        assert sorted(checked_in) == sorted(fresh), (
+            f"{checked_dir} has missing or extra generated files: run scripts/gen_proto.sh"
+        )
+        stale = sorted(name for name in fresh if fresh[name] != checked_in[name])
+        assert not stale, f"stale generated modules {stale}: run scripts/gen_proto.sh"
 
 
 def test_imports_are_package_relative() -> None:
-    for name, content in generated_files(CHECKED_IN).items():
+    for name, content in [*generated_files(CHECKED_IN).items(),
+                          *generated_files(CHECKED_IN / "v2").items()]:
         text = content.decode()
         assert "from mqcluster" not in text, name
+        assert "from apache" not in text, name
         assert "\nimport common_pb2" not in text, name
