@@ -211,6 +211,14 @@ def checked_configs(pbs: list[common_pb2.TopicConfig], max_queue_nums: int,
 BATCH_APPLY_CHUNK = 5000  # topics put into the table per loop turn
 
 
+def _topic_list(configs: list[TopicConfig], version: DataVersion) -> bytes:
+    """GetTopicList's answer, serialized (any thread), by topic name."""
+    configs.sort(key=lambda c: c.topic_name)
+    return A.GetTopicListResponse(
+        status=ok(), topic_configs=[topic_config_to_proto(c) for c in configs],
+        data_version=data_version_to_proto(version)).SerializeToString()
+
+
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -263,11 +271,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     @rpc(A.GetTopicListResponse)
     async def GetTopicList(self, request: A.GetTopicListRequest, context: Context) -> Any:
+        """Built and serialized in a worker thread from a copy of the table (a slave asks
+        every 10 s; tens of thousands of topics would hold the loop)."""
         topics = self.broker.topics
-        return A.GetTopicListResponse(
-            status=ok(),
-            topic_configs=[topic_config_to_proto(c) for _, c in sorted(topics.table.items())],
-            data_version=data_version_to_proto(topics.data_version))
+        return await asyncio.to_thread(_topic_list, list(topics.table.values()),
+                                       topics.data_version)
 
     # -- runtime ---------------------------------------------------------------------------
     @rpc(A.GetRuntimeInfoResponse)

@@ -59,7 +59,7 @@ from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grp
 from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
 from mqproto.tls import ServerTls, TlsError
 from store.config import StoreConfig
-from store.constants import BrokerRole, PutMessageStatus
+from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
 from store.message import Message
 from store.message_store import DefaultMessageStore, PutMessageResult
 from store.waiters import OffsetWaiters
@@ -144,6 +144,8 @@ class BrokerController:
         self.grpc_proxy_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
+        self._put_group: list[tuple[list[Message], asyncio.Future[PutMessageResult]]] | None = (
+            None)  # see start_put_group
         # (data version, broker permission) -> the compressed topic table it registers
         self._register_body: tuple[tuple[object, int], bytes] | None = None
         self._lock_fd: int | None = None
@@ -332,10 +334,44 @@ class BrokerController:
             return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
         return None
 
+    def start_put_group(self) -> bool:
+        """From now until `end_put_group`, puts (of this loop turn) are gathered and
+        appended together (one store append, one lock, one copy): a SEND_BATCHES frame's
+        batches of many topics. Only under ASYNC_FLUSH (SYNC_FLUSH puts of one loop turn
+        are appended together by the store already); False when not started."""
+        if self._put_group is not None or self.store_config.flush_disk_type is not (
+                FlushDiskType.ASYNC_FLUSH):
+            return False
+        self._put_group = []
+        return True
+
+    def end_put_group(self) -> None:
+        """Appends the gathered puts and completes their futures."""
+        group, self._put_group = self._put_group, None
+        if not group:
+            return
+        try:
+            results = self.store.append_groups([msgs for msgs, _ in group])
+        except Exception as e:
+            for _, future in group:
+                if not future.done():
+                    future.set_exception(e)
+            return
+        for (_, future), result in zip(group, results, strict=True):
+            if not future.done():
+                future.set_result(result)
+
     async def put_messages(self, msgs: list[Message]) -> PutMessageResult:
         """Stores messages in one append, waits for the flush / slave the role asks and
         counts them. The status is the store's, or the replication's when that failed."""
-        result = await self.store.put_messages_async(msgs)
+        group = self._put_group
+        if group is None:
+            result = await self.store.put_messages_async(msgs)
+        else:
+            future: asyncio.Future[PutMessageResult] = asyncio.get_running_loop(
+                ).create_future()
+            group.append((msgs, future))
+            result = await future
         append = result.append
         if result.status not in STORED_STATUSES or append is None:
             return result

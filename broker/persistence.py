@@ -69,9 +69,10 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Writes `data` as JSON to `path` atomically, keeping the previous file as `.bak`."""
+    """Writes `data` as JSON to `path` atomically, keeping the previous file as `.bak`
+    (`data` already encoded when it is bytes)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    raw = encode_json(data)
+    raw = data if isinstance(data, bytes) else encode_json(data)
     tmp = _temp_path(path)
     with open(tmp, "wb") as f:
         f.write(raw)

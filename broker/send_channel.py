@@ -104,25 +104,54 @@ async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
             return stop.value  # type: ignore[no-any-return]
 
 
-async def run_all(coros: list[Coroutine[Any, Any, T]]) -> list[T]:
+async def run_all(coros: list[Coroutine[Any, Any, T]],
+                  group: Callable[[], bool] | None = None,
+                  end_group: Callable[[], None] | None = None) -> list[T]:
     """The results of `coros`, in order: each is started here and most complete at once
     (no task); only those that suspend get one, and are awaited together. The loop gets a
-    turn after every RUN_ALL_SLICE of them (a frame may carry a thousand batches)."""
+    turn after every RUN_ALL_SLICE of them (a frame may carry a thousand batches).
+
+    With `group` / `end_group` (BrokerController.start_put_group / end_put_group), the puts
+    of a slice are appended together: each coroutine stops at its put, the slice's puts
+    are appended at once, and the coroutines are driven on from there."""
     results: list[Any] = [None] * len(coros)
     waiting_on: list[tuple[int, asyncio.Task[T]]] = []
     loop = asyncio.get_running_loop()
     started = 0
+
+    def step(i: int, coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
+        """Runs `coro` on: (True, None) when it ended (its result stored), else (False,
+        the future it waits on, or None for a bare yield)."""
+        try:
+            return False, coro.send(None)
+        except StopIteration as stop:
+            results[i] = stop.value
+            return True, None
+
     try:
-        for i, coro in enumerate(coros):
-            if i and i % RUN_ALL_SLICE == 0:
+        for first in range(0, len(coros), RUN_ALL_SLICE):
+            if first:
                 await asyncio.sleep(0)
-            started = i + 1
+            grouped = group is not None and group()
+            stopped: list[tuple[int, Coroutine[Any, Any, T], Any]] = []
             try:
-                waiting = coro.send(None)
-            except StopIteration as stop:
-                results[i] = stop.value
-                continue
-            waiting_on.append((i, loop.create_task(_resume(coro, waiting))))
+                for i in range(first, min(first + RUN_ALL_SLICE, len(coros))):
+                    started = i + 1
+                    ended, waiting = step(i, coros[i])
+                    if not ended:
+                        stopped.append((i, coros[i], waiting))
+            finally:
+                if grouped and end_group is not None:
+                    end_group()
+            for i, coro, waiting in stopped:
+                ended = False
+                while waiting is not None and waiting.done():  # its put, just appended
+                    waiting._asyncio_future_blocking = False
+                    ended, waiting = step(i, coro)
+                    if ended:
+                        break
+                if not ended:
+                    waiting_on.append((i, loop.create_task(_resume(coro, waiting))))
     finally:
         for coro in coros[started:]:  # cancelled between slices: never started
             coro.close()
@@ -419,19 +448,22 @@ class _Connection(asyncio.BufferedProtocol):
                 remark="the frame is not a SendBatchesRequest"))
             return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
         send, peer = self.server.send, self.peer
+        broker = send.broker
         denials = [self._denied(batch) for batch in request.batches]
         if any(denials):  # each batch is stored or refused on its own
             allowed = [b for b, why in zip(request.batches, denials, strict=True) if not why]
             stored = iter(await run_all([
                 answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
-                       send.send_batch(batch, peer)) for batch in allowed]))
+                       send.send_batch(batch, peer)) for batch in allowed],
+                broker.start_put_group, broker.end_put_group))
             responses = [next(stored) if not why else messaging_pb2.SendBatchResponse(
                 status=common_pb2.Status(code=common_pb2.NO_PERMISSION, remark=why))
                 for why in denials]
             return messaging_pb2.SendBatchesResponse(responses=responses).SerializeToString()
         responses = await run_all([
             answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
-                   send.send_batch(batch, peer)) for batch in request.batches])
+                   send.send_batch(batch, peer)) for batch in request.batches],
+            broker.start_put_group, broker.end_put_group)
         return messaging_pb2.SendBatchesResponse(responses=responses).SerializeToString()
 
     async def _send_batch(self, payload: bytes) -> messaging_pb2.SendBatchResponse:

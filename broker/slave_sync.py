@@ -157,8 +157,11 @@ class SlaveSynchronizer:
         _checked(response, "GetTopicList")
         version = DataVersion(response.data_version.timestamp, response.data_version.counter)
         topics = self.broker.topics
-        if topics.copy_from_master([topic_config_from_proto(c) for c in response.topic_configs],
-                                   version):
+        if version == topics.data_version:
+            return  # unchanged: nothing to convert (tens of thousands of topics)
+        pbs = list(response.topic_configs)
+        configs = await asyncio.to_thread(lambda: [topic_config_from_proto(c) for c in pbs])
+        if topics.copy_from_master(configs, version):
             await topics.persist_async()
 
     async def _copy_consumer_offsets(self, stub: admin_pb2_grpc.AdminServiceStub) -> None:

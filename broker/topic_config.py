@@ -23,7 +23,7 @@ from broker.constants import (
     PERM_READ_WRITE,
     PERM_WRITE,
 )
-from broker.persistence import ConfigManager
+from broker.persistence import ConfigManager, encode_json
 from store.constants import DELAY_LEVELS_MS, SCHEDULE_TOPIC
 from store.message import is_system_topic, topic_problem
 
@@ -135,6 +135,7 @@ Table = tuple[dict[str, TopicConfig], DataVersion]
 
 # Changes arriving this close together share one write of topics.json (a burst of creates).
 TOPIC_PERSIST_DEBOUNCE_S = 0.01
+ENCODE_CHUNK = 1000  # topic configs per JSON encoder call
 
 
 class TopicConfigManager(ConfigManager[Table]):
@@ -154,17 +155,24 @@ class TopicConfigManager(ConfigManager[Table]):
 
     # -- persistence -----------------------------------------------------------------------
     def encode(self) -> Any:
-        return self.encode_state(self.snapshot_state())
+        return {
+            "topicConfigTable": {n: c.to_json() for n, c in self.table.items()},
+            "dataVersion": self.data_version.to_json(),
+        }
 
     def snapshot_state(self) -> Table:
         return dict(self.table), self.data_version
 
-    def encode_state(self, state: Table) -> Any:
+    def encode_state(self, state: Table) -> bytes:
+        """The file's JSON, encoded ENCODE_CHUNK topics per encoder call (the encoder holds
+        the GIL for a whole call: 50,000 topics at once held the event loop ~20 ms); the
+        same bytes one call would give (sorted keys, compact)."""
         table, version = state
-        return {
-            "topicConfigTable": {n: c.to_json() for n, c in table.items()},
-            "dataVersion": version.to_json(),
-        }
+        names = sorted(table)
+        parts = [encode_json({n: table[n].to_json() for n in names[i:i + ENCODE_CHUNK]})[1:-1]
+                 for i in range(0, len(names), ENCODE_CHUNK)]
+        return b"".join((b'{"dataVersion":', encode_json(version.to_json()),
+                         b',"topicConfigTable":{', b",".join(parts), b"}}"))
 
     def parse(self, data: Any) -> Table:
         table = {}

@@ -7,10 +7,10 @@ queue). `append` is called from any thread; batches are sent on the client loop,
 `max_inflight` per topic and level at a time. At most `max_pending` messages wait in all; past that,
 `append` blocks its (non-loop) caller until batches complete.
 
-Batches that become ready in one loop turn leave together: with a `multi_sender`, the
-producer sends those of one broker in one request whatever their topics (a SEND_BATCHES
-frame), so sends spread over many topics, each batch small, cost the broker about what
-one topic's do.
+With a `multi_sender`, one linger timer serves all open batches, and the batches ready
+when it fires (or that filled up in the same loop turn) leave together: the producer sends
+those of one broker in one request whatever their topics (a SEND_BATCHES frame), so sends
+spread over many topics, each batch small, do not cost a request each.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class BatchAccumulator:
         self.sender = sender
         self.multi_sender = multi_sender
         self._drain_scheduled = False
+        self._linger_armed = False  # with a multi-sender: the one linger timer is set
         self.linger_s = linger_s
         self.max_count = max_count
         self.max_bytes = max_bytes
@@ -97,6 +98,9 @@ class BatchAccumulator:
             first = batch is None
             if batch is None:
                 batch = self._open[key] = Batch(key)
+                if self.multi_sender is not None:  # one linger timer for all open batches
+                    first = not self._linger_armed
+                    self._linger_armed = True
             batch.ids.append(message_id)
             batch.elements.append(element)
             batch.futures.append(future)
@@ -118,7 +122,20 @@ class BatchAccumulator:
 
     # -- loop ----------------------------------------------------------------------------------
     def _arm_linger(self, batch: Batch) -> None:
-        self.loop.loop.call_later(self.linger_s, self._linger_expired, batch)
+        if self.multi_sender is not None:
+            self.loop.loop.call_later(self.linger_s, self._linger_all_expired)
+        else:
+            self.loop.loop.call_later(self.linger_s, self._linger_expired, batch)
+
+    def _linger_all_expired(self) -> None:
+        """Every batch open now leaves (with a multi-sender: the ones of many topics go
+        together, whenever within the linger each was opened)."""
+        with self._lock:
+            self._linger_armed = False
+            opened, self._open = self._open, {}
+            for key, batch in opened.items():
+                self._ready.setdefault(key, collections.deque()).append(batch)
+        self._drain()
 
     def _linger_expired(self, batch: Batch) -> None:
         with self._lock:
@@ -210,6 +227,7 @@ class BatchAccumulator:
         with self._lock:
             for key in list(self._open):
                 self._ready.setdefault(key, collections.deque()).append(self._open.pop(key))
+            self._linger_armed = False  # the armed timer (if any) finds nothing open
         if self.multi_sender is None:
             for key in list(self._ready):
                 self._pump(key)

@@ -361,21 +361,29 @@ class Producer:
         retried on its own, as a batch of one topic would be."""
         outcomes: list[Outcome | None] = [None] * len(batches)
         groups: dict[str, list[list[_Planned]]] = {}
+        sizes: dict[str, int] = {}  # bytes in the last chunk of each address
+        routes = self.instance.routes
+        born_ms = int(time.time() * 1000)
         for i, batch in enumerate(batches):
             attempts = _Attempts(self, self.send_timeout_s, batch.born)
             encoded = b"".join(batch.elements)
             try:
-                route = await self.publish_route_async(batch.topic)
+                route = routes.get(batch.topic)
+                if route is None or not route.publish_queues:
+                    route = await self.publish_route_async(batch.topic)
                 target, addr, _ = attempts.next_target(route, None)
             except MQClientError as e:
                 outcomes[i] = e
                 continue
-            request = self._request(batch.topic, encoded)
-            request.queue_id = target.queue_id
+            request = messaging_pb2.SendBatchRequest(
+                producer_group=self.group, topic=batch.topic, encoded_messages=encoded,
+                born_timestamp=born_ms, default_topic_queue_nums=self.default_topic_queue_nums,
+                queue_id=target.queue_id)
             chunks = groups.setdefault(addr, [[]])
-            if sum(len(p.request.encoded_messages) for p in chunks[-1]) + len(
-                    encoded) > MAX_SEND_BATCHES_BYTES and chunks[-1]:
+            if chunks[-1] and sizes.get(addr, 0) + len(encoded) > MAX_SEND_BATCHES_BYTES:
                 chunks.append([])
+                sizes[addr] = 0
+            sizes[addr] = sizes.get(addr, 0) + len(encoded)
             chunks[-1].append(_Planned(i, batch, target, request, attempts))
         await asyncio.gather(*(self._send_planned(addr, chunk, outcomes)
                                for addr, chunks in groups.items() for chunk in chunks))

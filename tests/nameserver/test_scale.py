@@ -171,3 +171,23 @@ def test_batched_route_lookup_answers_existing_topics_and_groups_once() -> None:
             assert list(r.routes[0].queue_datas) == list(one.topic_route_data.queue_datas)
 
     asyncio.run(scenario())
+
+
+def test_a_bad_topic_among_unchanged_ones_is_refused_whole() -> None:
+    """Only new or changed topics are checked again; a bad one still refuses the table."""
+    async def scenario() -> None:
+        async with running_namesrv() as (controller, stub):
+            good = topic_configs(1000)
+            r = await stub.RegisterBroker(request(good, compressed=True), timeout=30)
+            assert r.status.code == common_pb2.SUCCESS
+            bad = common_pb2.TopicConfig(topic_name="bad topic", read_queue_nums=1,
+                                         write_queue_nums=1, perm=6)
+            for table in ([*good, bad], [*good, good[5]]):
+                r = await stub.RegisterBroker(request(table, counter=2, compressed=True),
+                                              timeout=30)
+                assert r.status.code == common_pb2.INVALID_PARAMETER, r.status
+            rim = controller.route_info_manager
+            assert len(rim.topic_queue_table) == 1000
+            assert rim.broker_live_table[MASTER_A].data_version == DataVersion(1, 1)
+
+    asyncio.run(scenario())
