@@ -18,18 +18,17 @@ import pytest
 
 from mqclient import (
     ConsumeFromWhere,
-    ConsumeStatus,
     LocalTransactionState,
     Message,
     MessageExt,
     PushConsumer,
     TransactionProducer,
 )
-from mqclient.admin import MQAdmin
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 from store.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from tests.broker.conftest import REPO_ROOT, RPC_TIMEOUT_S, Process, child_env
 from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.test_transaction import Seen, pending
 
 COMMIT = LocalTransactionState.COMMIT
 UNKNOWN = LocalTransactionState.UNKNOWN
@@ -63,21 +62,6 @@ class Recorder:
         return COMMIT
 
 
-class Seen:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.keys: Counter[str] = Counter()
-
-    def __call__(self, msgs: list[MessageExt]) -> ConsumeStatus:
-        with self.lock:
-            self.keys.update(" ".join(m.keys) for m in msgs)
-        return ConsumeStatus.CONSUME_SUCCESS
-
-    def snapshot(self) -> Counter[str]:
-        with self.lock:
-            return Counter(self.keys)
-
-
 def consume(cluster: Cluster, consumers: list[PushConsumer], topic: str) -> Seen:
     seen = Seen()
     c = PushConsumer("CG_TXN_F", cluster.namesrv_addr,
@@ -95,12 +79,6 @@ def exactly_once(seen: Seen, key: str) -> None:
                message=f"{key} consumed")
     time.sleep(1.0)  # a duplicate would arrive now
     assert seen.snapshot()[key] == 1
-
-
-def pending(cluster: Cluster, group: str) -> int:
-    with MQAdmin(cluster.namesrv_addr) as admin:
-        return sum(p.pending for r in admin.pending_transactions_of_cluster(None, group)
-                   if isinstance(r, list) for p in r)
 
 
 def producer(cluster: Cluster, group: str, listener: Recorder) -> TransactionProducer:
