@@ -98,22 +98,7 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                           f"${SECRET_KEY_ENV})" if store is not None else
                           "this name server requires the cluster key (clusterKey) for "
                           f"{method.rpartition('/')[2]}")
-        account = None
-        if access_key == CLUSTER_ACCESS_KEY:
-            if not self.cluster_key:
-                raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
-                              "cluster-key credentials, but no clusterKey is set here")
-            secret = self.cluster_key
-        else:
-            account = store.config.accounts.get(access_key) if store is not None else None
-            if account is None:
-                raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
-                              f"unknown access key {access_key[:64]!r}")
-            if account.white_addresses and not any(
-                    p.matches(host) for p in account.white_addresses):
-                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                              f"account {access_key} may not call from {host or peer}")
-            secret = account.secret_key
+        secret, account = self._secret_of(access_key, host, host or peer)
         need = requirement(method, request)
         try:
             self.verifier.verify(secret, method, access_key, metadata.get(TIMESTAMP_MD, ""),
@@ -128,6 +113,26 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                 raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                               f"{e} for {method.rpartition('/')[2]}") from None
 
+    def _secret_of(self, access_key: str, host: str, shown_host: str
+                   ) -> tuple[str, Account | None]:
+        """The secret that signs for `access_key` calling from `host`, and its account
+        (None for the cluster key). Raises Refusal."""
+        if access_key == CLUSTER_ACCESS_KEY:
+            if not self.cluster_key:
+                raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
+                              "cluster-key credentials, but no clusterKey is set here")
+            return self.cluster_key, None
+        store = self.store
+        account = store.config.accounts.get(access_key) if store is not None else None
+        if account is None:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
+                          f"unknown access key {access_key[:64]!r}")
+        if account.white_addresses and not any(
+                p.matches(host) for p in account.white_addresses):
+            raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                          f"account {access_key} may not call from {shown_host}")
+        return account.secret_key, account
+
     def authenticate(self, method: str, credentials_md: dict[str, str], host: str,
                      fields: str = "") -> Account | None:
         """The account of a signed connection (the send channel's AUTH frame); None for
@@ -138,18 +143,7 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                           f"client address {host} is not in the ACL's "
                           "globalWhiteRemoteAddresses")
         access_key = credentials_md.get(ACCESS_KEY_MD, "")
-        if access_key == CLUSTER_ACCESS_KEY and self.cluster_key:
-            secret, account = self.cluster_key, None
-        else:
-            account = store.config.accounts.get(access_key) if store is not None else None
-            if account is None:
-                raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
-                              f"unknown access key {access_key[:64]!r}")
-            if account.white_addresses and not any(
-                    p.matches(host) for p in account.white_addresses):
-                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                              f"account {access_key} may not call from {host}")
-            secret = account.secret_key
+        secret, account = self._secret_of(access_key, host, host)
         try:
             self.verifier.verify(secret, method, access_key,
                                  credentials_md.get(TIMESTAMP_MD, ""),
