@@ -275,6 +275,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         reader = request_iterator.__aiter__()
         closed = asyncio.ensure_future(self.closed.wait())
         next_command: asyncio.Future[D.TelemetryCommand] | None = None
+        next_check: asyncio.Future[Any] | None = None
         checks = _CheckSubscriptions(self.broker, client_id)
         try:
             next_command = asyncio.ensure_future(reader.__anext__())
@@ -317,6 +318,9 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                 # thread stack traces and verify results answer nothing
         finally:
             closed.cancel()
+            if next_check is not None:  # the client left while it waited ("destroyed")
+                next_check.cancel()
+                next_check.add_done_callback(_retrieve)
             checks.close()
             if next_command is not None:
                 # The client went away: its pending read ends with an error nobody awaits.
