@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from filter import FilterError
 from mqclient import (
     ConsumeFromWhere,
     Message,
@@ -15,6 +16,7 @@ from mqclient import (
     Producer,
     PushConsumer,
 )
+from mqclient.selector import EXPRESSION_TYPE_SQL92
 from tests.mqclient.conftest import Cluster
 from tests.mqclient.test_consumer import Collector
 
@@ -81,8 +83,12 @@ def test_a_bad_expression_fails_start_with_the_column(
         producer.send(Message("TopicBad", b"create"))
     finally:
         producer.shutdown()
+    bad = "a > 5 AND AND b = 1"
+    with pytest.raises(FilterError, match="at column 11"):  # the client checks it first
+        MessageSelector.by_sql(bad)
+    # The broker refuses it too (a client that does not check, or an older one).
     c = PushConsumer("G-bad", cluster.namesrv_addr)
-    c.subscribe("TopicBad", MessageSelector.by_sql("a > 5 AND AND b = 1"))
+    c.subscribe("TopicBad", MessageSelector(EXPRESSION_TYPE_SQL92, bad))
     c.register_listener_concurrently(lambda msgs: None)
     with pytest.raises(MQClientError) as e:
         c.start()
