@@ -222,9 +222,14 @@ class ConsumeQueue:
         for mf in files[start:]:
             fd = os.open(mf.path, os.O_RDWR)
             try:
-                if os.fstat(fd).st_size != self.file_size:
-                    raise ValueError(f"{mf.path}: size {os.fstat(fd).st_size}, expected "
-                                     f"{self.file_size}")
+                size = os.fstat(fd).st_size
+                if size == 0 and mf is files[-1]:
+                    # Created and killed before it was sized (entries are written only
+                    # after): an empty file.
+                    os.ftruncate(fd, self.file_size)
+                    size = self.file_size
+                if size != self.file_size:
+                    raise ValueError(f"{mf.path}: size {size}, expected {self.file_size}")
                 pos, known_zero_to = _scan_end(fd, self.file_size)
                 end_pos = mf.file_from_offset + pos
                 if pos < self.file_size:

@@ -71,6 +71,9 @@ def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = 
                 check = checks.get(key)
                 if check is None:
                     check = checks[key] = _QueueCheck(store, key)
+                if check.failed:
+                    count += 1
+                    continue
                 expected = check.next_offset
                 if queue_offset == expected:
                     check.next_offset = expected + 1
@@ -129,13 +132,17 @@ class _QueueCheck:
     """Where a consume queue goes on during a crash scan, and its entries' commitlog offsets
     read a block at a time (one unpack per block instead of one lookup per record)."""
 
-    __slots__ = ("store", "key", "next_offset", "block_start", "block")
+    __slots__ = ("store", "key", "next_offset", "block_start", "block", "failed")
 
     def __init__(self, store: DefaultMessageStore, key: tuple[str, int]) -> None:
         self.store = store
         self.key = key
         cq = store.consume_queues.get(key)
         self.next_offset = cq.max_offset_in_queue if cq is not None else 0
+        # A queue that could not be loaded proves nothing about its records: they are
+        # neither checked against it (that would truncate the commitlog, losing every
+        # later record of every topic) nor dispatched to it.
+        self.failed = cq is not None and bool(cq.failed)
         self.block_start = 0
         self.block: tuple[int, ...] = ()
 

@@ -35,6 +35,7 @@ from store.config import StoreConfig
 from store.constants import FlushDiskType, GetMessageStatus
 from store.consume_queue import BLANK_SIZE
 from store.inspect import inspect_store
+from store.message import Message
 from store.message_store import DefaultMessageStore
 from tests.store.crash_writer import body_for, crash_config, message_for
 
@@ -395,3 +396,43 @@ def test_file_creation_cut_short(tmp_path: Path, where: str) -> None:
         store.shutdown()
     rep = inspect_store(base)
     assert rep.problem_count == 0 and not rep.warnings, rep.problems[:3]
+
+
+def test_empty_file_after_a_full_consume_queue_file(tmp_path: Path) -> None:
+    """The same cut short, after a queue file that is exactly full (recovery then reads the
+    empty one): the sigkill rounds once lost every record after it, as the queue failed to
+    load and its records no longer matched it."""
+    base = tmp_path / "store"
+    store = DefaultMessageStore(tail_config(base))
+    store.load()
+    store.start()
+    per_file = store.config.mapped_file_size_consume_queue // 20
+    offsets = []
+    for n in range(per_file):
+        msg = Message("Full", f"m{n}".encode() * 10, {"KEYS": f"k{n}"}, queue_id=0)
+        r = store.put_message(msg)
+        assert r.ok and r.append is not None
+        offsets.append(r.append.commit_log_offsets[0])
+    other, _, _ = message_for("after", 1)
+    r = store.put_message(other)
+    assert r.ok and r.append is not None
+    end = r.append.commit_log_offsets[0] + r.append.wrote_bytes
+    store.shutdown()
+    queue = base / "consumequeue" / "Full" / "0"
+    [full] = sorted(queue.iterdir())
+    assert full.stat().st_size == per_file * 20
+    (queue / f"{per_file * 20:020d}").touch()
+    (base / "abort").touch()
+    store = DefaultMessageStore(tail_config(base))
+    store.load()
+    store.start()
+    try:
+        assert store.commitlog.max_offset == end
+        assert store.get_max_offset_in_queue("Full", 0) == per_file
+        got = store.get_message("g", "Full", 0, per_file - 1, 1)
+        assert got.decoded()[0].commit_log_offset == offsets[-1]
+        msg = Message("Full", b"next", {"KEYS": "next"}, queue_id=0)
+        r = store.put_message(msg)
+        assert r.ok and r.append is not None and r.append.queue_offsets[0] == per_file
+    finally:
+        store.shutdown()
