@@ -145,8 +145,8 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
     size = CLUSTER_SIZE if cls == "c" else 1
     ports = free_ports(2 * size)
     client_ports, cluster_ports = ports[:size], ports[size:]
-    servers: list[ServerProcess] = []
-    try:
+    with contextlib.ExitStack() as stack:  # closes the target, then stops the servers
+        servers: list[ServerProcess] = []
         for i in range(size):
             name = f"jetstream-{cls}-{i}"
             conf = work / f"{name}.conf"
@@ -154,18 +154,12 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
                 work / name, client_ports[i], cls == "b", name=name if size > 1 else "",
                 cluster_port=cluster_ports[i] if size > 1 else 0,
                 routes=[p for j, p in enumerate(cluster_ports) if j != i]))
-            servers.append(ServerProcess(name, [SERVER, "-c", str(conf)],
-                                         work / f"{name}.log"))
+            servers.append(stack.enter_context(ServerProcess(
+                name, [SERVER, "-c", str(conf)], work / f"{name}.log")))
         for server, port in zip(servers, client_ports, strict=True):
             server.wait_port(port)
-        target = JetStreamTarget([f"nats://127.0.0.1:{p}" for p in client_ports], size)
-        try:
-            yield target
-        finally:
-            target.close()
-    finally:
-        for server in reversed(servers):
-            server.stop()
+        yield stack.enter_context(contextlib.closing(JetStreamTarget(
+            [f"nats://127.0.0.1:{p}" for p in client_ports], size)))
 
 
 def _version() -> str:

@@ -153,25 +153,18 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
            "RABBITMQ_LOGS": "-", "RABBITMQ_CONFIG_FILE": str(conf),
            "RABBITMQ_ENABLED_PLUGINS_FILE": str(base / "enabled_plugins"),
            "RABBITMQ_DIST_PORT": str(dist_port), "RABBITMQ_PID_FILE": str(base / "pid")}
-    servers: list[ServerProcess] = []
-    try:
-        epmd = ServerProcess("epmd", ["epmd", "-port", str(epmd_port), "-address",
-                                      "127.0.0.1"], base / "epmd.log", env=env)
-        servers.append(epmd)
+    with contextlib.ExitStack() as stack:  # closes the target, then stops the servers
+        epmd = stack.enter_context(ServerProcess(
+            "epmd", ["epmd", "-port", str(epmd_port), "-address", "127.0.0.1"],
+            base / "epmd.log", env=env))
         epmd.wait_port(epmd_port)
         script = str(SERVER_SCRIPT) if SERVER_SCRIPT.exists() else "rabbitmq-server"
-        rabbit = ServerProcess("rabbitmq-server", [script], base / "rabbitmq.log", env=env,
-                               cwd=base, pid_file=base / "pid")
-        servers.append(rabbit)
+        rabbit = stack.enter_context(ServerProcess(
+            "rabbitmq-server", [script], base / "rabbitmq.log", env=env, cwd=base,
+            pid_file=base / "pid"))
         rabbit.wait_port(amqp_port)
-        target = RabbitTarget(amqp_port, QUEUE_TYPES[cls])
-        try:
-            yield target
-        finally:
-            target.close()
-    finally:
-        for server in reversed(servers):
-            server.stop()
+        yield stack.enter_context(contextlib.closing(RabbitTarget(amqp_port,
+                                                                  QUEUE_TYPES[cls])))
 
 
 def _version() -> str:

@@ -103,13 +103,11 @@ def _summary(n: int, elapsed: float, latencies: list[float]) -> tuple[float, flo
 def _server(work: Path, name: str, port: int, fsync: str, extra: list[str]) -> ServerProcess:
     data = work / name
     data.mkdir()
-    server = ServerProcess(name, ["redis-server", "--bind", "127.0.0.1", "--port", str(port),
-                                  "--dir", str(data), "--save", "", "--appendonly", "yes",
-                                  "--appendfsync", fsync, "--daemonize", "no",
-                                  "--protected-mode", "no", *extra],
-                           work / f"{name}.log")
-    server.wait_port(port)
-    return server
+    return ServerProcess(name, ["redis-server", "--bind", "127.0.0.1", "--port", str(port),
+                                "--dir", str(data), "--save", "", "--appendonly", "yes",
+                                "--appendfsync", fsync, "--daemonize", "no",
+                                "--protected-mode", "no", *extra],
+                         work / f"{name}.log")
 
 
 @contextlib.contextmanager
@@ -118,27 +116,20 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
 
     fsync = "always" if cls == "b" else "everysec"
     port, replica_port = free_ports(2)
-    servers = []
-    try:
-        servers.append(_server(work, f"redis-{cls}", port, fsync, []))
+    with contextlib.ExitStack() as stack:  # closes the target, then stops the servers
+        stack.enter_context(_server(work, f"redis-{cls}", port, fsync, [])).wait_port(port)
         replicas = 0
         if cls == "c":
-            servers.append(_server(work, f"redis-{cls}-replica", replica_port, fsync,
-                                   ["--replicaof", "127.0.0.1", str(port)]))
+            stack.enter_context(_server(work, f"redis-{cls}-replica", replica_port, fsync,
+                                        ["--replicaof", "127.0.0.1", str(port)])
+                                ).wait_port(replica_port)
             replicas = 1
             master = redis.Redis(host="127.0.0.1", port=port)
             wait_until(lambda: master.info("replication").get("connected_slaves", 0) >= 1
                        and master.execute_command("WAIT", 1, 100) >= 1, 30,
                        "the redis replica")
             master.close()
-        target = RedisTarget(port, replicas)
-        try:
-            yield target
-        finally:
-            target.close()
-    finally:
-        for server in reversed(servers):
-            server.stop()
+        yield stack.enter_context(contextlib.closing(RedisTarget(port, replicas)))
 
 
 def _version() -> str:

@@ -43,8 +43,9 @@ def wait_until(ready: Callable[[], bool], timeout: float, what: str) -> None:
 
 
 class ServerProcess:
-    """One server child: its output goes to `log`; `stop` signals its PID (or the PID the
-    server wrote to `pid_file`, for servers started through a wrapper script)."""
+    """One server child: its output goes to `log`; `stop` (or leaving `with`) signals its
+    PID (or the PID the server wrote to `pid_file`, for servers started through a wrapper
+    script)."""
 
     def __init__(self, name: str, argv: Sequence[str], log: Path, *,
                  env: dict[str, str] | None = None, cwd: Path | None = None,
@@ -56,6 +57,12 @@ class ServerProcess:
             self.process = subprocess.Popen(
                 list(argv), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 cwd=cwd, env=dict(os.environ, **(env or {})), start_new_session=True)
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def check_alive(self) -> None:
         if self.process.poll() is not None:
