@@ -18,15 +18,17 @@ by the bench itself (see the README for the apt and pip lines).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from bench.e2e import BODY, TOPIC
+from bench.e2e import BODY, TOPIC, percentile
 
-__all__ = ["BODY", "CLASSES", "TOPIC", "Peer", "Sizes", "Target", "topic_names"]
+__all__ = ["BODY", "CLASSES", "TOPIC", "Peer", "Sizes", "Target", "one_by_one", "summary",
+           "topic_names"]
 
 CLASSES = {
     "a": "acknowledged in memory / OS cache",
@@ -57,6 +59,23 @@ QUICK = Sizes(warm_up=20, one_at_a_time=100, in_flight=1000, window=64, topics=8
 def topic_names(count: int) -> list[str]:
     """The topics of the many-topics workload (the main one, TOPIC, is not among them)."""
     return [f"{TOPIC}{i:03d}" for i in range(count)]
+
+
+def summary(n: int, elapsed: float, latencies: list[float]) -> tuple[float, float, float]:
+    """(msgs/s, p50 ms, p99 ms) of n sends over `elapsed` seconds; sorts `latencies`."""
+    latencies.sort()
+    return (n / elapsed, percentile(latencies, 0.50) * 1000,
+            percentile(latencies, 0.99) * 1000)
+
+
+async def one_by_one(send: Callable[[], Awaitable[object]], n: int) -> list[float]:
+    """Awaits send() n times, each before the next: the seconds each took."""
+    latencies = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await send()
+        latencies.append(time.perf_counter() - t)
+    return latencies
 
 
 class Target(Protocol):

@@ -14,8 +14,14 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.peers import BODY, TOPIC, Peer, Target
-from bench.peers.servers import ServerProcess, free_ports, missing_programs
+from bench.peers import BODY, TOPIC, Peer, Target, one_by_one, summary
+from bench.peers.servers import (
+    ServerProcess,
+    free_ports,
+    missing_module,
+    missing_programs,
+    program_version,
+)
 
 SERVER = "nats-server"
 READ_BATCH = 256
@@ -62,20 +68,10 @@ class JetStreamTarget:
     def prepare(self, topics: Sequence[str]) -> None:
         self.runner.run(self._add_streams([TOPIC, *topics]))
 
-    async def _one_at_a_time(self, n: int) -> list[float]:
-        latencies = []
-        for _ in range(n):
-            t = time.perf_counter()
-            await self.js.publish(TOPIC, BODY)
-            latencies.append(time.perf_counter() - t)
-        return latencies
-
     def one_at_a_time(self, n: int) -> tuple[float, float, float]:
-        from bench.peers.redis_streams import _summary
-
         started = time.perf_counter()
-        latencies = self.runner.run(self._one_at_a_time(n))
-        return _summary(n, time.perf_counter() - started, latencies)
+        latencies = self.runner.run(one_by_one(lambda: self.js.publish(TOPIC, BODY), n))
+        return summary(n, time.perf_counter() - started, latencies)
 
     async def _in_flight(self, topics: Sequence[str], n: int, window: int, stop_at: float
                          ) -> int:
@@ -162,25 +158,12 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
             [f"nats://127.0.0.1:{p}" for p in client_ports], size)))
 
 
-def _version() -> str:
-    try:
-        return subprocess.run([SERVER, "--version"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    except OSError:
-        return ""
-
-
 def peer() -> Peer:
-    missing = missing_programs(SERVER)
-    if missing is None:
-        try:
-            import nats  # noqa: F401
-        except ImportError:
-            missing = "Python package nats-py not installed (pip install -e '.[bench]')"
+    missing = missing_programs(SERVER) or missing_module("nats", "nats-py")
     not_applicable = {}
     version = ""
     if missing is None:
-        version = _version()
+        version = program_version([SERVER, "--version"])
         if not supports_sync_always():
             not_applicable["b"] = (f"{version or SERVER} lacks sync_interval "
                                    "(fsync per write: 2.10+)")

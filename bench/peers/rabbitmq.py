@@ -9,14 +9,19 @@ import asyncio
 import contextlib
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.peers import BODY, TOPIC, Peer, Target
-from bench.peers.servers import ServerProcess, free_ports, missing_programs
+from bench.peers import BODY, TOPIC, Peer, Target, one_by_one, summary
+from bench.peers.servers import (
+    ServerProcess,
+    free_ports,
+    missing_module,
+    missing_programs,
+    program_version,
+)
 
 SERVER_SCRIPT = Path("/usr/lib/rabbitmq/bin/rabbitmq-server")  # Debian: not the su wrapper
 PREFETCH = 1000
@@ -85,20 +90,10 @@ class RabbitTarget:
     def prepare(self, topics: Sequence[str]) -> None:
         self.runner.run(self._declare([TOPIC, *topics]))
 
-    async def _one_at_a_time(self, n: int) -> list[float]:
-        latencies = []
-        for _ in range(n):
-            t = time.perf_counter()
-            await self._publish(TOPIC)
-            latencies.append(time.perf_counter() - t)
-        return latencies
-
     def one_at_a_time(self, n: int) -> tuple[float, float, float]:
-        from bench.peers.redis_streams import _summary
-
         started = time.perf_counter()
-        latencies = self.runner.run(self._one_at_a_time(n))
-        return _summary(n, time.perf_counter() - started, latencies)
+        latencies = self.runner.run(one_by_one(lambda: self._publish(TOPIC), n))
+        return summary(n, time.perf_counter() - started, latencies)
 
     def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
                   ) -> tuple[int, float]:
@@ -168,11 +163,7 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
 
 
 def _version() -> str:
-    try:
-        out = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"],
-                             capture_output=True, text=True, timeout=10).stdout.strip()
-    except OSError:
-        return ""
+    out = program_version(["dpkg-query", "-W", "-f", "${Version}", "rabbitmq-server"])
     return f"rabbitmq-server {out}" if out else ""
 
 
@@ -180,10 +171,6 @@ def peer() -> Peer:
     missing = missing_programs("epmd")
     if not SERVER_SCRIPT.exists() and shutil.which("rabbitmq-server") is None:
         missing = "not installed: rabbitmq-server"
-    if missing is None:
-        try:
-            import aio_pika  # noqa: F401
-        except ImportError:
-            missing = "Python package aio-pika not installed (pip install -e '.[bench]')"
+    missing = missing or missing_module("aio_pika", "aio-pika")
     return Peer(name="rabbitmq", missing=missing, settings=SETTINGS, open=open_target,
                 not_applicable=NOT_APPLICABLE, version=_version() if missing is None else "")

@@ -6,14 +6,20 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.peers import BODY, TOPIC, Peer, Target
-from bench.peers.servers import ServerProcess, free_ports, missing_programs, wait_until
+from bench.peers import BODY, TOPIC, Peer, Target, summary
+from bench.peers.servers import (
+    ServerProcess,
+    free_ports,
+    missing_module,
+    missing_programs,
+    program_version,
+    wait_until,
+)
 
 GROUP = "bench"
 READ_COUNT = 1000
@@ -55,7 +61,7 @@ class RedisTarget:
                 self.client.xadd(TOPIC, {FIELD: BODY})
             latencies.append(time.perf_counter() - t)
         elapsed = time.perf_counter() - started
-        return _summary(n, elapsed, latencies)
+        return summary(n, elapsed, latencies)
 
     def in_flight(self, topics: Sequence[str], n: int, window: int, seconds: float
                   ) -> tuple[int, float]:
@@ -92,14 +98,6 @@ class RedisTarget:
         return total / (time.perf_counter() - started)
 
 
-def _summary(n: int, elapsed: float, latencies: list[float]) -> tuple[float, float, float]:
-    from bench.e2e import percentile
-
-    latencies.sort()
-    return (n / elapsed, percentile(latencies, 0.50) * 1000,
-            percentile(latencies, 0.99) * 1000)
-
-
 def _server(work: Path, name: str, port: int, fsync: str, extra: list[str]) -> ServerProcess:
     data = work / name
     data.mkdir()
@@ -132,20 +130,8 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
         yield stack.enter_context(contextlib.closing(RedisTarget(port, replicas)))
 
 
-def _version() -> str:
-    try:
-        return subprocess.run(["redis-server", "--version"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
-    except OSError:
-        return ""
-
-
 def peer() -> Peer:
-    missing = missing_programs("redis-server")
-    if missing is None:
-        try:
-            import redis  # noqa: F401
-        except ImportError:
-            missing = "Python package redis not installed (pip install -e '.[bench]')"
+    missing = missing_programs("redis-server") or missing_module("redis", "redis")
     return Peer(name="redis", missing=missing, settings=SETTINGS, open=open_target,
-                version=_version() if shutil.which("redis-server") else "")
+                version=program_version(["redis-server", "--version"])
+                if shutil.which("redis-server") else "")

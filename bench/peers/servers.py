@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import signal
@@ -17,13 +18,32 @@ BOOT_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 30.0
 POLL_S = 0.1
 
-__all__ = ["ServerProcess", "free_ports", "missing_programs", "port_open", "wait_until"]
+__all__ = ["ServerProcess", "free_ports", "missing_module", "missing_programs", "port_open",
+           "program_version", "wait_until"]
 
 
 def missing_programs(*names: str) -> str | None:
     """None when every program is on PATH, else which are not."""
     lacking = [n for n in names if shutil.which(n) is None]
     return f"not installed: {', '.join(lacking)}" if lacking else None
+
+
+def missing_module(module: str, package: str) -> str | None:
+    """None when the Python `module` imports, else that its `package` is not installed."""
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return f"Python package {package} not installed (pip install -e '.[bench]')"
+    return None
+
+
+def program_version(argv: Sequence[str]) -> str:
+    """What `argv` (say `redis-server --version`) prints; "" when it cannot be run."""
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
 
 
 def port_open(port: int) -> bool:
