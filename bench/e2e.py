@@ -58,38 +58,57 @@ def _spawn(args: list[str], log: Path, boot_prefix: str) -> tuple[subprocess.Pop
     raise SystemExit(f"{args[1]} did not boot:\n{log.read_text()}")
 
 
+def start_namesrv(work: Path, ns_args: list[str] | None = None
+                  ) -> tuple[subprocess.Popen[str], str]:
+    """A name server on a free loopback port, logging to work/ns.log: (process, address)."""
+    ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0", *(ns_args or [])],
+                      work / "ns.log", BOOT_SUCCESS_MESSAGE)
+    return ns, line.rpartition("listen=")[2]
+
+
+def write_broker_conf(work: Path, namesrv: str, extra: dict[str, str]) -> Path:
+    """work/broker.conf: one ASYNC_FLUSH master on a free loopback port, its store in
+    work/store; `extra` adds or overrides keys."""
+    props = {
+        "brokerClusterName": "BenchCluster", "brokerName": "broker-a", "brokerId": "0",
+        "listenPort": "0", "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
+        "namesrvAddr": namesrv, "brokerRole": "ASYNC_MASTER",
+        "flushDiskType": "ASYNC_FLUSH", "storePathRootDir": str(work / "store"),
+        "autoCreateTopicEnable": "true", **extra,
+    }
+    conf = work / "broker.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    return conf
+
+
+def stop(process: subprocess.Popen[str], timeout: float) -> None:
+    """SIGTERM, then SIGKILL when it has not ended within `timeout` seconds."""
+    if process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @contextmanager
 def cluster(work: Path, broker_extra: dict[str, str], ns_args: list[str] | None = None
             ) -> Iterator[str]:
     """A name server and one broker; yields the name server address."""
     processes: list[subprocess.Popen[str]] = []
     try:
-        ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0", *(ns_args or [])],
-                          work / "ns.log",
-                          BOOT_SUCCESS_MESSAGE)
+        ns, namesrv = start_namesrv(work, ns_args)
         processes.append(ns)
-        namesrv = line.rpartition("listen=")[2]
-        props = {
-            "brokerClusterName": "BenchCluster", "brokerName": "broker-a", "brokerId": "0",
-            "listenPort": "0", "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
-            "namesrvAddr": namesrv, "brokerRole": "ASYNC_MASTER",
-            "flushDiskType": "ASYNC_FLUSH", "storePathRootDir": str(work / "store"),
-            "autoCreateTopicEnable": "true", **broker_extra,
-        }
-        conf = work / "broker.conf"
-        conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        conf = write_broker_conf(work, namesrv, broker_extra)
         broker, _ = _spawn(["-m", "broker", "-c", str(conf)], work / "broker.log",
                            BOOT_SUCCESS_PREFIX)
         processes.append(broker)
         yield namesrv
     finally:
         for process in reversed(processes):
-            process.terminate()
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop(process, 30)
 
 
 def percentile(sorted_values: list[float], p: float) -> float:

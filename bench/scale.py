@@ -41,7 +41,7 @@ from typing import Any
 
 import grpc
 
-from bench.e2e import _spawn, percentile
+from bench.e2e import _spawn, percentile, start_namesrv, stop, write_broker_conf
 from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import encode_topic_table
 from broker.topic_config import TopicConfig
@@ -60,7 +60,6 @@ from mqproto import (
 )
 from mqproto.framing import KIND_SEND_BATCHES, encode_batch_message
 from mqproto.serving import LOOP_STALL_ENV
-from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
 BODY = os.urandom(1024)
 QUEUES = 8
@@ -85,19 +84,9 @@ class ScaleCluster:
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        self.namesrv_process, line = _spawn(
-            ["-m", "nameserver", "--listen", "127.0.0.1:0"], work / "ns.log",
-            BOOT_SUCCESS_MESSAGE)
-        self.namesrv = line.rpartition("listen=")[2]
-        props = {
-            "brokerClusterName": "ScaleCluster", "brokerName": "broker-a", "brokerId": "0",
-            "listenPort": "0", "bindAddress": "127.0.0.1", "brokerIP1": "127.0.0.1",
-            "namesrvAddr": self.namesrv, "brokerRole": "ASYNC_MASTER",
-            "flushDiskType": "ASYNC_FLUSH", "storePathRootDir": str(work / "store"),
-            "autoCreateTopicEnable": "false",
-        }
-        self.conf = work / "broker.conf"
-        self.conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        self.namesrv_process, self.namesrv = start_namesrv(work)
+        self.conf = write_broker_conf(work, self.namesrv, {
+            "brokerClusterName": "ScaleCluster", "autoCreateTopicEnable": "false"})
         self.broker_process: subprocess.Popen[str] | None = None
         self.broker = ""
         self.broker_log = work / "broker.log"
@@ -115,25 +104,13 @@ class ScaleCluster:
         return time.monotonic() - started
 
     def stop_broker(self) -> None:
-        process = self.broker_process
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if self.broker_process is not None:
+            stop(self.broker_process, 120)
         self.broker_process = None
 
     def close(self) -> None:
         self.stop_broker()
-        if self.namesrv_process.poll() is None:
-            self.namesrv_process.terminate()
-            try:
-                self.namesrv_process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.namesrv_process.kill()
-                self.namesrv_process.wait()
+        stop(self.namesrv_process, 30)
 
 
 def proc_stats(pid: int) -> dict[str, float]:
