@@ -7,8 +7,6 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
@@ -21,15 +19,6 @@ from tests.prom import raw_http, scrape, status_of
 
 RPC_TIMEOUT_S = 5.0
 _METRICS_LINE = re.compile(r"metrics served on http://(\S+)/metrics")
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
 
 
 def metrics_address(namesrv: Process) -> str:
