@@ -499,8 +499,9 @@ class MQAdmin:
                                         ) -> list[list[PendingTransactions] | BrokerUnreachable]:
         """Every master of the cluster (of every cluster), one list per master."""
         masters = [b for b in self.cluster_brokers(cluster) if b[2] == 0]
+        names = {addr: name for name, addr, _ in masters}
         return self.each_broker(masters, lambda addr: self.pending_transactions(
-            addr, producer_group, next(n for n, a, _ in masters if a == addr)))
+            addr, producer_group, names[addr]))
 
     def remove_slave(self, master_addr: str, broker_id: int) -> None:
         """The master forgets an absent slave that left its group for good."""
