@@ -130,21 +130,11 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
     same_shape = previous is not None and previous.shape == (
         shape["groups"], shape["slaves"], shape["namesrvs"])
     v2_count = v2_ports_needed(shape["groups"], shape["slaves"])
-    metrics_ports: list[int] = []
-    if args.base_port is not None:
-        # The metrics ports, then the brokers' v2 ports, follow the gRPC and HA ports (whose
-        # places stay as they were).
-        total = count + metrics_count + v2_count
-        if args.base_port + total - 1 > 65535:
-            raise LocalClusterError(f"--base-port {args.base_port}: {total} ports do not fit")
-        ports = list(range(args.base_port, args.base_port + count))
-        metrics_ports = list(range(args.base_port + count, args.base_port + count
-                                   + metrics_count))
-        v2_ports = list(range(args.base_port + count + metrics_count, args.base_port + total))
-    elif same_shape and previous is not None:
+    if same_shape and previous is not None and args.base_port is None:
         ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
                                                      else (n.port,))]
         kept = [n.metrics_port for n in previous.nodes]
+        metrics_ports: list[int] = []
         if metrics_count and all(kept):
             metrics_ports = kept
         elif metrics_count:  # a layout from before metrics: new ports for them only
@@ -153,9 +143,17 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         # A layout from before the v2 endpoint: new ports for it only.
         v2_ports = kept_v2 if all(kept_v2) else free_ports(v2_count)
     else:
-        both = free_ports(count + metrics_count + v2_count)
-        ports, metrics_ports = both[:count], both[count:count + metrics_count]
-        v2_ports = both[count + metrics_count:]
+        # The gRPC and HA ports, then the metrics ports, then the brokers' v2 ports (so the
+        # gRPC and HA ports of a --base-port stay where they were before metrics and v2).
+        total = count + metrics_count + v2_count
+        if args.base_port is None:
+            pool = free_ports(total)
+        elif args.base_port + total - 1 > 65535:
+            raise LocalClusterError(f"--base-port {args.base_port}: {total} ports do not fit")
+        else:
+            pool = list(range(args.base_port, args.base_port + total))
+        ports, metrics_ports = pool[:count], pool[count:count + metrics_count]
+        v2_ports = pool[count + metrics_count:]
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
                          metrics_ports=metrics_ports, v2_ports=v2_ports, **shape)
     check_ports_free(layout)
