@@ -265,44 +265,39 @@ class ClientAuth:
         return grpc.intercept_channel(channel, _SyncInterceptor(self))
 
 
-def _with_credentials(auth: ClientAuth, details: Any, request: Any) -> Any:
-    signed = auth.metadata(details.method, request)
-    existing = tuple(details.metadata or ())
-    return details._replace(metadata=grpc.aio.Metadata(*existing, *signed)
-                            if isinstance(details, grpc.aio.ClientCallDetails)
-                            else [*existing, *signed])
+class _Signer:
+    """The interceptors' part in common: `signed` adds the call's credentials. (grpc.aio
+    files an interceptor under its first matching kind only: one class per kind.)"""
 
-
-class _AioUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, auth: ClientAuth) -> None:
         self.auth = auth
 
+    def signed(self, details: Any, request: Any) -> Any:
+        signed = self.auth.metadata(details.method, request)
+        existing = tuple(details.metadata or ())
+        return details._replace(metadata=grpc.aio.Metadata(*existing, *signed)
+                                if isinstance(details, grpc.aio.ClientCallDetails)
+                                else [*existing, *signed])
+
+
+class _AioUnaryUnary(_Signer, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any,
                                     request: Any) -> Any:
-        return await continuation(_with_credentials(self.auth, client_call_details, request),
-                                  request)
+        return await continuation(self.signed(client_call_details, request), request)
 
 
-class _AioUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, auth: ClientAuth) -> None:
-        self.auth = auth
-
+class _AioUnaryStream(_Signer, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any,
                                      request: Any) -> Any:
-        return await continuation(_with_credentials(self.auth, client_call_details, request),
-                                  request)
+        return await continuation(self.signed(client_call_details, request), request)
 
 
-class _SyncInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    def __init__(self, auth: ClientAuth) -> None:
-        self.auth = auth
-
+class _SyncInterceptor(_Signer, grpc.UnaryUnaryClientInterceptor,
+                       grpc.UnaryStreamClientInterceptor):
     def intercept_unary_unary(self, continuation: Any, client_call_details: Any,
                               request: Any) -> Any:
-        return continuation(_with_credentials(self.auth, client_call_details, request),
-                            request)
+        return continuation(self.signed(client_call_details, request), request)
 
     def intercept_unary_stream(self, continuation: Any, client_call_details: Any,
                                request: Any) -> Any:
-        return continuation(_with_credentials(self.auth, client_call_details, request),
-                            request)
+        return continuation(self.signed(client_call_details, request), request)
