@@ -24,7 +24,7 @@ import grpc
 
 from acl.config import Account
 from acl.decision import Denied, decide
-from acl.resources import NAMESRV, requirement
+from acl.resources import NAMESRV, requirement, signed_fields
 from acl.signing import (
     ACCESS_KEY_MD,
     CLUSTER_ACCESS_KEY,
@@ -250,7 +250,7 @@ class ClientAuth:
     def metadata(self, method: str | bytes, request: Any) -> tuple[tuple[str, str], ...]:
         name = method.decode() if isinstance(method, bytes) else method
         return credentials(self.access_key, self.secret_key, name,
-                           requirement(name, request).signed_text())
+                           signed_fields(name, request))
 
     def aio_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
         return [_AioUnaryUnary(self), _AioUnaryStream(self)]
