@@ -7,29 +7,20 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import grpc
 import pytest
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from nameserver.constants import MASTER_ID
+from tests.broker import conftest as broker_conftest
 from tests.broker.conftest import REPO_ROOT, Process, Processes, child_env, wait_until
 from tests.nameserver.registration import CLUSTER, MASTER_A, SLAVE_A, TOPIC, register_request
 from tests.prom import raw_http, scrape, status_of
 
 RPC_TIMEOUT_S = 5.0
 _METRICS_LINE = re.compile(r"metrics served on http://(\S+)/metrics")
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
+processes = broker_conftest.processes  # the fixture: started processes, stopped after
 
 
 def metrics_address(namesrv: Process) -> str:
