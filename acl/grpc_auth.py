@@ -190,25 +190,22 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                 log_refusal(method, context.peer(), r)
                 await context.abort(r.code, str(r))
 
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def checked(inner: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+            """A unary-response (or context.write) handler, behind the check."""
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 await refuse_or_pass(request, context)
                 result = inner(request, context)
                 return (await result) if inspect.isawaitable(result) else result
+            return call
 
-            return handler._replace(unary_unary=unary)  # type: ignore[attr-defined]
+        if handler.unary_unary is not None:
+            return handler._replace(  # type: ignore[attr-defined]
+                unary_unary=checked(handler.unary_unary))
         streaming = handler.unary_stream
         if streaming is None:
             return handler
         if not inspect.isasyncgenfunction(streaming):
-            async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                await refuse_or_pass(request, context)
-                result = streaming(request, context)
-                return (await result) if inspect.isawaitable(result) else result
-
-            return handler._replace(unary_stream=writer)  # type: ignore[attr-defined]
+            return handler._replace(unary_stream=checked(streaming))  # type: ignore[attr-defined]
 
         async def stream(request: Any, context: grpc.aio.ServicerContext
                          ) -> AsyncIterator[Any]:
