@@ -272,17 +272,8 @@ def load_acl_file(path: str | Path) -> AclConfig:
 # -- YAML ---------------------------------------------------------------------------------
 def parse_yaml_subset(text: str) -> Any:
     """The YAML of plain_acl.yml: mappings, `- ` lists (of scalars or of mappings), flow
-    lists `[a, b]`, scalars (quoted or plain) and `#` comments. PyYAML is used when it is
-    installed; this covers the layout without it."""
-    try:
-        import yaml  # type: ignore[import-untyped]
-    except ImportError:
-        pass
-    else:
-        try:
-            return yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            raise AclConfigError(f"not valid YAML: {e}") from None
+    lists `[a, b]`, scalars (quoted or plain) and `#` comments. Plain scalars stay text
+    (but true/false/null): a secretKey like 0123456789 keeps its leading 0."""
     lines: list[tuple[int, str, int]] = []
     for number, raw in enumerate(text.splitlines(), 1):
         line = _strip_comment(raw).rstrip()

@@ -24,7 +24,7 @@ import grpc
 
 from acl.config import Account
 from acl.decision import Denied, decide
-from acl.resources import NAMESRV, requirement
+from acl.resources import NAMESRV, requirement, signed_fields
 from acl.signing import (
     ACCESS_KEY_MD,
     CLUSTER_ACCESS_KEY,
@@ -84,34 +84,47 @@ class ServerAuth(grpc.aio.ServerInterceptor):
 
     def check(self, method: str, request: Any, metadata: dict[str, str], peer: str) -> None:
         """Raises Refusal when the request may not run."""
-        store = self.store
         host = peer_host(peer)
-        if store is not None and not store.config.address_allowed(host):
-            raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                          f"client address {host or peer} is not in the ACL's "
-                          "globalWhiteRemoteAddresses")
-        access_key = metadata.get(ACCESS_KEY_MD, "")
-        if not access_key:
+        self._check_address(host, host or peer)
+        if not metadata.get(ACCESS_KEY_MD, ""):
             raise Refusal(grpc.StatusCode.UNAUTHENTICATED,
                           "access control is on: the request carries no access key (give "
                           f"the client credentials, e.g. ${ACCESS_KEY_ENV} and "
-                          f"${SECRET_KEY_ENV})" if store is not None else
+                          f"${SECRET_KEY_ENV})" if self.store is not None else
                           "this name server requires the cluster key (clusterKey) for "
                           f"{method.rpartition('/')[2]}")
-        secret, account = self._secret_of(access_key, host, host or peer)
         need = requirement(method, request)
-        try:
-            self.verifier.verify(secret, method, access_key, metadata.get(TIMESTAMP_MD, ""),
-                                 metadata.get(NONCE_MD, ""), metadata.get(SIGNATURE_MD, ""),
-                                 need.signed_text())
-        except AuthError as e:
-            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
+        account = self._verified(method, metadata, host, host or peer, need.signed_text())
         if account is not None:
             try:
                 decide(account, need)
             except Denied as e:
                 raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                               f"{e} for {method.rpartition('/')[2]}") from None
+
+    def _check_address(self, host: str, shown_host: str) -> None:
+        """Raises Refusal when the ACL's global white list leaves `host` out."""
+        store = self.store
+        if store is not None and not store.config.address_allowed(host):
+            raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
+                          f"client address {shown_host} is not in the ACL's "
+                          "globalWhiteRemoteAddresses")
+
+    def _verified(self, method: str, credentials_md: dict[str, str], host: str,
+                  shown_host: str, fields: str) -> Account | None:
+        """The account whose signature `credentials_md` carries (None for the cluster
+        key), once the signature, its freshness and its nonce are checked. Raises
+        Refusal."""
+        access_key = credentials_md.get(ACCESS_KEY_MD, "")
+        secret, account = self._secret_of(access_key, host, shown_host)
+        try:
+            self.verifier.verify(secret, method, access_key,
+                                 credentials_md.get(TIMESTAMP_MD, ""),
+                                 credentials_md.get(NONCE_MD, ""),
+                                 credentials_md.get(SIGNATURE_MD, ""), fields)
+        except AuthError as e:
+            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
+        return account
 
     def _secret_of(self, access_key: str, host: str, shown_host: str
                    ) -> tuple[str, Account | None]:
@@ -137,26 +150,10 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                      fields: str = "") -> Account | None:
         """The account of a signed connection (the send channel's AUTH frame); None for
         the cluster key. Raises Refusal."""
-        store = self.store
-        if store is not None and not store.config.address_allowed(host):
-            raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                          f"client address {host} is not in the ACL's "
-                          "globalWhiteRemoteAddresses")
-        access_key = credentials_md.get(ACCESS_KEY_MD, "")
-        secret, account = self._secret_of(access_key, host, host)
-        try:
-            self.verifier.verify(secret, method, access_key,
-                                 credentials_md.get(TIMESTAMP_MD, ""),
-                                 credentials_md.get(NONCE_MD, ""),
-                                 credentials_md.get(SIGNATURE_MD, ""), fields)
-        except AuthError as e:
-            raise Refusal(grpc.StatusCode.UNAUTHENTICATED, str(e)) from None
-        return account
+        self._check_address(host, host)
+        return self._verified(method, credentials_md, host, host, fields)
 
-    def log_refusal(self, what: str, peer: str, refusal: Refusal) -> None:
-        self._log_refusal(what, peer, refusal)
-
-    def _log_refusal(self, method: str, peer: str, refusal: Refusal) -> None:
+    def log_refusal(self, method: str, peer: str, refusal: Refusal) -> None:
         self.refused += 1
         text = f"{method.rpartition('/')[2]} from {peer_host(peer) or peer} refused: {refusal}"
         if refusal.code is grpc.StatusCode.PERMISSION_DENIED:
@@ -182,7 +179,7 @@ class ServerAuth(grpc.aio.ServerInterceptor):
             return handler  # no request-streaming RPC is served (see mqproto.serving)
         metadata = {k: v for k, v in (details.invocation_metadata or ())  # type: ignore[attr-defined]
                     if isinstance(v, str)}
-        check, log_refusal = self.check, self._log_refusal
+        check, log_refusal = self.check, self.log_refusal
 
         async def refuse_or_pass(request: Any, context: grpc.aio.ServicerContext) -> None:
             if type(request) is Undecodable:
@@ -193,25 +190,22 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                 log_refusal(method, context.peer(), r)
                 await context.abort(r.code, str(r))
 
-        if handler.unary_unary is not None:
-            inner = handler.unary_unary
-
-            async def unary(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        def checked(inner: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+            """A unary-response (or context.write) handler, behind the check."""
+            async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
                 await refuse_or_pass(request, context)
                 result = inner(request, context)
                 return (await result) if inspect.isawaitable(result) else result
+            return call
 
-            return handler._replace(unary_unary=unary)  # type: ignore[attr-defined]
+        if handler.unary_unary is not None:
+            return handler._replace(  # type: ignore[attr-defined]
+                unary_unary=checked(handler.unary_unary))
         streaming = handler.unary_stream
         if streaming is None:
             return handler
         if not inspect.isasyncgenfunction(streaming):
-            async def writer(request: Any, context: grpc.aio.ServicerContext) -> Any:
-                await refuse_or_pass(request, context)
-                result = streaming(request, context)
-                return (await result) if inspect.isawaitable(result) else result
-
-            return handler._replace(unary_stream=writer)  # type: ignore[attr-defined]
+            return handler._replace(unary_stream=checked(streaming))  # type: ignore[attr-defined]
 
         async def stream(request: Any, context: grpc.aio.ServicerContext
                          ) -> AsyncIterator[Any]:
@@ -253,7 +247,7 @@ class ClientAuth:
     def metadata(self, method: str | bytes, request: Any) -> tuple[tuple[str, str], ...]:
         name = method.decode() if isinstance(method, bytes) else method
         return credentials(self.access_key, self.secret_key, name,
-                           requirement(name, request).signed_text())
+                           signed_fields(name, request))
 
     def aio_interceptors(self) -> list[grpc.aio.ClientInterceptor]:
         return [_AioUnaryUnary(self), _AioUnaryStream(self)]
@@ -268,44 +262,39 @@ class ClientAuth:
         return grpc.intercept_channel(channel, _SyncInterceptor(self))
 
 
-def _with_credentials(auth: ClientAuth, details: Any, request: Any) -> Any:
-    signed = auth.metadata(details.method, request)
-    existing = tuple(details.metadata or ())
-    return details._replace(metadata=grpc.aio.Metadata(*existing, *signed)
-                            if isinstance(details, grpc.aio.ClientCallDetails)
-                            else [*existing, *signed])
+class _Signer:
+    """The interceptors' part in common: `signed` adds the call's credentials. (grpc.aio
+    files an interceptor under its first matching kind only: one class per kind.)"""
 
-
-class _AioUnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
     def __init__(self, auth: ClientAuth) -> None:
         self.auth = auth
 
+    def signed(self, details: Any, request: Any) -> Any:
+        signed = self.auth.metadata(details.method, request)
+        existing = tuple(details.metadata or ())
+        return details._replace(metadata=grpc.aio.Metadata(*existing, *signed)
+                                if isinstance(details, grpc.aio.ClientCallDetails)
+                                else [*existing, *signed])
+
+
+class _AioUnaryUnary(_Signer, grpc.aio.UnaryUnaryClientInterceptor):
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any,
                                     request: Any) -> Any:
-        return await continuation(_with_credentials(self.auth, client_call_details, request),
-                                  request)
+        return await continuation(self.signed(client_call_details, request), request)
 
 
-class _AioUnaryStream(grpc.aio.UnaryStreamClientInterceptor):
-    def __init__(self, auth: ClientAuth) -> None:
-        self.auth = auth
-
+class _AioUnaryStream(_Signer, grpc.aio.UnaryStreamClientInterceptor):
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any,
                                      request: Any) -> Any:
-        return await continuation(_with_credentials(self.auth, client_call_details, request),
-                                  request)
+        return await continuation(self.signed(client_call_details, request), request)
 
 
-class _SyncInterceptor(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    def __init__(self, auth: ClientAuth) -> None:
-        self.auth = auth
-
+class _SyncInterceptor(_Signer, grpc.UnaryUnaryClientInterceptor,
+                       grpc.UnaryStreamClientInterceptor):
     def intercept_unary_unary(self, continuation: Any, client_call_details: Any,
                               request: Any) -> Any:
-        return continuation(_with_credentials(self.auth, client_call_details, request),
-                            request)
+        return continuation(self.signed(client_call_details, request), request)
 
     def intercept_unary_stream(self, continuation: Any, client_call_details: Any,
                                request: Any) -> Any:
-        return continuation(_with_credentials(self.auth, client_call_details, request),
-                            request)
+        return continuation(self.signed(client_call_details, request), request)

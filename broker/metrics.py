@@ -30,8 +30,7 @@ from broker import consume_stats
 from broker.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
 from mqproto.metrics_http import (
     GIL_YIELD_LINES,
-    ExpositionRenderer,
-    MetricsHttpServer,
+    MetricsEndpoint,
     Render,
     histogram_family,
 )
@@ -315,20 +314,12 @@ def _slaves(s: BrokerSnapshot) -> Iterator[Metric]:
     yield from (diff, seconds, in_sync)
 
 
-class BrokerMetrics:
+class BrokerMetrics(MetricsEndpoint):
     """The broker's `/metrics` server (BrokerController starts it when metricsPort != 0)."""
 
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
-        self._renderer = ExpositionRenderer()
-        self.server = MetricsHttpServer(self._snapshot, name="broker")
-
-    async def start(self, host: str, port: int) -> int:
-        """Serves on host:port (-1 or 0: any free port); returns the bound port."""
-        return await self.server.start(host, max(0, port))
-
-    async def stop(self) -> None:
-        await self.server.stop()
+        super().__init__("broker")
 
     def _snapshot(self) -> Render:
         return functools.partial(self._render, take_snapshot(self.broker))

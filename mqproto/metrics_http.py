@@ -321,6 +321,25 @@ class MetricsHttpServer:
                 await asyncio.wait_for(writer.wait_closed(), self.limits.write_timeout_s)
 
 
+class MetricsEndpoint:
+    """A process's `/metrics` (a broker's, a name server's): the server and the renderer;
+    a subclass's `_snapshot` copies its tables on the loop and returns the Render."""
+
+    def __init__(self, name: str) -> None:
+        self._renderer = ExpositionRenderer()
+        self.server = MetricsHttpServer(self._snapshot, name=name)
+
+    async def start(self, host: str, port: int) -> int:
+        """Serves on host:port (-1 or 0: any free port); returns the bound port."""
+        return await self.server.start(host, max(0, port))
+
+    async def stop(self) -> None:
+        await self.server.stop()
+
+    def _snapshot(self) -> Render:
+        raise NotImplementedError
+
+
 def _render_body(renderer: Render, gzip_ok: bool, gzip_min_bytes: int) -> tuple[bytes, str]:
     body = renderer()
     if gzip_ok and len(body) >= gzip_min_bytes:
@@ -329,5 +348,5 @@ def _render_body(renderer: Render, gzip_ok: bool, gzip_min_bytes: int) -> tuple[
 
 
 __all__ = ["DEFAULT_PROM_PORT", "GIL_YIELD_LINES", "METRICS_PATH", "ExpositionRenderer",
-           "HttpError", "HttpLimits", "MetricsHttpServer", "Render", "Snapshot",
+           "HttpError", "HttpLimits", "MetricsEndpoint", "MetricsHttpServer", "Render", "Snapshot",
            "exposition_text", "histogram_family", "parse_request_head"]

@@ -27,7 +27,7 @@ import grpc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mqproto import namesrv_pb2
-from mqproto.metrics_http import ExpositionRenderer, MetricsHttpServer, Render
+from mqproto.metrics_http import MetricsEndpoint, Render
 from nameserver.routeinfo import RouteInfoManager
 
 _SERVICE = namesrv_pb2.DESCRIPTOR.services_by_name["NamesrvService"]
@@ -113,22 +113,14 @@ def namesrv_families(s: NamesrvSnapshot) -> Iterator[Metric]:
     yield requests
 
 
-class NamesrvMetrics:
+class NamesrvMetrics(MetricsEndpoint):
     """The name server's `/metrics` server; `interceptor` goes into its gRPC server."""
 
     def __init__(self, routes: RouteInfoManager, clock_ms: Callable[[], int]) -> None:
         self.routes = routes
         self.clock_ms = clock_ms
         self.interceptor = RequestCounter()
-        self._renderer = ExpositionRenderer()
-        self.server = MetricsHttpServer(self._snapshot, name="namesrv")
-
-    async def start(self, host: str, port: int) -> int:
-        """Serves on host:port (-1 or 0: any free port); returns the bound port."""
-        return await self.server.start(host, max(0, port))
-
-    async def stop(self) -> None:
-        await self.server.stop()
+        super().__init__("namesrv")
 
     def _snapshot(self) -> Render:
         snapshot = take_snapshot(self.routes, self.interceptor, self.clock_ms())

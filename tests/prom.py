@@ -35,13 +35,17 @@ def scrape(address: str, path: str = "/metrics") -> Scrape:
         return Scrape(r.read().decode())
 
 
-def raw_http(address: str, request: bytes, timeout: float = SCRAPE_TIMEOUT_S) -> bytes:
-    """Sends raw bytes to HOST:PORT and reads the answer until the server closes."""
+def raw_http(address: str, request: bytes, timeout: float = SCRAPE_TIMEOUT_S,
+             half_close: bool = False) -> bytes:
+    """Sends raw bytes to HOST:PORT (then, with `half_close`, ends its side of the
+    connection) and reads the answer until the server closes."""
     host, port = address.rsplit(":", 1)
     chunks = []
     with socket.create_connection((host, int(port)), timeout=timeout) as s:
         try:
             s.sendall(request)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
         except (BrokenPipeError, ConnectionResetError):
             pass  # the server answered and closed before reading it all
         try:

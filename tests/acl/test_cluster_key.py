@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -15,16 +13,12 @@ from acl.grpc_auth import ClientAuth
 from broker.registration import RegistrationRefused
 from ha.auth import sign_hello
 from ha.codec import SlaveHello, encode_ack, encode_hello
-from ha.master import HAService
-from ha.slave import HAClient
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from tests.acl.conftest import CLUSTER_KEY
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, Processes, broker_props
-from tests.ha.conftest import MemoryStore, proven_hello
+from tests.ha.conftest import MemoryStore, master, proven_hello, slave, wait_until
 
 FILE = 64 * 1024
-FAST = dict(heartbeat_interval=0.05, housekeeping_interval=1.0, poll_interval=0.01)
-FAST_SLAVE = dict(report_interval=0.05, housekeeping_interval=1.0, reconnect_interval=0.05)
 
 
 # -- name server -------------------------------------------------------------------------------
@@ -65,23 +59,6 @@ def test_stranger_cannot_register_a_broker(processes: Processes, tmp_path: Path)
 
 
 # -- HA ----------------------------------------------------------------------------------------
-@contextlib.asynccontextmanager
-async def master(store: MemoryStore) -> AsyncIterator[HAService]:
-    service = HAService(store, host="127.0.0.1", cluster_key=CLUSTER_KEY,
-                        **FAST)  # type: ignore[arg-type]
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-async def wait_until_true(cond: object, timeout: float = 5.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not cond():  # type: ignore[operator]
-            await asyncio.sleep(0.01)
-
-
 async def closed_without_data(port: int, first: bytes) -> bool:
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
@@ -99,14 +76,9 @@ def test_slave_with_the_key_replicates_strangers_refused(
         m, s = MemoryStore(FILE), MemoryStore(FILE)
         m.fill(100_000)
         hello = SlaveHello(1, "broker-a", "127.0.0.1:10911")
-        async with master(m) as service:
-            client = HAClient(s, f"127.0.0.1:{service.port}", hello=hello,
-                              cluster_key=CLUSTER_KEY, **FAST_SLAVE)  # type: ignore[arg-type]
-            client.start()
-            try:
-                await wait_until_true(lambda: s.max_phy_offset == m.max_phy_offset)
-            finally:
-                await client.stop()
+        async with master(m, cluster_key=CLUSTER_KEY) as service:
+            async with slave(s, service.port, hello=hello, cluster_key=CLUSTER_KEY):
+                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
             # no hello: a 4.x-style ack first
             assert await closed_without_data(service.port, encode_ack(0))
             # a hello without proof, and one signed with another key

@@ -12,13 +12,11 @@ import grpc
 import pytest
 
 from ha.codec import SlaveHello
-from ha.master import HAService
-from ha.slave import HAClient
 from mqclient.admin import AdminError, MQAdmin
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
 from mqproto.tls import ClientTls, ServerTls, grpc_channel, make_local_ca
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props
-from tests.ha.conftest import MemoryStore
+from tests.ha.conftest import MemoryStore, master, slave
 
 CaFiles = tuple[Path, Path, Path]
 
@@ -112,11 +110,7 @@ def test_ha_link_over_tls(ca: CaFiles) -> None:
     async def run() -> None:
         m, s = MemoryStore(64 * 1024), MemoryStore(64 * 1024)
         m.fill(100_000)
-        service = HAService(m, host="127.0.0.1", heartbeat_interval=0.05,
-                            housekeeping_interval=1.0, poll_interval=0.01,
-                            ssl_context=server.ssl_context())
-        await service.start()
-        try:
+        async with master(m, ssl_context=server.ssl_context()) as service:
             # plaintext on the TLS port: the handshake fails, nothing is sent
             reader, writer = await asyncio.open_connection("127.0.0.1", service.port)
             writer.write(b"\x00" * 64)
@@ -128,21 +122,12 @@ def test_ha_link_over_tls(ca: CaFiles) -> None:
             writer.close()
             assert answer == b"" or answer[0] == 0x15  # closed, or a TLS alert: no data
             assert not any(c.hello for c in service.connections)
-            client = HAClient(s, f"127.0.0.1:{service.port}",
-                              hello=SlaveHello(1, "broker-a", "127.0.0.1:1"),
-                              report_interval=0.05, housekeeping_interval=1.0,
-                              reconnect_interval=0.05,
-                              ssl_context=server.client().ssl_context())
-            client.start()
-            try:
+            async with slave(s, service.port, hello=SlaveHello(1, "broker-a", "127.0.0.1:1"),
+                             ssl_context=server.client().ssl_context()):
                 async with asyncio.timeout(10):
                     while s.max_phy_offset != m.max_phy_offset:
                         await asyncio.sleep(0.01)
                 assert s.content() == m.content()
-            finally:
-                await client.stop()
-        finally:
-            await service.stop()
 
     asyncio.run(run())
 

@@ -154,25 +154,12 @@ def test_bad_requests_get_a_clear_error(start_broker: StartBroker, request_bytes
                                         status: int) -> None:
     b = start_broker(metricsPort=-1)
     addr = b.controller.metrics_addr
-    if request_bytes.endswith(b"HTTP/1.1\r\n"):  # half a head, then the client hangs up
-        answer = _half_close(addr, request_bytes)
-    else:
-        answer = raw_http(addr, request_bytes)
+    # half a head, then the client hangs up
+    answer = raw_http(addr, request_bytes, half_close=request_bytes.endswith(b"HTTP/1.1\r\n"))
     assert status_of(answer) == status, answer[:300]
     assert b"Connection: close" in answer
     # The broker and the endpoint keep serving.
     assert scrape(addr).value("rocketmq_broker_put_messages_total") == 0
-
-
-def _half_close(addr: str, request_bytes: bytes) -> bytes:
-    host, port = addr.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.sendall(request_bytes)
-        sock.shutdown(socket.SHUT_WR)
-        chunks = []
-        while chunk := sock.recv(65536):
-            chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def test_head_and_gzip(start_broker: StartBroker) -> None:

@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import random
 import struct
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 from ha.codec import SlaveHello, encode_hello
 from ha.constants import HA_PROOF_TAIL_SIZE
 from ha.interface import HAStore
+from ha.master import HAService
 from ha.proof import tail_crc
+from ha.slave import HAClient
 from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
@@ -117,6 +120,31 @@ class MemoryStore:
 
     def content(self) -> bytes:
         return b"".join(bytes(d) for _, d in self.files)
+
+
+# Quick intervals for a master and a slave on loopback (tests/ha and tests/acl).
+FAST = dict(heartbeat_interval=0.05, housekeeping_interval=1.0, poll_interval=0.01)
+FAST_SLAVE = dict(report_interval=0.05, housekeeping_interval=1.0, reconnect_interval=0.05)
+
+
+@contextlib.asynccontextmanager
+async def master(store: MemoryStore, **kw: object) -> AsyncIterator[HAService]:
+    service = HAService(store, host="127.0.0.1", **{**FAST, **kw})  # type: ignore[arg-type]
+    await service.start()
+    try:
+        yield service
+    finally:
+        await service.stop()
+
+
+@contextlib.asynccontextmanager
+async def slave(store: MemoryStore, port: int, **kw: object) -> AsyncIterator[HAClient]:
+    client = HAClient(store, f"127.0.0.1:{port}", **{**FAST_SLAVE, **kw})  # type: ignore[arg-type]
+    client.start()
+    try:
+        yield client
+    finally:
+        await client.stop()
 
 
 async def wait_until(cond: Callable[[], bool], timeout: float = 5.0,

@@ -5,40 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
 from ha.codec import FrameParser, encode_ack, encode_frame, encode_heartbeat
-from ha.master import HAService
-from ha.slave import HAClient
 from store.waiters import OffsetWaiters
-from tests.ha.conftest import MemoryStore, wait_until
+from tests.ha.conftest import MemoryStore, master, slave, wait_until
 
 pytestmark = pytest.mark.timeout(20)
 FILE = 64 * 1024
-FAST = dict(heartbeat_interval=0.05, housekeeping_interval=1.0, poll_interval=0.01)
-FAST_SLAVE = dict(report_interval=0.05, housekeeping_interval=1.0, reconnect_interval=0.05)
-
-
-@contextlib.asynccontextmanager
-async def master(store: MemoryStore, **kw: object) -> AsyncIterator[HAService]:
-    service = HAService(store, host="127.0.0.1", **{**FAST, **kw})  # type: ignore[arg-type]
-    await service.start()
-    try:
-        yield service
-    finally:
-        await service.stop()
-
-
-@contextlib.asynccontextmanager
-async def slave(store: MemoryStore, port: int, **kw: object) -> AsyncIterator[HAClient]:
-    client = HAClient(store, f"127.0.0.1:{port}", **{**FAST_SLAVE, **kw})  # type: ignore[arg-type]
-    client.start()
-    try:
-        yield client
-    finally:
-        await client.stop()
 
 
 async def raw_link(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
