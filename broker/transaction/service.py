@@ -151,8 +151,9 @@ class TransactionalMessageService:
                      self.table.op_offset())
 
     # -- the queues --------------------------------------------------------------------------
-    def refresh(self) -> None:
-        """Reads what the op and half queues got since the last scan; commits progress."""
+    def refresh(self, known: MessageExt | None = None) -> None:
+        """Reads what the op and half queues got since the last scan; commits progress.
+        `known`: a half already read (an end's own), taken as it is, not read again."""
         table = self.table
         for i, ext in self._scan(RMQ_SYS_TRANS_OP_HALF_TOPIC, table.op_scanned):
             table.op_scanned = i + 1
@@ -163,7 +164,7 @@ class TransactionalMessageService:
                 halves = []
             for half in halves:
                 table.add_op(i, half)
-        for i, ext in self._scan(RMQ_SYS_TRANS_HALF_TOPIC, table.half_scanned):
+        for i, ext in self._scan(RMQ_SYS_TRANS_HALF_TOPIC, table.half_scanned, known):
             table.half_scanned = i + 1
             if ext is None:
                 log.warning("half message %d unreadable (its commitlog file may be gone): "
@@ -173,9 +174,10 @@ class TransactionalMessageService:
                                recovered=i < self._recovered_below)
         self.commit_progress()
 
-    def _scan(self, topic: str, start: int) -> Iterator[tuple[int, MessageExt | None]]:
+    def _scan(self, topic: str, start: int, known: MessageExt | None = None
+              ) -> Iterator[tuple[int, MessageExt | None]]:
         """(queue offset, record; None when unreadable) of queue 0 of `topic`, from `start`
-        (or its first entry still kept) to its end."""
+        (or its first entry still kept) to its end; `known` for the entry at its offset."""
         store = self.broker.store
         cq = store.find_consume_queue(topic, 0)
         if cq is None:
@@ -183,7 +185,12 @@ class TransactionalMessageService:
         i = max(start, cq.min_offset_in_queue)
         while i < cq.max_offset_in_queue:
             entry = cq.get_entry(i)
-            yield i, None if entry is None else store.look_message_by_offset(entry[0], entry[1])
+            if entry is None:
+                yield i, None
+            elif known is not None and entry[0] == known.commit_log_offset:
+                yield i, known
+            else:
+                yield i, store.look_message_by_offset(entry[0], entry[1])
             i += 1
 
     def _immunity_ms(self, ext: MessageExt) -> int:
@@ -255,7 +262,7 @@ class TransactionalMessageService:
                           "the check will ask again")
         commit = state is LocalTransactionState.COMMIT
         async with self._lock:
-            self.refresh()
+            self.refresh(ext)  # the half, usually not scanned yet: not read twice
             tid = ext.uniq_key or f"@{ext.commit_log_offset}"
             entry = self.table.pending.get(tid)
             if entry is None:
