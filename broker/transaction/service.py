@@ -273,8 +273,9 @@ class TransactionalMessageService:
                                    f"{_state_name(commit)}", level)
 
     async def _ready(self, timeout_s: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.ready.wait(), timeout_s)
+        if not self.ready.is_set():  # only while loading: wait_for costs a task an end
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), timeout_s)
         return self.ready.is_set()
 
     async def _end(self, entry: PendingHalf, ext: MessageExt, commit: bool, why: str,
