@@ -79,12 +79,12 @@ class SqlFilter:
         text_source = _Codegen(self.properties, encoded=False).function(self.tree)
         bytes_source = _Codegen(self.properties, encoded=True).function(self.tree)
         self.source = text_source
-        self.matches: Callable[[Mapping[str, str]], bool] = _build(text_source, "<sql92>", False)
-        self.matches_encoded: Callable[[bytes], bool] = _build(bytes_source, "<sql92 raw>", True)
+        self.matches: Callable[[Mapping[str, str]], bool] = _build(text_source, "<sql92>")
+        self.matches_encoded: Callable[[bytes], bool] = _build(bytes_source, "<sql92 raw>")
         values_source = _Codegen(self.properties, encoded=True).function(self.tree,
                                                                          by="values")
         # The values (UTF-8 bytes or None) of `properties`, in that order.
-        self.matches_values: Callable[..., bool] = _build(values_source, "<sql92 values>", True)
+        self.matches_values: Callable[..., bool] = _build(values_source, "<sql92 values>")
 
     def record_matcher(self, extract: Extractor, fallback: Extractor) -> Callable[[bytes], bool]:
         """`matches(record)` of whole stored records, one call a message: `extract(record,
@@ -93,8 +93,8 @@ class SqlFilter:
         layout; this module does not."""
         source = _Codegen(self.properties, encoded=True).function(self.tree, by="record")
         names = tuple(name.encode() for name in self.properties)
-        return _build(source, "<sql92 record>", True,
-                      _extract=extract, _fallback=fallback, _names=names)
+        return _build(source, "<sql92 record>", _extract=extract, _fallback=fallback,
+                      _names=names)
 
     def tags_only(self) -> frozenset[str] | None:
         """The TAGS a matching message must have when the expression requires one of a set
@@ -138,7 +138,7 @@ def _float(value: str | bytes) -> float | None:
         return None
 
 
-def _build(source: str, filename: str, encoded: bool, **names: object) -> Callable[..., bool]:
+def _build(source: str, filename: str, **names: object) -> Callable[..., bool]:
     namespace: dict[str, object] = {"_float": _float, **names}
     exec(compile(source, filename, "exec"), namespace)  # noqa: S102 - our own generated code
     return namespace["_match"]  # type: ignore[return-value]

@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from filter import compile_sql
+from filter import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, compile_sql
 
-EXPRESSION_TYPE_TAG = "TAG"
-EXPRESSION_TYPE_SQL92 = "SQL92"
+__all__ = ["EXPRESSION_TYPE_SQL92", "EXPRESSION_TYPE_TAG", "MessageSelector"]
 
 
 @dataclasses.dataclass(frozen=True)

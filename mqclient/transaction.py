@@ -198,8 +198,8 @@ class TransactionProducer:
                               "will check", message_id)
         else:  # stored without the durability asked for: not worth committing
             state = LocalTransactionState.ROLLBACK
-        self._end(addr, result.msg_id, result.offset_msg_id, result.queue_offset,
-                  self._commit_log_offset(result), state, from_check=False)
+        self._end(addr, result.msg_id, result.queue_offset, self._commit_log_offset(result),
+                  state, from_check=False)
         return TransactionSendResult(result, state, message_id)
 
     send_message_in_transaction = send
@@ -243,8 +243,8 @@ class TransactionProducer:
         """The half's commitlog offset: the last 16 hex digits of its offsetMsgId."""
         return int(result.offset_msg_id[-16:], 16)
 
-    def _end(self, addr: str, message_id: str, offset_msg_id: str, queue_offset: int,
-             commit_log_offset: int, state: LocalTransactionState, *, from_check: bool) -> None:
+    def _end(self, addr: str, message_id: str, queue_offset: int, commit_log_offset: int,
+             state: LocalTransactionState, *, from_check: bool) -> None:
         """EndTransaction; a failure is logged (the broker's check settles the half)."""
         request = messaging_pb2.EndTransactionRequest(
             producer_group=self.group, message_id=message_id, transaction_id=message_id,
@@ -332,5 +332,5 @@ class TransactionProducer:
         except Exception:
             log.exception("checking transaction %s failed: UNKNOWN", msg.msg_id)
             state = LocalTransactionState.UNKNOWN
-        self._end(addr, msg.msg_id, msg.offset_msg_id, check.tran_state_table_offset,
-                  check.commit_log_offset, state, from_check=True)
+        self._end(addr, msg.msg_id, check.tran_state_table_offset, check.commit_log_offset,
+                  state, from_check=True)

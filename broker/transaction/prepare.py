@@ -23,6 +23,8 @@ if TYPE_CHECKING:
 
 SYSTEM_TOPIC_QUEUE_NUMS = 1  # the half and op topics have queue 0 only
 MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
+_SENT_TYPES = frozenset({messaging_pb2.TRANSACTION_NOT_TYPE,
+                         messaging_pb2.TRANSACTION_PREPARED_TYPE})
 
 
 def _illegal(remark: str) -> RequestError:
@@ -34,14 +36,12 @@ def prepared_group(pbs: Sequence[messaging_pb2.Message], request_group: str, *,
     """The producer group of a prepared send, None when the send is not transactional.
     RequestError (nothing stored) for a transactional batch or delayed message, or one
     without a producer group."""
-    prepared = [pb.system_properties.transaction_type == messaging_pb2.TRANSACTION_PREPARED_TYPE
-                for pb in pbs]
-    for pb in pbs:
-        if pb.system_properties.transaction_type not in (
-                messaging_pb2.TRANSACTION_NOT_TYPE, messaging_pb2.TRANSACTION_PREPARED_TYPE):
-            raise _illegal("a producer sends prepared or plain messages; commit and rollback "
-                           "are EndTransaction's")
-    if not any(prepared):
+    # One pass over the send's messages (every send comes here, most have none prepared).
+    kinds = {pb.system_properties.transaction_type for pb in pbs}
+    if not kinds <= _SENT_TYPES:
+        raise _illegal("a producer sends prepared or plain messages; commit and rollback "
+                       "are EndTransaction's")
+    if messaging_pb2.TRANSACTION_PREPARED_TYPE not in kinds:
         return None
     if batch:
         raise _illegal("a transactional message cannot be batched: send it alone")

@@ -20,7 +20,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from broker.status import STORED_STATUSES, ok, put_status, status
@@ -151,44 +151,47 @@ class TransactionalMessageService:
                      self.table.op_offset())
 
     # -- the queues --------------------------------------------------------------------------
-    def refresh(self) -> None:
-        """Reads what the op and half queues got since the last scan; commits progress."""
-        store = self.broker.store
+    def refresh(self, known: MessageExt | None = None) -> None:
+        """Reads what the op and half queues got since the last scan; commits progress.
+        `known`: a half already read (an end's own), taken as it is, not read again."""
         table = self.table
-        op_cq = store.find_consume_queue(RMQ_SYS_TRANS_OP_HALF_TOPIC, 0)
-        if op_cq is not None:
-            i = max(table.op_scanned, op_cq.min_offset_in_queue)
-            while i < op_cq.max_offset_in_queue:
-                ext = self._read(op_cq.get_entry(i))
-                table.op_scanned = i + 1
-                try:
-                    halves = op_half_offsets(ext.body) if ext is not None else []
-                except ValueError as e:
-                    log.warning("op record %d skipped: %s", i, e)
-                    halves = []
-                for half in halves:
-                    table.add_op(i, half)
-                i += 1
-        half_cq = store.find_consume_queue(RMQ_SYS_TRANS_HALF_TOPIC, 0)
-        if half_cq is not None:
-            i = max(table.half_scanned, half_cq.min_offset_in_queue)
-            while i < half_cq.max_offset_in_queue:
-                ext = self._read(half_cq.get_entry(i))
-                table.half_scanned = i + 1
-                if ext is None:
-                    log.warning("half message %d unreadable (its commitlog file may be gone): "
-                                "skipped", i)
-                else:
-                    table.add_half(ext, self._immunity_ms(ext), check_times(ext),
-                                   recovered=i < self._recovered_below)
-                i += 1
+        for i, ext in self._scan(RMQ_SYS_TRANS_OP_HALF_TOPIC, table.op_scanned):
+            table.op_scanned = i + 1
+            try:
+                halves = op_half_offsets(ext.body) if ext is not None else []
+            except ValueError as e:
+                log.warning("op record %d skipped: %s", i, e)
+                halves = []
+            for half in halves:
+                table.add_op(i, half)
+        for i, ext in self._scan(RMQ_SYS_TRANS_HALF_TOPIC, table.half_scanned, known):
+            table.half_scanned = i + 1
+            if ext is None:
+                log.warning("half message %d unreadable (its commitlog file may be gone): "
+                            "skipped", i)
+            else:
+                table.add_half(ext, self._immunity_ms(ext), check_times(ext),
+                               recovered=i < self._recovered_below)
         self.commit_progress()
 
-    def _read(self, entry: tuple[int, int, int] | None) -> MessageExt | None:
-        if entry is None:
-            return None
-        phy, size, _ = entry
-        return self.broker.store.look_message_by_offset(phy, size)
+    def _scan(self, topic: str, start: int, known: MessageExt | None = None
+              ) -> Iterator[tuple[int, MessageExt | None]]:
+        """(queue offset, record; None when unreadable) of queue 0 of `topic`, from `start`
+        (or its first entry still kept) to its end; `known` for the entry at its offset."""
+        store = self.broker.store
+        cq = store.find_consume_queue(topic, 0)
+        if cq is None:
+            return
+        i = max(start, cq.min_offset_in_queue)
+        while i < cq.max_offset_in_queue:
+            entry = cq.get_entry(i)
+            if entry is None:
+                yield i, None
+            elif known is not None and entry[0] == known.commit_log_offset:
+                yield i, known
+            else:
+                yield i, store.look_message_by_offset(entry[0], entry[1])
+            i += 1
 
     def _immunity_ms(self, ext: MessageExt) -> int:
         """transactionTimeOut, or CHECK_IMMUNITY_TIME_IN_SECONDS when that is longer."""
@@ -259,7 +262,7 @@ class TransactionalMessageService:
                           "the check will ask again")
         commit = state is LocalTransactionState.COMMIT
         async with self._lock:
-            self.refresh()
+            self.refresh(ext)  # the half, usually not scanned yet: not read twice
             tid = ext.uniq_key or f"@{ext.commit_log_offset}"
             entry = self.table.pending.get(tid)
             if entry is None:
@@ -270,8 +273,9 @@ class TransactionalMessageService:
                                    f"{_state_name(commit)}", level)
 
     async def _ready(self, timeout_s: float) -> bool:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.ready.wait(), timeout_s)
+        if not self.ready.is_set():  # only while loading: wait_for costs a task an end
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), timeout_s)
         return self.ready.is_set()
 
     async def _end(self, entry: PendingHalf, ext: MessageExt, commit: bool, why: str,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 
 from store.codec import MessageExt
 
@@ -42,6 +43,10 @@ class PendingTable:
     def __init__(self, half_offset: int = 0, op_offset: int = 0) -> None:
         self.pending: dict[str, PendingHalf] = {}
         self._latest: dict[int, str] = {}  # queue offset of a latest copy -> transaction id
+        # The keys of _latest as a min-heap, with offsets since dropped from _latest left in
+        # it until they reach the top (or a rebuild): half_offset() at every end and check
+        # without a scan of every pending half.
+        self._heap: list[int] = []
         self.half_scanned = half_offset  # next half-queue offset to scan
         self.op_scanned = op_offset  # next op-queue offset to scan
         # Half offsets ended (an op exists) that the half scan has not reached yet.
@@ -69,13 +74,13 @@ class PendingTable:
             del self._latest[entry.queue_offset]
             entry.queue_offset, entry.commit_log_offset = offset, ext.commit_log_offset
             entry.store_size, entry.check_times = ext.store_size, max(entry.check_times, checks)
-            self._latest[offset] = tid
+            self._set_latest(offset, tid)
             return entry
         entry = PendingHalf(tid, ext.properties.get("PGROUP", ""), offset,
                             ext.commit_log_offset, ext.store_size, ext.born_timestamp, checks,
                             immunity_ms, recovered=recovered)
         self.pending[tid] = entry
-        self._latest[offset] = tid
+        self._set_latest(offset, tid)
         return entry
 
     def add_op(self, op_offset: int, half_offset: int) -> str | None:
@@ -97,13 +102,17 @@ class PendingTable:
         self._latest.pop(entry.queue_offset, None)
         entry.queue_offset, entry.commit_log_offset = ext.queue_offset, ext.commit_log_offset
         entry.store_size, entry.check_times = ext.store_size, checks
-        self._latest[entry.queue_offset] = entry.transaction_id
+        self._set_latest(entry.queue_offset, entry.transaction_id)
 
     def ended(self, entry: PendingHalf) -> None:
         """An op record for the entry's latest copy is stored."""
         if entry.queue_offset >= self.half_scanned:
             self._ended_ahead.add(entry.queue_offset)
         self.drop(entry.transaction_id)
+
+    def _set_latest(self, offset: int, tid: str) -> None:
+        self._latest[offset] = tid
+        heapq.heappush(self._heap, offset)
 
     def drop(self, tid: str) -> None:
         entry = self.pending.pop(tid, None)
@@ -113,7 +122,13 @@ class PendingTable:
     # -- progress -----------------------------------------------------------------------------
     def half_offset(self) -> int:
         """Below this, every copy is ended or superseded."""
-        return min(self._latest, default=self.half_scanned)
+        latest, heap = self._latest, self._heap
+        while heap and heap[0] not in latest:
+            heapq.heappop(heap)
+        if len(heap) > 2 * len(latest) + 64:  # dropped offsets kept by an old pending one
+            heap[:] = latest
+            heapq.heapify(heap)
+        return heap[0] if heap else self.half_scanned
 
     def op_offset(self) -> int:
         """From here on, the op queue holds every op a rescan from half_offset() needs."""

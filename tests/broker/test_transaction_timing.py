@@ -13,6 +13,7 @@ from typing import Any
 import grpc
 
 from mqproto import common_pb2, messaging_pb2
+from store.constants import RMQ_SYS_TRANS_HALF_TOPIC
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props, wait_until
 
 M = messaging_pb2
@@ -105,6 +106,10 @@ def test_checks_every_interval_after_the_timeout_at_most_max_times(tmp_path: Any
         born = fake.clock_ms()
         send_half(b, b"plain")
         send_half(b, b"immune", CHECK_IMMUNITY_TIME_IN_SECONDS="150")
+        # The store dispatches to the half queue after the put is answered: the run allowed
+        # next must find both halves there.
+        wait_until(lambda: b.controller.store.get_max_offset_in_queue(
+            RMQ_SYS_TRANS_HALF_TOPIC, 0) == 2, message="the halves in the half queue")
         # Younger than transactionTimeOut: not asked. Allow one run that starts 60 s on...
         fake.allow(1)
         wait_until(lambda: checks.times_of(b"plain"), message="the first check")
