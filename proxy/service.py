@@ -91,6 +91,19 @@ def v2_rpc(response: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
     return decorate
 
 
+_PULL_NOT_SERVED = "offset-based (pull) consumption is not served"
+
+
+def _not_served(response: type[R], message: str) -> Callable[..., Awaitable[R]]:
+    """A handler of an RPC this broker does not serve: NOT_IMPLEMENTED, saying `message`."""
+
+    async def handler(self: Any, request: Any, context: Context) -> R:
+        return response(status=D.Status(code=D.NOT_IMPLEMENTED,  # type: ignore[call-arg]
+                                         message=message))
+
+    return handler
+
+
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
@@ -468,7 +481,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                                       request.receipt_handle)
         return S.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
-    # -- not served ------------------------------------------------------------------------
+    # -- transactions ----------------------------------------------------------------------
     @v2_rpc(S.EndTransactionResponse)
     async def EndTransaction(self, request: S.EndTransactionRequest, context: Context) -> Any:
         """A producer's (or a check's) outcome of a half message: the broker's transaction
@@ -487,28 +500,16 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             from_check=request.source == D.SOURCE_SERVER_CHECK)
         return S.EndTransactionResponse(status=v2_status(status))
 
-    @v2_rpc(S.RecallMessageResponse)
-    async def RecallMessage(self, request: S.RecallMessageRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "recalling delayed messages is not served")
-
-    @v2_rpc(S.UpdateOffsetResponse)
-    async def UpdateOffset(self, request: S.UpdateOffsetRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "offset-based (pull) consumption is not served")
-
-    @v2_rpc(S.GetOffsetResponse)
-    async def GetOffset(self, request: S.GetOffsetRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "offset-based (pull) consumption is not served")
-
-    @v2_rpc(S.QueryOffsetResponse)
-    async def QueryOffset(self, request: S.QueryOffsetRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "offset-based (pull) consumption is not served")
-
-    @v2_rpc(S.SyncLiteSubscriptionResponse)
-    async def SyncLiteSubscription(self, request: S.SyncLiteSubscriptionRequest,
-                                   context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "lite topics are not served by this broker")
+    # -- not served ------------------------------------------------------------------------
+    RecallMessage = _not_served(S.RecallMessageResponse,
+                                "recalling delayed messages is not served")
+    UpdateOffset = _not_served(S.UpdateOffsetResponse, _PULL_NOT_SERVED)
+    GetOffset = _not_served(S.GetOffsetResponse, _PULL_NOT_SERVED)
+    QueryOffset = _not_served(S.QueryOffsetResponse, _PULL_NOT_SERVED)
+    SyncLiteSubscription = _not_served(S.SyncLiteSubscriptionResponse,
+                                       "lite topics are not served by this broker")
 
     async def PullMessage(self, request: S.PullMessageRequest, context: Context
                           ) -> AsyncIterator[S.PullMessageResponse]:
-        yield S.PullMessageResponse(status=D.Status(
-            code=D.NOT_IMPLEMENTED, message="offset-based (pull) consumption is not served"))
+        yield S.PullMessageResponse(status=D.Status(code=D.NOT_IMPLEMENTED,
+                                                    message=_PULL_NOT_SERVED))
