@@ -81,6 +81,21 @@ class QueueState:
                    {int(o) for o in data["a"]})
 
 
+def _mark_delivered(state: QueueState, offset: int, flight: InFlight) -> None:
+    state.inflight[offset] = flight
+    state.next = max(state.next, offset + 1)
+
+
+def _mark_acked(state: QueueState, start: int, end: int) -> bool:
+    """Offsets [start, end) acked, skipped or dead-lettered; True when `commit` moved."""
+    for offset in range(start, end):
+        state.inflight.pop(offset, None)
+        if offset >= state.commit:
+            state.acked.add(offset)
+    state.next = max(state.next, end)
+    return state.advance()
+
+
 def _skip(state: QueueState, offset: int) -> bool:
     """Moves `state` past every offset below `offset`; True when its commit moved."""
     if offset <= state.commit:
@@ -137,28 +152,19 @@ class PopStateStore:
             self.queues = {(g, t, int(q)): QueueState.from_json(s) for g, t, q, s in rec["q"]}
             return
         key = (rec["g"], rec["t"], int(rec["q"]))
-        if kind == "init":
+        if kind in ("init", "reset"):  # first consumed / moved by an admin
             self.queues[key] = QueueState(int(rec["o"]), int(rec["o"]))
             return
         state = self.queues[key]
         if kind == "d":  # delivered (again): offset, attempt, deadline, commitlog offset
-            offset = int(rec["o"])
-            state.inflight[offset] = InFlight(int(rec["a"]), int(rec["d"]), int(rec["p"]),
-                                              str(rec.get("m", "")))
-            state.next = max(state.next, offset + 1)
+            _mark_delivered(state, int(rec["o"]), InFlight(
+                int(rec["a"]), int(rec["d"]), int(rec["p"]), str(rec.get("m", ""))))
         elif kind == "ack":  # acked / skipped / moved to the DLQ: offsets [o, e)
-            for offset in range(int(rec["o"]), int(rec["e"])):
-                state.inflight.pop(offset, None)
-                if offset >= state.commit:
-                    state.acked.add(offset)
-            state.next = max(state.next, int(rec["e"]))
-            state.advance()
+            _mark_acked(state, int(rec["o"]), int(rec["e"]))
         elif kind == "inv":  # new deadline of an in-flight message
             flight = state.inflight.get(int(rec["o"]))
             if flight is not None:
                 flight.deadline_ms = int(rec["d"])
-        elif kind == "reset":  # the group's offset was moved (by an admin)
-            self.queues[key] = QueueState(int(rec["o"]), int(rec["o"]))
         elif kind == "skip":  # everything below o is gone from the store
             _skip(state, int(rec["o"]))
 
@@ -206,9 +212,7 @@ class PopStateStore:
         return iter(list(self.queues.items()))
 
     def delivered(self, key: QueueKey, offset: int, flight: InFlight) -> None:
-        state = self.queues[key]
-        state.inflight[offset] = flight
-        state.next = max(state.next, offset + 1)
+        _mark_delivered(self.queues[key], offset, flight)
         g, t, q = key
         rec = {"k": "d", "g": g, "t": t, "q": q, "o": offset, "a": flight.attempt,
                "d": flight.deadline_ms, "p": flight.commit_log_offset}
@@ -221,14 +225,10 @@ class PopStateStore:
         if end <= start:
             return
         state = self.queues[key]
-        for offset in range(start, end):
-            state.inflight.pop(offset, None)
-            if offset >= state.commit:
-                state.acked.add(offset)
-        state.next = max(state.next, end)
+        moved = _mark_acked(state, start, end)
         g, t, q = key
         self._append({"k": "ack", "g": g, "t": t, "q": q, "o": start, "e": end})
-        if state.advance():
+        if moved:
             self.on_commit(g, t, q, state.commit)
 
     def changed(self, key: QueueKey, offset: int, deadline_ms: int) -> None:
