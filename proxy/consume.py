@@ -132,7 +132,8 @@ class PopService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_s)
         while True:
-            found = self._collect(group, topic, queues, tag_filter, batch, invisible_ms)
+            with self.state.batch():  # one log write per receive, not one per message
+                found = self._collect(group, topic, queues, tag_filter, batch, invisible_ms)
             if found:
                 return found
             remaining = deadline - loop.time()

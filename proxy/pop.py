@@ -16,10 +16,11 @@ deadline passed after its last allowed attempt moves to `%DLQ%{group}`. A FIFO m
 (one with a message group) is not handed out while an earlier message of its group is in
 flight: the queue waits there until that one is acked or dead-lettered.
 
-Each change is appended (one line, one write) to `popState.log` before the reply: a broker
-killed at any point finds, after its restart, every message received and not acked still in
-flight (delivered again once its deadline passed) and every ack it answered. The log starts
-with a snapshot of the whole state and is rewritten (atomically) when it grows.
+Each change is appended (one line; a request's lines in one write) to `popState.log` before
+the reply: a broker killed at any point finds, after its restart, every message received and
+not acked still in flight (delivered again once its deadline passed) and every ack it
+answered. The log starts with a snapshot of the whole state and is rewritten (atomically)
+when it grows.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ QueueKey = tuple[str, str, int]  # group, topic, queue id
 LOG_NAME = "popState.log"
 # Records appended after the snapshot before the log is rewritten as one snapshot.
 COMPACT_AFTER_RECORDS = 20_000
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # built once, not per record
 
 
 @dataclasses.dataclass
@@ -120,6 +122,7 @@ class PopStateStore:
         self.queues: dict[QueueKey, QueueState] = {}
         self._fd: int | None = None
         self._records = 0
+        self._pending: list[bytes] | None = None  # records of the batch() under way
 
     # -- persistence -----------------------------------------------------------------------
     def load(self) -> None:
@@ -175,7 +178,7 @@ class PopStateStore:
                                         for (g, t, q), s in sorted(self.queues.items())]}
         tmp = self.path.with_suffix(".tmp")
         with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(snapshot, separators=(",", ":")) + "\n")
+            f.write(_encode(snapshot) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -183,14 +186,36 @@ class PopStateStore:
         self._records = 0
 
     def _append(self, rec: dict[str, Any]) -> None:
+        line = (_encode(rec) + "\n").encode()
+        if self._pending is not None:
+            self._pending.append(line)
+        else:
+            self._write([line])
+
+    def _write(self, lines: list[bytes]) -> None:
         if self._fd is None:
             raise RuntimeError("pop state log is closed")
-        # One write per record: a killed process leaves whole records (the page cache has
-        # them); a machine crash may lose the last ones, as an asynchronous flush does.
-        os.write(self._fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
-        self._records += 1
+        # One write: a killed process leaves whole records (the page cache has them); a
+        # machine crash may lose the last ones, as an asynchronous flush does.
+        os.write(self._fd, b"".join(lines))
+        self._records += len(lines)
         if self._records >= self.compact_after:
             self._rewrite()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The records of the changes made within go to the log in one write when it ends
+        (a request's changes: before its reply). Nothing may await within."""
+        if self._pending is not None:  # within another batch: that one writes
+            yield
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            lines, self._pending = self._pending, None
+            if lines:
+                self._write(lines)
 
     # -- state -----------------------------------------------------------------------------
     def state(self, group: str, topic: str, queue_id: int, start: Callable[[], int]

@@ -439,15 +439,16 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request: S.AckMessageRequest, context: Context) -> Any:
         group, topic = request.group.name, request.topic.name
         results = []
-        for entry in request.entries:
-            try:
-                self.pop.ack(group, topic, entry.receipt_handle)
-                status = ok()
-            except V2Error as e:
-                status = e.status()
-            results.append(S.AckMessageResultEntry(
-                message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                status=status))
+        with self.pop.state.batch():  # one log write for the request's acks
+            for entry in request.entries:
+                try:
+                    self.pop.ack(group, topic, entry.receipt_handle)
+                    status = ok()
+                except V2Error as e:
+                    status = e.status()
+                results.append(S.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                    status=status))
         if not results:
             overall = D.Status(code=D.BAD_REQUEST, message="an ack needs at least one entry")
         else:
