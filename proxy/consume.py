@@ -189,13 +189,15 @@ class PopService:
                 break
             key = self._queue_state(group, topic, queue_id)
             state = self.state.queues[key]
-            # Due again: in flight past their deadline, attempts left.
-            for offset in sorted(state.inflight):
+            # Due again: in flight past their deadline, attempts left (a receive looks at
+            # every message in flight, sorts only those).
+            max_attempts = self.max_attempts
+            due = sorted(o for o, f in state.inflight.items()
+                         if f.deadline_ms <= now and f.attempt < max_attempts)
+            for offset in due:
                 if len(out) >= batch:
                     break
                 flight = state.inflight[offset]
-                if flight.deadline_ms > now or flight.attempt >= self.max_attempts:
-                    continue
                 ext = store.look_message_by_offset(flight.commit_log_offset)
                 if ext is None or ext.topic != topic or ext.queue_offset != offset:
                     log.warning("message %s-%d@%d of group %s is gone from the store; "
