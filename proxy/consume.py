@@ -330,14 +330,17 @@ class PopService:
         """Moves the messages past their deadline after their last attempt to the DLQ."""
         now = self.broker.clock_ms()
         moved = 0
+        max_attempts = self.max_attempts
         for key, state in self.state.items():
-            for offset, flight in sorted(state.inflight.items()):
-                if flight.deadline_ms <= now and flight.attempt >= self.max_attempts:
-                    try:
-                        await self._dead_letter(key, offset, flight)
-                        moved += 1
-                    except V2Error as e:
-                        log.warning("%s", e.message)
+            out_of_attempts = sorted(
+                (o, f) for o, f in state.inflight.items()
+                if f.deadline_ms <= now and f.attempt >= max_attempts)
+            for offset, flight in out_of_attempts:
+                try:
+                    await self._dead_letter(key, offset, flight)
+                    moved += 1
+                except V2Error as e:
+                    log.warning("%s", e.message)
         return moved
 
     async def _sweep_loop(self) -> None:
