@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -22,7 +21,7 @@ import grpc
 from bench.e2e import cluster
 from mqclient import Message, Producer
 from mqproto import admin_pb2, admin_pb2_grpc, namesrv_pb2, namesrv_pb2_grpc
-from tests.proxy.sdk_venv import SDK_SCRIPT, SDK_VERSION, sdk_python
+from tests.proxy.sdk_venv import SDK_VERSION, run_sdk_client, sdk_python
 
 TOPIC = "BenchV2"
 QUEUES = 8
@@ -41,11 +40,8 @@ def v2_endpoint(namesrv: str) -> str:
 
 
 def bench_sdk(python: Path, endpoint: str, n: int, size: int, home: Path) -> float:
-    result = subprocess.run(
-        [str(python), str(SDK_SCRIPT), "bench", endpoint, TOPIC, str(n), str(size)],
-        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL, cwd=home,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(home)})
-    lines = [json.loads(x) for x in result.stdout.splitlines() if x.startswith("{")]
+    result, lines = run_sdk_client(python, home, ["bench", endpoint, TOPIC, str(n), str(size)],
+                                   timeout=600)
     if result.returncode != 0 or not lines:
         raise SystemExit(f"the SDK bench failed:\n{result.stdout}\n{result.stderr[-2000:]}")
     return n / lines[-1]["seconds"]

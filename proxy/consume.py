@@ -132,7 +132,8 @@ class PopService:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_s)
         while True:
-            found = self._collect(group, topic, queues, tag_filter, batch, invisible_ms)
+            with self.state.batch():  # one log write per receive, not one per message
+                found = self._collect(group, topic, queues, tag_filter, batch, invisible_ms)
             if found:
                 return found
             remaining = deadline - loop.time()
@@ -188,13 +189,15 @@ class PopService:
                 break
             key = self._queue_state(group, topic, queue_id)
             state = self.state.queues[key]
-            # Due again: in flight past their deadline, attempts left.
-            for offset in sorted(state.inflight):
+            # Due again: in flight past their deadline, attempts left (a receive looks at
+            # every message in flight, sorts only those).
+            max_attempts = self.max_attempts
+            due = sorted(o for o, f in state.inflight.items()
+                         if f.deadline_ms <= now and f.attempt < max_attempts)
+            for offset in due:
                 if len(out) >= batch:
                     break
                 flight = state.inflight[offset]
-                if flight.deadline_ms > now or flight.attempt >= self.max_attempts:
-                    continue
                 ext = store.look_message_by_offset(flight.commit_log_offset)
                 if ext is None or ext.topic != topic or ext.queue_offset != offset:
                     log.warning("message %s-%d@%d of group %s is gone from the store; "
@@ -327,14 +330,17 @@ class PopService:
         """Moves the messages past their deadline after their last attempt to the DLQ."""
         now = self.broker.clock_ms()
         moved = 0
+        max_attempts = self.max_attempts
         for key, state in self.state.items():
-            for offset, flight in sorted(state.inflight.items()):
-                if flight.deadline_ms <= now and flight.attempt >= self.max_attempts:
-                    try:
-                        await self._dead_letter(key, offset, flight)
-                        moved += 1
-                    except V2Error as e:
-                        log.warning("%s", e.message)
+            out_of_attempts = sorted(
+                (o, f) for o, f in state.inflight.items()
+                if f.deadline_ms <= now and f.attempt >= max_attempts)
+            for offset, flight in out_of_attempts:
+                try:
+                    await self._dead_letter(key, offset, flight)
+                    moved += 1
+                except V2Error as e:
+                    log.warning("%s", e.message)
         return moved
 
     async def _sweep_loop(self) -> None:

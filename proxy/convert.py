@@ -20,7 +20,7 @@ from broker.convert import format_host
 from broker.transaction.messages import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
-from store.codec import MessageExt
+from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
 from store.constants import MessageProperty
 
 # RocketMQ 5's MessageConst.PROPERTY_TIMER_DELIVER_MS: when a delayed message is due.
@@ -99,7 +99,7 @@ def to_duration(ms: int) -> duration_pb2.Duration:
 
 # -- send --------------------------------------------------------------------------------
 def _check_name(code: int, what: str, value: str) -> None:
-    if "\x01" in value or "\x02" in value:
+    if PROPERTY_SEPARATOR in value or PROPERTIES_SEPARATOR in value:
         raise V2Error(code, f"{what} {value!r} contains a \\x01 or \\x02 separator")
 
 
@@ -179,6 +179,10 @@ def message_type_of(props: dict[str, str]) -> int:
     return D.NORMAL
 
 
+def _body_digest(body: bytes) -> D.Digest:
+    return D.Digest(type=D.CRC32, checksum=f"{zlib.crc32(body):08X}")
+
+
 def _host_text(host: tuple[str, int], with_port: bool) -> str:
     return format_host(host) if with_port else host[0]
 
@@ -190,7 +194,7 @@ def message_to_v2(ext: MessageExt, *, receipt_handle: str, attempt: int,
     sp = D.SystemProperties(
         keys=ext.keys,
         message_id=props.get(MessageProperty.UNIQ_KEY) or ext.msg_id,
-        body_digest=D.Digest(type=D.CRC32, checksum=f"{zlib.crc32(ext.body) & 0xFFFFFFFF:08X}"),
+        body_digest=_body_digest(ext.body),
         body_encoding=D.IDENTITY,
         message_type=message_type_of(props),  # type: ignore[arg-type]
         born_timestamp=to_timestamp(ext.born_timestamp),
@@ -226,7 +230,7 @@ def proto_message_to_v2(pb: messaging_pb2.Message) -> D.Message:
     psp = pb.system_properties
     sp = D.SystemProperties(
         keys=list(pb.keys), message_id=psp.message_id,
-        body_digest=D.Digest(type=D.CRC32, checksum=f"{zlib.crc32(pb.body) & 0xFFFFFFFF:08X}"),
+        body_digest=_body_digest(pb.body),
         body_encoding=D.IDENTITY, message_type=D.TRANSACTION,
         born_timestamp=to_timestamp(psp.born_timestamp),
         born_host=psp.born_host.rpartition(":")[0].strip("[]") or psp.born_host,

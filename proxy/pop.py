@@ -16,10 +16,11 @@ deadline passed after its last allowed attempt moves to `%DLQ%{group}`. A FIFO m
 (one with a message group) is not handed out while an earlier message of its group is in
 flight: the queue waits there until that one is acked or dead-lettered.
 
-Each change is appended (one line, one write) to `popState.log` before the reply: a broker
-killed at any point finds, after its restart, every message received and not acked still in
-flight (delivered again once its deadline passed) and every ack it answered. The log starts
-with a snapshot of the whole state and is rewritten (atomically) when it grows.
+Each change is appended (one line; a request's lines in one write) to `popState.log` before
+the reply: a broker killed at any point finds, after its restart, every message received and
+not acked still in flight (delivered again once its deadline passed) and every ack it
+answered. The log starts with a snapshot of the whole state and is rewritten (atomically)
+when it grows.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ QueueKey = tuple[str, str, int]  # group, topic, queue id
 LOG_NAME = "popState.log"
 # Records appended after the snapshot before the log is rewritten as one snapshot.
 COMPACT_AFTER_RECORDS = 20_000
+_encode = json.JSONEncoder(separators=(",", ":")).encode  # built once, not per record
 
 
 @dataclasses.dataclass
@@ -81,6 +83,21 @@ class QueueState:
                    {int(o) for o in data["a"]})
 
 
+def _mark_delivered(state: QueueState, offset: int, flight: InFlight) -> None:
+    state.inflight[offset] = flight
+    state.next = max(state.next, offset + 1)
+
+
+def _mark_acked(state: QueueState, start: int, end: int) -> bool:
+    """Offsets [start, end) acked, skipped or dead-lettered; True when `commit` moved."""
+    for offset in range(start, end):
+        state.inflight.pop(offset, None)
+        if offset >= state.commit:
+            state.acked.add(offset)
+    state.next = max(state.next, end)
+    return state.advance()
+
+
 def _skip(state: QueueState, offset: int) -> bool:
     """Moves `state` past every offset below `offset`; True when its commit moved."""
     if offset <= state.commit:
@@ -105,6 +122,7 @@ class PopStateStore:
         self.queues: dict[QueueKey, QueueState] = {}
         self._fd: int | None = None
         self._records = 0
+        self._pending: list[bytes] | None = None  # records of the batch() under way
 
     # -- persistence -----------------------------------------------------------------------
     def load(self) -> None:
@@ -137,28 +155,19 @@ class PopStateStore:
             self.queues = {(g, t, int(q)): QueueState.from_json(s) for g, t, q, s in rec["q"]}
             return
         key = (rec["g"], rec["t"], int(rec["q"]))
-        if kind == "init":
+        if kind in ("init", "reset"):  # first consumed / moved by an admin
             self.queues[key] = QueueState(int(rec["o"]), int(rec["o"]))
             return
         state = self.queues[key]
         if kind == "d":  # delivered (again): offset, attempt, deadline, commitlog offset
-            offset = int(rec["o"])
-            state.inflight[offset] = InFlight(int(rec["a"]), int(rec["d"]), int(rec["p"]),
-                                              str(rec.get("m", "")))
-            state.next = max(state.next, offset + 1)
+            _mark_delivered(state, int(rec["o"]), InFlight(
+                int(rec["a"]), int(rec["d"]), int(rec["p"]), str(rec.get("m", ""))))
         elif kind == "ack":  # acked / skipped / moved to the DLQ: offsets [o, e)
-            for offset in range(int(rec["o"]), int(rec["e"])):
-                state.inflight.pop(offset, None)
-                if offset >= state.commit:
-                    state.acked.add(offset)
-            state.next = max(state.next, int(rec["e"]))
-            state.advance()
+            _mark_acked(state, int(rec["o"]), int(rec["e"]))
         elif kind == "inv":  # new deadline of an in-flight message
             flight = state.inflight.get(int(rec["o"]))
             if flight is not None:
                 flight.deadline_ms = int(rec["d"])
-        elif kind == "reset":  # the group's offset was moved (by an admin)
-            self.queues[key] = QueueState(int(rec["o"]), int(rec["o"]))
         elif kind == "skip":  # everything below o is gone from the store
             _skip(state, int(rec["o"]))
 
@@ -169,7 +178,7 @@ class PopStateStore:
                                         for (g, t, q), s in sorted(self.queues.items())]}
         tmp = self.path.with_suffix(".tmp")
         with tmp.open("w", encoding="utf-8") as f:
-            f.write(json.dumps(snapshot, separators=(",", ":")) + "\n")
+            f.write(_encode(snapshot) + "\n")
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -177,14 +186,36 @@ class PopStateStore:
         self._records = 0
 
     def _append(self, rec: dict[str, Any]) -> None:
+        line = (_encode(rec) + "\n").encode()
+        if self._pending is not None:
+            self._pending.append(line)
+        else:
+            self._write([line])
+
+    def _write(self, lines: list[bytes]) -> None:
         if self._fd is None:
             raise RuntimeError("pop state log is closed")
-        # One write per record: a killed process leaves whole records (the page cache has
-        # them); a machine crash may lose the last ones, as an asynchronous flush does.
-        os.write(self._fd, (json.dumps(rec, separators=(",", ":")) + "\n").encode())
-        self._records += 1
+        # One write: a killed process leaves whole records (the page cache has them); a
+        # machine crash may lose the last ones, as an asynchronous flush does.
+        os.write(self._fd, b"".join(lines))
+        self._records += len(lines)
         if self._records >= self.compact_after:
             self._rewrite()
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """The records of the changes made within go to the log in one write when it ends
+        (a request's changes: before its reply). Nothing may await within."""
+        if self._pending is not None:  # within another batch: that one writes
+            yield
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            lines, self._pending = self._pending, None
+            if lines:
+                self._write(lines)
 
     # -- state -----------------------------------------------------------------------------
     def state(self, group: str, topic: str, queue_id: int, start: Callable[[], int]
@@ -206,9 +237,7 @@ class PopStateStore:
         return iter(list(self.queues.items()))
 
     def delivered(self, key: QueueKey, offset: int, flight: InFlight) -> None:
-        state = self.queues[key]
-        state.inflight[offset] = flight
-        state.next = max(state.next, offset + 1)
+        _mark_delivered(self.queues[key], offset, flight)
         g, t, q = key
         rec = {"k": "d", "g": g, "t": t, "q": q, "o": offset, "a": flight.attempt,
                "d": flight.deadline_ms, "p": flight.commit_log_offset}
@@ -221,14 +250,10 @@ class PopStateStore:
         if end <= start:
             return
         state = self.queues[key]
-        for offset in range(start, end):
-            state.inflight.pop(offset, None)
-            if offset >= state.commit:
-                state.acked.add(offset)
-        state.next = max(state.next, end)
+        moved = _mark_acked(state, start, end)
         g, t, q = key
         self._append({"k": "ack", "g": g, "t": t, "q": q, "o": start, "e": end})
-        if state.advance():
+        if moved:
             self.on_commit(g, t, q, state.commit)
 
     def changed(self, key: QueueKey, offset: int, deadline_ms: int) -> None:

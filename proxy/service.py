@@ -65,30 +65,53 @@ _RESOLUTIONS = {D.COMMIT: LocalTransactionState.COMMIT,
                 D.ROLLBACK: LocalTransactionState.ROLLBACK}
 
 
+def error_status(name: str, e: Exception) -> D.Status:
+    """The reply status of handler `name` that raised `e`: a V2Error's (or the broker's
+    RequestError's) own, anything unexpected INTERNAL_ERROR, logged."""
+    if isinstance(e, V2Error):
+        return e.status()
+    if isinstance(e, RequestError):
+        return v2_status(e.status())
+    log.exception("v2 %s failed", name)
+    return D.Status(code=D.INTERNAL_ERROR, message=f"{name} failed: {e!r}")
+
+
 def v2_rpc(response: type[R]) -> Callable[[Callable[..., Awaitable[R]]],
                                           Callable[..., Awaitable[R]]]:
-    """A V2Error (or the broker's RequestError) becomes a reply with its status; anything
-    unexpected an INTERNAL_ERROR reply, logged."""
+    """A handler that raises answers with a reply carrying its error_status."""
 
     def decorate(fn: Callable[..., Awaitable[R]]) -> Callable[..., Awaitable[R]]:
         @functools.wraps(fn)
         async def wrapper(self: Any, request: Any, context: Context) -> R:
             try:
                 return await fn(self, request, context)
-            except V2Error as e:
-                return response(status=e.status())  # type: ignore[call-arg]
-            except RequestError as e:
-                return response(status=v2_status(e.status()))  # type: ignore[call-arg]
-            except asyncio.CancelledError:
-                raise
             except Exception as e:
-                log.exception("v2 %s failed", fn.__name__)
-                return response(status=D.Status(  # type: ignore[call-arg]
-                    code=D.INTERNAL_ERROR, message=f"{fn.__name__} failed: {e!r}"))
+                return response(status=error_status(fn.__name__, e))  # type: ignore[call-arg]
 
         return wrapper
 
     return decorate
+
+
+def overall_status(statuses: list[D.Status], mixed: str) -> D.Status:
+    """A multi-entry reply's status: the entries' one when they agree, else
+    MULTIPLE_RESULTS saying `mixed`."""
+    if len({s.code for s in statuses}) == 1:
+        return statuses[0]
+    return D.Status(code=D.MULTIPLE_RESULTS, message=mixed)
+
+
+_PULL_NOT_SERVED = "offset-based (pull) consumption is not served"
+
+
+def _not_served(response: type[R], message: str) -> Callable[..., Awaitable[R]]:
+    """A handler of an RPC this broker does not serve: NOT_IMPLEMENTED, saying `message`."""
+
+    async def handler(self: Any, request: Any, context: Context) -> R:
+        return response(status=D.Status(code=D.NOT_IMPLEMENTED,  # type: ignore[call-arg]
+                                         message=message))
+
+    return handler
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
@@ -362,19 +385,11 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                     entry.transaction_id = encode_transaction_id(
                         answer.result.commit_log_offset, answer.result.queue_offset)
                 entries.append(entry)
-            except V2Error as e:
-                entries.append(S.SendResultEntry(status=e.status(),
+            except (V2Error, RequestError) as e:
+                entries.append(S.SendResultEntry(status=error_status("SendMessage", e),
                                                  message_id=pb.system_properties.message_id))
-            except RequestError as e:
-                entries.append(S.SendResultEntry(status=v2_status(e.status()),
-                                                 message_id=pb.system_properties.message_id))
-        codes = {e.status.code for e in entries}
-        if len(entries) == 1 or len(codes) == 1:
-            status = entries[0].status
-        else:
-            status = D.Status(code=D.MULTIPLE_RESULTS, message="the messages had different "
-                                                             "results: see each entry")
-        return S.SendMessageResponse(status=status, entries=entries)
+        return S.SendMessageResponse(entries=entries, status=overall_status(
+            [e.status for e in entries], "the messages had different results: see each entry"))
 
     def _queue_for(self, message: messaging_pb2.Message) -> int:
         """FIFO messages of one group go to one queue (by a stable hash of the group); the
@@ -408,18 +423,8 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                                               request.message_queue.id, expression,
                                               request.batch_size, invisible_ms, wait_s,
                                               sql=sql)
-        except V2Error as e:
-            yield S.ReceiveMessageResponse(status=e.status())
-            return
-        except RequestError as e:
-            yield S.ReceiveMessageResponse(status=v2_status(e.status()))
-            return
-        except asyncio.CancelledError:
-            raise
         except Exception as e:
-            log.exception("v2 ReceiveMessage failed")
-            yield S.ReceiveMessageResponse(status=D.Status(
-                code=D.INTERNAL_ERROR, message=f"ReceiveMessage failed: {e!r}"))
+            yield S.ReceiveMessageResponse(status=error_status("ReceiveMessage", e))
             return
         if not messages:
             yield S.ReceiveMessageResponse(status=D.Status(
@@ -434,23 +439,21 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     async def AckMessage(self, request: S.AckMessageRequest, context: Context) -> Any:
         group, topic = request.group.name, request.topic.name
         results = []
-        for entry in request.entries:
-            try:
-                self.pop.ack(group, topic, entry.receipt_handle)
-                status = ok()
-            except V2Error as e:
-                status = e.status()
-            results.append(S.AckMessageResultEntry(
-                message_id=entry.message_id, receipt_handle=entry.receipt_handle,
-                status=status))
-        codes = {r.status.code for r in results}
+        with self.pop.state.batch():  # one log write for the request's acks
+            for entry in request.entries:
+                try:
+                    self.pop.ack(group, topic, entry.receipt_handle)
+                    status = ok()
+                except V2Error as e:
+                    status = e.status()
+                results.append(S.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle,
+                    status=status))
         if not results:
             overall = D.Status(code=D.BAD_REQUEST, message="an ack needs at least one entry")
-        elif len(codes) == 1:
-            overall = results[0].status
         else:
-            overall = D.Status(code=D.MULTIPLE_RESULTS,
-                               message="the entries had different results: see each")
+            overall = overall_status([r.status for r in results],
+                                     "the entries had different results: see each")
         return S.AckMessageResponse(status=overall, entries=results)
 
     @v2_rpc(S.ChangeInvisibleDurationResponse)
@@ -468,7 +471,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                                       request.receipt_handle)
         return S.ForwardMessageToDeadLetterQueueResponse(status=ok())
 
-    # -- not served ------------------------------------------------------------------------
+    # -- transactions ----------------------------------------------------------------------
     @v2_rpc(S.EndTransactionResponse)
     async def EndTransaction(self, request: S.EndTransactionRequest, context: Context) -> Any:
         """A producer's (or a check's) outcome of a half message: the broker's transaction
@@ -487,28 +490,16 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
             from_check=request.source == D.SOURCE_SERVER_CHECK)
         return S.EndTransactionResponse(status=v2_status(status))
 
-    @v2_rpc(S.RecallMessageResponse)
-    async def RecallMessage(self, request: S.RecallMessageRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "recalling delayed messages is not served")
-
-    @v2_rpc(S.UpdateOffsetResponse)
-    async def UpdateOffset(self, request: S.UpdateOffsetRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "offset-based (pull) consumption is not served")
-
-    @v2_rpc(S.GetOffsetResponse)
-    async def GetOffset(self, request: S.GetOffsetRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "offset-based (pull) consumption is not served")
-
-    @v2_rpc(S.QueryOffsetResponse)
-    async def QueryOffset(self, request: S.QueryOffsetRequest, context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "offset-based (pull) consumption is not served")
-
-    @v2_rpc(S.SyncLiteSubscriptionResponse)
-    async def SyncLiteSubscription(self, request: S.SyncLiteSubscriptionRequest,
-                                   context: Context) -> Any:
-        raise V2Error(D.NOT_IMPLEMENTED, "lite topics are not served by this broker")
+    # -- not served ------------------------------------------------------------------------
+    RecallMessage = _not_served(S.RecallMessageResponse,
+                                "recalling delayed messages is not served")
+    UpdateOffset = _not_served(S.UpdateOffsetResponse, _PULL_NOT_SERVED)
+    GetOffset = _not_served(S.GetOffsetResponse, _PULL_NOT_SERVED)
+    QueryOffset = _not_served(S.QueryOffsetResponse, _PULL_NOT_SERVED)
+    SyncLiteSubscription = _not_served(S.SyncLiteSubscriptionResponse,
+                                       "lite topics are not served by this broker")
 
     async def PullMessage(self, request: S.PullMessageRequest, context: Context
                           ) -> AsyncIterator[S.PullMessageResponse]:
-        yield S.PullMessageResponse(status=D.Status(
-            code=D.NOT_IMPLEMENTED, message="offset-based (pull) consumption is not served"))
+        yield S.PullMessageResponse(status=D.Status(code=D.NOT_IMPLEMENTED,
+                                                    message=_PULL_NOT_SERVED))

@@ -58,6 +58,15 @@ def hop_level(remaining_ms: int, levels_ms: list[int]) -> int:
     return level
 
 
+def _unscheduled_properties(ext: MessageExt) -> dict[str, str]:
+    """A copy of the properties of `ext` without the schedule service's (a record of the
+    timer topic put again)."""
+    props = dict(ext.properties)
+    for name in (MessageProperty.DELAY, MessageProperty.REAL_TOPIC, MessageProperty.REAL_QID):
+        props.pop(name, None)
+    return props
+
+
 class TimerService:
     def __init__(self, broker: BrokerController) -> None:
         self.broker = broker
@@ -169,20 +178,14 @@ class TimerService:
 
     @staticmethod
     def _again(ext: MessageExt) -> Message:
-        props = dict(ext.properties)
-        for name in (MessageProperty.DELAY, MessageProperty.REAL_TOPIC,
-                     MessageProperty.REAL_QID):
-            props.pop(name, None)
-        return message_from_ext(ext, topic=TIMER_TOPIC, queue_id=0, properties=props)
+        return message_from_ext(ext, topic=TIMER_TOPIC, queue_id=0,
+                                properties=_unscheduled_properties(ext))
 
     @staticmethod
     def _real(ext: MessageExt) -> Message:
-        props = dict(ext.properties)
+        props = _unscheduled_properties(ext)
         topic = props.pop(PROPERTY_TIMER_REAL_TOPIC, "")
         queue_id = props.pop(PROPERTY_TIMER_REAL_QID, "0")
-        for name in (MessageProperty.DELAY, MessageProperty.REAL_TOPIC,
-                     MessageProperty.REAL_QID):
-            props.pop(name, None)
         return message_from_ext(ext, topic=topic, queue_id=int(queue_id) if queue_id.isdigit()
                                 else 0, properties=props)
 

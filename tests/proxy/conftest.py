@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,7 +22,7 @@ from tests.broker.conftest import (
     broker_props,
     write_conf,
 )
-from tests.proxy.sdk_venv import SDK_PACKAGE, SDK_SCRIPT, SDK_VERSION, sdk_python
+from tests.proxy.sdk_venv import SDK_PACKAGE, SDK_VERSION, run_sdk_client, sdk_python
 
 SDK_RUN_TIMEOUT_S = 120
 MAX_ATTEMPTS = 3  # grpcProxyMaxDeliveryAttempts of the test brokers
@@ -37,12 +35,7 @@ class Sdk:
 
     def run(self, *args: str, timeout: float = SDK_RUN_TIMEOUT_S) -> list[dict[str, Any]]:
         """Runs sdk_client.py; its JSON lines. AssertionError with its output when it fails."""
-        result = subprocess.run(
-            [str(self.python), str(SDK_SCRIPT), *args], capture_output=True, text=True,
-            timeout=timeout, stdin=subprocess.DEVNULL, cwd=self.home,
-            env={"PATH": os.environ.get("PATH", ""), "HOME": str(self.home)})
-        lines = [json.loads(line) for line in result.stdout.splitlines()
-                 if line.startswith("{")]
+        result, lines = run_sdk_client(self.python, self.home, list(args), timeout)
         if result.returncode != 0 or not lines or "done" not in lines[-1]:
             raise AssertionError(f"sdk_client {args[0]} exited {result.returncode}:\n"
                                  f"{result.stdout}\n{result.stderr[-3000:]}")

@@ -6,10 +6,12 @@ it only ever runs as a subprocess."""
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SDK_PACKAGE = "rocketmq-python-client"
@@ -49,3 +51,15 @@ def sdk_python(venv: Path | None = None) -> Path:
                 raise RuntimeError(f"{' '.join(step[-2:])} failed: {' / '.join(tail)}")
         stamp.touch()
         return python
+
+
+def run_sdk_client(python: Path, home: Path, args: list[str], timeout: float
+                   ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Runs sdk_client.py with the SDK's python in `home` (the SDK logs under ~/logs); the
+    finished process and its JSON lines."""
+    result = subprocess.run(
+        [str(python), str(SDK_SCRIPT), *args], capture_output=True, text=True,
+        timeout=timeout, stdin=subprocess.DEVNULL, cwd=home,
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(home)})
+    return result, [json.loads(line) for line in result.stdout.splitlines()
+                    if line.startswith("{")]

@@ -64,6 +64,23 @@ def test_replay_after_restart(tmp_path: Path, compact_after: int) -> None:
     assert state.acked == {3}
 
 
+@pytest.mark.parametrize("compact_after", [1000, 3])
+def test_a_batch_is_logged_in_one_write_at_its_end(tmp_path: Path, compact_after: int
+                                                   ) -> None:
+    store = opened(tmp_path, Commits(), compact_after)
+    log_size = (tmp_path / LOG_NAME).stat().st_size
+    with store.batch():
+        store.state(*KEY, start=lambda: 0)
+        for offset in range(4):
+            store.delivered(KEY, offset, InFlight(1, 1_000, offset))
+        with store.batch():  # nested: the outer one writes
+            store.acked(KEY, 0, 2)
+        assert (tmp_path / LOG_NAME).stat().st_size == log_size  # nothing written yet
+    # No close(): as if the process was killed.
+    state = opened(tmp_path, Commits(), compact_after).queues[KEY]
+    assert (state.commit, state.next, sorted(state.inflight)) == (2, 4, [2, 3])
+
+
 def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
     store = opened(tmp_path, Commits())
     store.state(*KEY, start=lambda: 0)
