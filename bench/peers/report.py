@@ -87,8 +87,8 @@ def table(result: dict[str, Any]) -> str:
                          _num(f["one_at_a_time_p50_ms"], 3), _num(f["one_at_a_time_p99_ms"], 3),
                          _num(f["in_flight_msgs_s"]), _num(f["many_topics_msgs_s"]),
                          _num(f["many_topics_vs_1"], 2), _num(f["consume_msgs_s"])])
-        if not rows:
-            continue
+        if all(row[1].startswith("skipped: ") for row in rows):
+            continue  # the class did not run (or no peer did)
         lines.append(f"({cls}) {meaning}")
         lines.append(text_table(["Peer", "Setting", "1-at-a-time/s", "p50 ms", "p99 ms",
                                  "in flight/s", f"{topics} topics/s", f"{topics}/1",
@@ -117,7 +117,9 @@ def table(result: dict[str, Any]) -> str:
         rows.append([cls, f"ours {topics} topics / 1", "-", "-", "-", _num(item["ours"], 2),
                      _num(item["goal"], 1), "yes" if item["met"] else "NO"])
     if rows:
-        lines.append("Ours against the best peer (same run, msgs/s)")
+        skipped = [p for p, e in result["peers"].items() if e["status"] == "skipped"]
+        lines.append("Ours against the best peer (same run, msgs/s)" + (
+            f"; left out, not installed: {', '.join(skipped)}" if skipped else ""))
         lines.append(text_table(["Class", "Workload", "Ours", "Best peer", "Its msgs/s",
                                  "Ratio", "Goal", "Met"], rows))
     return "\n".join(lines).rstrip()
@@ -156,7 +158,9 @@ def chart(result: dict[str, Any], path: Path) -> None:
                   [WORKLOADS[w][1] + (f"\n({topics} topics)" if w == "many_topics" else "")
                    for w in names])
     ax.set_ylabel("ours / best peer (msgs/s)")
-    ax.set_title("Ours against the best peer, same run (dashes: goals)")
+    skipped = [p for p, e in result["peers"].items() if e["status"] == "skipped"]
+    ax.set_title("Ours against the best peer, same run (dashes: goals)" + (
+        f"\nleft out, not installed: {', '.join(skipped)}" if skipped else ""))
     if classes:
         ax.legend(fontsize=8)
     values = [rats[c]["many_topics_vs_1"]["ours"] for c in classes]

@@ -160,7 +160,11 @@ def main(argv: list[str] | None = None) -> int:
     classes = _subset(args.classes, tuple(CLASSES), "classes")
     sizes = QUICK if args.quick else FULL
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:  # before any work: a run takes minutes
+        out.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=out).close()
+    except OSError as e:
+        raise SystemExit(f"--out {out}: cannot write there: {e.strerror or e}") from None
     work = Path(tempfile.mkdtemp(prefix="bench-peers-", dir=args.dir))
     result: dict[str, Any] = {
         "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -184,11 +188,22 @@ def main(argv: list[str] | None = None) -> int:
     result["machine"]["loadavg_end"] = list(os.getloadavg())
     result["ratios"] = report.ratios(result)
     text = report.table(result)
-    (out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "peers.txt").write_text(text + "\n")
-    report.chart(result, out / "peers.png")
-    print(text, flush=True)
+    print(text, flush=True)  # first: the figures are not lost if the files cannot be written
+    try:
+        (out / "peers.json").write_text(json.dumps(result, indent=2) + "\n")
+        (out / "peers.txt").write_text(text + "\n")
+        report.chart(result, out / "peers.png")
+    except OSError as e:
+        fd, fallback = tempfile.mkstemp(prefix="peers-", suffix=".json")
+        with os.fdopen(fd, "w") as f:
+            json.dump(result, f, indent=2)
+        print(f"cannot write to {out}: {e}; the figures are in {fallback}", file=sys.stderr)
+        return 1
     progress(f"wrote {out / 'peers.json'}, {out / 'peers.txt'}, {out / 'peers.png'}")
+    if not any(r["status"] == "ok" for e in result["peers"].values()
+               for r in e["classes"].values()):
+        print("nothing was measured (every peer asked for was skipped)", file=sys.stderr)
+        return 1
     failed = [f"{p} ({c})" for p, e in result["peers"].items()
               for c, r in e["classes"].items() if r["status"] == "failed"]
     if failed:
