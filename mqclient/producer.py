@@ -219,20 +219,24 @@ class Producer:
 
     def publish_route(self, topic: str) -> TopicRoute:
         """The cached route of `topic`, fetched now when there is none (any thread)."""
-        instance = self.instance
-        instance.route_rounds[topic] = instance.refresh_round  # in use (route_used)
-        route = instance.routes.get(topic)
-        if route is None or not route.publish_queues:
+        route = self._cached_route(topic)
+        if route is None:
             route = self.loop.run(self.instance.update_route(topic), self.send_timeout_s)
         return self._check_route(topic, route)
 
     async def publish_route_async(self, topic: str) -> TopicRoute:
-        instance = self.instance
-        instance.route_rounds[topic] = instance.refresh_round  # in use (route_used)
-        route = instance.routes.get(topic)
-        if route is None or not route.publish_queues:
+        route = self._cached_route(topic)
+        if route is None:
             route = await self.instance.update_route(topic)
         return self._check_route(topic, route)
+
+    def _cached_route(self, topic: str) -> TopicRoute | None:
+        """The cached route of `topic` if it has queues to publish to; either way the
+        route counts as in use (ClientInstance.route_used)."""
+        instance = self.instance
+        instance.route_used(topic)
+        route = instance.routes.get(topic)
+        return route if route is not None and route.publish_queues else None
 
     @staticmethod
     def _check_route(topic: str, route: TopicRoute | None) -> TopicRoute:
