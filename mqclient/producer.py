@@ -366,15 +366,12 @@ class Producer:
         outcomes: list[Outcome | None] = [None] * len(batches)
         groups: dict[str, list[list[_Planned]]] = {}
         sizes: dict[str, int] = {}  # bytes in the last chunk of each address
-        routes = self.instance.routes
         born_ms = int(time.time() * 1000)
         for i, batch in enumerate(batches):
             attempts = _Attempts(self, self.send_timeout_s, batch.born)
             encoded = b"".join(batch.elements)
             try:
-                route = routes.get(batch.topic)
-                if route is None or not route.publish_queues:
-                    route = await self.publish_route_async(batch.topic)
+                route = await self.publish_route_async(batch.topic)  # in use, so refreshed
                 target, addr, _ = attempts.next_target(route, None)
             except MQClientError as e:
                 outcomes[i] = e
