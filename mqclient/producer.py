@@ -40,7 +40,7 @@ from mqclient.constants import (
 )
 from mqclient.fault import ClockMs, LatencyFaultTolerance, QueueSelector, monotonic_ms
 from mqclient.instance import ClientInstance
-from mqclient.loop import ClientLoop
+from mqclient.loop import ACCESS_REFUSED, ClientLoop
 from mqclient.message import (
     SEND_STATUS_BY_CODE,
     Message,
@@ -78,10 +78,9 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> Me
     return queues[zlib.crc32(str(key).encode()) % len(queues)]
 
 
-_ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 # How a broker's NO_PERMISSION remark starts when access control refused the send (the send
 # channel's answers): no retry on another broker helps, unlike a topic not writable there.
-_ACCESS_REFUSED_REMARKS = tuple(f"{c.name}:" for c in _ACCESS_REFUSED)
+_ACCESS_REFUSED_REMARKS = tuple(f"{c.name}:" for c in ACCESS_REFUSED)
 
 
 class _Attempts:
@@ -110,7 +109,7 @@ class _Attempts:
                     timeout: float) -> None:
         """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError.
         Refused credentials or permission (access control) raise at once: no retry helps."""
-        if isinstance(error, grpc.RpcError) and error.code() in _ACCESS_REFUSED:  # type: ignore[attr-defined]
+        if isinstance(error, grpc.RpcError) and error.code() in ACCESS_REFUSED:  # type: ignore[attr-defined]
             raise MQClientError("NO_PERMISSION", f"{mq.broker_name}: "  # type: ignore[attr-defined]
                                 f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
