@@ -154,12 +154,6 @@ class TopicConfigManager(ConfigManager[Table]):
         self.data_version = DataVersion()
 
     # -- persistence -----------------------------------------------------------------------
-    def encode(self) -> Any:
-        return {
-            "topicConfigTable": {n: c.to_json() for n, c in self.table.items()},
-            "dataVersion": self.data_version.to_json(),
-        }
-
     def snapshot_state(self) -> Table:
         return dict(self.table), self.data_version
 
