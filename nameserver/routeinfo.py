@@ -140,8 +140,9 @@ class RouteInfoManager:
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         # brokerName -> topic -> QueueData; each value replaced whole, never changed.
         self.broker_topics: dict[str, dict[str, QueueData]] = {}
-        # topic -> what a batched route lookup answers for it (set by the processor).
-        self.route_entries: dict[str, object] = {}
+        # topic -> what a batched route lookup answers for it, serialized, and the broker
+        # names in it (set by the processor).
+        self.route_entries: dict[str, tuple[bytes, frozenset[str]]] = {}
         # brokerName -> the address whose topic table the group's queue data is.
         self._queue_data_from: dict[str, str] = {}
 
