@@ -120,8 +120,8 @@ class BrokerConfig:
     transaction_check_max: int = TRANSACTION_CHECK_MAX
     # Access control (acl/, issue 22): off by default, as RocketMQ's aclEnable. When on,
     # every gRPC request must be signed by an account of aclFile (plain_acl.yml layout,
-    # YAML or JSON, reloaded when it changes) and the send channel is off (clients send by
-    # gRPC, where each request is signed).
+    # YAML or JSON, reloaded when it changes), and a send channel connection authenticates
+    # first (its AUTH frame), each batch then checked for its topic.
     acl_enable: bool = False
     acl_file: str = ""
     # A secret shared by the cluster's brokers and name servers (env MQ_CLUSTER_KEY when
@@ -131,7 +131,7 @@ class BrokerConfig:
     # TLS (mqproto/tls.py) on the gRPC and HA ports; the broker then dials name servers and
     # its master with TLS too (verified against tlsCaPath; empty: the system's CAs). With
     # tlsMutual, clients must show a certificate signed by tlsCaPath. The send channel is
-    # off with TLS (clients send by gRPC).
+    # served with TLS too (the same certificate).
     tls_enable: bool = False
     tls_cert_path: str = ""
     tls_key_path: str = ""

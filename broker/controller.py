@@ -57,7 +57,7 @@ from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
-from mqproto.tls import ServerTls, TlsError
+from mqproto.tls import ClientTls, ServerTls, TlsError
 from store.config import StoreConfig
 from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
 from store.message import Message
@@ -246,8 +246,7 @@ class BrokerController:
                 hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
                 housekeeping_interval=c.ha_housekeeping_interval / 1000,
                 cluster_key=c.cluster_key,
-                ssl_context=self._ssl(lambda: self.peer_tls.ssl_context()  # type: ignore[union-attr]
-                                      if self.peer_tls else None))
+                ssl_context=self._ssl(self.peer_tls))
             self.ha_client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
@@ -257,8 +256,7 @@ class BrokerController:
                                 self.config.ha_max_time_slave_not_catchup),
                             housekeeping_interval=self.config.ha_housekeeping_interval / 1000,
                             cluster_key=self.config.cluster_key,
-                            ssl_context=self._ssl(lambda: self.tls.ssl_context()  # type: ignore[union-attr]
-                                                  if self.tls else None))
+                            ssl_context=self._ssl(self.tls))
         try:
             bound = await service.start()
         except OSError as e:
@@ -269,9 +267,12 @@ class BrokerController:
         self.ha_server_addr = format_host((host, bound))
 
     @staticmethod
-    def _ssl(make: Callable[[], ssl.SSLContext | None]) -> ssl.SSLContext | None:
+    def _ssl(tls: ServerTls | ClientTls | None) -> ssl.SSLContext | None:
+        """The SSL context of `tls` (None: plaintext); ConfigError when it cannot be made."""
+        if tls is None:
+            return None
         try:
-            return make()
+            return tls.ssl_context()
         except TlsError as e:
             raise ConfigError(str(e)) from None
 
@@ -289,8 +290,8 @@ class BrokerController:
             frame_timeout_s=c.send_channel_frame_timeout_mills / 1000),
             auth=self.auth)  # aclEnable: connections authenticate first (AUTH frame)
         try:
-            bound = await channel.start(self.config.bind_address, send_port, self._ssl(
-                lambda: self.tls.ssl_context() if self.tls else None))  # type: ignore[union-attr]
+            bound = await channel.start(self.config.bind_address, send_port,
+                                        self._ssl(self.tls))
         except OSError as e:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel

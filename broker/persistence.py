@@ -147,7 +147,8 @@ class ConfigManager(Generic[T]):
     Subclasses give `encode` (table -> JSON data, on the loop), `parse` (JSON data ->
     table, pure; raises on a bad shape) and `apply` (install a parsed table), and set
     `dirty` when the table changed. A large table overrides `snapshot_state` (a cheap copy,
-    on the loop) and `encode_state` (that copy -> JSON data, in the worker thread).
+    on the loop) and `encode_state` (that copy -> JSON data, in the worker thread) instead
+    of `encode`.
 
     `persist_coalesced` is the write after a change: changes made while a write is in
     flight (or within `debounce_s` of the first) share the next write.

@@ -26,7 +26,7 @@ import logging
 import resource
 import ssl
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
@@ -70,10 +70,14 @@ SWEEP_INTERVAL_S = 1.0
 RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn
 
 
+def _failed(code: int, why: str) -> messaging_pb2.SendBatchResponse:
+    """A batch's answer when it is not stored: `code` with `why`."""
+    return messaging_pb2.SendBatchResponse(status=common_pb2.Status(code=code, remark=why))
+
+
 def _refused(kind: int, why: str) -> bytes:
     """The answer to a frame of `kind` refused with NO_PERMISSION."""
-    refused = messaging_pb2.SendBatchResponse(status=common_pb2.Status(
-        code=common_pb2.NO_PERMISSION, remark=why))
+    refused = _failed(common_pb2.NO_PERMISSION, why)
     if kind == KIND_SEND_BATCHES:
         return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
     return refused.SerializeToString()
@@ -443,27 +447,25 @@ class _Connection(asyncio.BufferedProtocol):
         try:
             request = messaging_pb2.SendBatchesRequest.FromString(payload)
         except Exception:  # protobuf's DecodeError
-            refused = messaging_pb2.SendBatchResponse(status=common_pb2.Status(
-                code=common_pb2.INVALID_PARAMETER,
-                remark="the frame is not a SendBatchesRequest"))
+            refused = _failed(common_pb2.INVALID_PARAMETER,
+                              "the frame is not a SendBatchesRequest")
             return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
         send, peer = self.server.send, self.peer
         broker = send.broker
-        denials = [self._denied(batch) for batch in request.batches]
-        if any(denials):  # each batch is stored or refused on its own
-            allowed = [b for b, why in zip(request.batches, denials, strict=True) if not why]
-            stored = iter(await run_all([
-                answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
-                       send.send_batch(batch, peer)) for batch in allowed],
-                broker.start_put_group, broker.end_put_group))
-            responses = [next(stored) if not why else messaging_pb2.SendBatchResponse(
-                status=common_pb2.Status(code=common_pb2.NO_PERMISSION, remark=why))
-                for why in denials]
-            return messaging_pb2.SendBatchesResponse(responses=responses).SerializeToString()
+        batches: Sequence[messaging_pb2.SendBatchRequest] = request.batches
+        # Access control: each batch is stored or refused on its own (none checked when off).
+        denials = [self._denied(b) for b in batches] if self.account is not None else []
+        refusing = any(denials)
+        if refusing:
+            batches = [b for b, why in zip(batches, denials, strict=True) if not why]
         responses = await run_all([
             answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
-                   send.send_batch(batch, peer)) for batch in request.batches],
+                   send.send_batch(batch, peer)) for batch in batches],
             broker.start_put_group, broker.end_put_group)
+        if refusing:
+            stored = iter(responses)
+            responses = [_failed(common_pb2.NO_PERMISSION, why) if why else next(stored)
+                         for why in denials]
         return messaging_pb2.SendBatchesResponse(responses=responses).SerializeToString()
 
     async def _send_batch(self, payload: bytes) -> messaging_pb2.SendBatchResponse:

@@ -154,12 +154,6 @@ class TopicConfigManager(ConfigManager[Table]):
         self.data_version = DataVersion()
 
     # -- persistence -----------------------------------------------------------------------
-    def encode(self) -> Any:
-        return {
-            "topicConfigTable": {n: c.to_json() for n, c in self.table.items()},
-            "dataVersion": self.data_version.to_json(),
-        }
-
     def snapshot_state(self) -> Table:
         return dict(self.table), self.data_version
 
@@ -240,32 +234,29 @@ class TopicConfigManager(ConfigManager[Table]):
             return None
         default = self.config.default_topic_queue_nums
         queue_nums = min(requested_queue_nums, default) if requested_queue_nums > 0 else default
-        config = TopicConfig(topic, queue_nums, queue_nums, PERM_READ_WRITE)
-        self.table[topic] = config
-        self._changed()
-        log.info("auto-created topic %s with %d queues", topic, queue_nums)
-        return config
+        return self._create(topic, queue_nums, PERM_READ_WRITE,
+                            "auto-created topic %s with %d queues")
 
     def create_in_send_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
         """A group's retry or dead-letter topic, created on its first message whether or
         not autoCreateTopicEnable. The caller persists and re-registers."""
-        existing = self.table.get(topic)
-        if existing is not None:
-            return existing
-        config = self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, perm)
-        self._changed()
-        log.info("created topic %s with %d queues for sent-back messages", topic, queue_nums)
-        return config
+        return self._create(topic, queue_nums, perm,
+                            "created topic %s with %d queues for sent-back messages")
 
     def create_system_topic(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
         """A topic the broker itself writes to (the transaction half and op topics), made
         when first needed. The caller persists and re-registers."""
+        return self._create(topic, queue_nums, perm, "created system topic %s with %d queues")
+
+    def _create(self, topic: str, queue_nums: int, perm: int, what: str) -> TopicConfig:
+        """`topic`'s config, created with `queue_nums` read and write queues when there is
+        none (logged: `what` % (topic, queue_nums))."""
         existing = self.table.get(topic)
         if existing is not None:
             return existing
         config = self.table[topic] = TopicConfig(topic, queue_nums, queue_nums, perm)
         self._changed()
-        log.info("created system topic %s with %d queues", topic, queue_nums)
+        log.info(what, topic, queue_nums)
         return config
 
     def update(self, config: TopicConfig) -> None:

@@ -21,7 +21,7 @@ from mqclient.constants import (
     ROUTE_IDLE_ROUNDS,
     ROUTE_REFRESH_CHUNK,
 )
-from mqclient.loop import Channels, ClientLoop, cancel_and_wait
+from mqclient.loop import ACCESS_REFUSED, Channels, ClientLoop, cancel_and_wait
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
@@ -260,7 +260,7 @@ class ClientInstance:
                 self.heartbeat_request(), timeout=ADMIN_CALL_TIMEOUT_S)
         except grpc.RpcError as e:
             code = e.code()  # type: ignore[attr-defined]
-            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            if code in ACCESS_REFUSED:
                 if address not in self.heartbeat_refusals:  # access control: once
                     log.error("broker %s refused the heartbeat of %s: %s: %s", address,
                               self.client_id, code.name, e.details())  # type: ignore[attr-defined]

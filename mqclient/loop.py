@@ -26,6 +26,9 @@ from mqproto.tls import ClientTls, aio_channel, grpc_channel
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+# gRPC codes of a call refused by access control (acl/): credentials or permission, which
+# no retry elsewhere changes.
+ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", -1),
     ("grpc.max_send_message_length", -1),
@@ -161,8 +164,7 @@ class Channels:
             r = await self.messaging(address).GetSendChannel(
                 messaging_pb2.GetSendChannelRequest(), timeout=timeout)
         except grpc.RpcError as e:
-            if e.code() in (grpc.StatusCode.UNAUTHENTICATED,  # type: ignore[attr-defined]
-                            grpc.StatusCode.PERMISSION_DENIED):  # access control: no retry
+            if e.code() in ACCESS_REFUSED:  # type: ignore[attr-defined]  (no retry)
                 raise MQClientError("NO_PERMISSION", f"{address}: {e.code().name}: "  # type: ignore[attr-defined]
                                     f"{e.details()}") from None  # type: ignore[attr-defined]
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]

@@ -40,7 +40,7 @@ from mqclient.constants import (
 )
 from mqclient.fault import ClockMs, LatencyFaultTolerance, QueueSelector, monotonic_ms
 from mqclient.instance import ClientInstance
-from mqclient.loop import ClientLoop
+from mqclient.loop import ACCESS_REFUSED, ClientLoop
 from mqclient.message import (
     SEND_STATUS_BY_CODE,
     Message,
@@ -78,10 +78,9 @@ def select_by_hash(queues: Sequence[MessageQueue], msg: Message, key: Any) -> Me
     return queues[zlib.crc32(str(key).encode()) % len(queues)]
 
 
-_ACCESS_REFUSED = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED})
 # How a broker's NO_PERMISSION remark starts when access control refused the send (the send
 # channel's answers): no retry on another broker helps, unlike a topic not writable there.
-_ACCESS_REFUSED_REMARKS = tuple(f"{c.name}:" for c in _ACCESS_REFUSED)
+_ACCESS_REFUSED_REMARKS = tuple(f"{c.name}:" for c in ACCESS_REFUSED)
 
 
 class _Attempts:
@@ -110,7 +109,7 @@ class _Attempts:
                     timeout: float) -> None:
         """The attempt got no answer: SendChannelClosed, a gRPC error or TimeoutError.
         Refused credentials or permission (access control) raise at once: no retry helps."""
-        if isinstance(error, grpc.RpcError) and error.code() in _ACCESS_REFUSED:  # type: ignore[attr-defined]
+        if isinstance(error, grpc.RpcError) and error.code() in ACCESS_REFUSED:  # type: ignore[attr-defined]
             raise MQClientError("NO_PERMISSION", f"{mq.broker_name}: "  # type: ignore[attr-defined]
                                 f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
@@ -219,20 +218,24 @@ class Producer:
 
     def publish_route(self, topic: str) -> TopicRoute:
         """The cached route of `topic`, fetched now when there is none (any thread)."""
-        instance = self.instance
-        instance.route_rounds[topic] = instance.refresh_round  # in use (route_used)
-        route = instance.routes.get(topic)
-        if route is None or not route.publish_queues:
+        route = self._cached_route(topic)
+        if route is None:
             route = self.loop.run(self.instance.update_route(topic), self.send_timeout_s)
         return self._check_route(topic, route)
 
     async def publish_route_async(self, topic: str) -> TopicRoute:
-        instance = self.instance
-        instance.route_rounds[topic] = instance.refresh_round  # in use (route_used)
-        route = instance.routes.get(topic)
-        if route is None or not route.publish_queues:
+        route = self._cached_route(topic)
+        if route is None:
             route = await self.instance.update_route(topic)
         return self._check_route(topic, route)
+
+    def _cached_route(self, topic: str) -> TopicRoute | None:
+        """The cached route of `topic` if it has queues to publish to; either way the
+        route counts as in use (ClientInstance.route_used)."""
+        instance = self.instance
+        instance.route_used(topic)
+        route = instance.routes.get(topic)
+        return route if route is not None and route.publish_queues else None
 
     @staticmethod
     def _check_route(topic: str, route: TopicRoute | None) -> TopicRoute:
@@ -362,15 +365,12 @@ class Producer:
         outcomes: list[Outcome | None] = [None] * len(batches)
         groups: dict[str, list[list[_Planned]]] = {}
         sizes: dict[str, int] = {}  # bytes in the last chunk of each address
-        routes = self.instance.routes
         born_ms = int(time.time() * 1000)
         for i, batch in enumerate(batches):
             attempts = _Attempts(self, self.send_timeout_s, batch.born)
             encoded = b"".join(batch.elements)
             try:
-                route = routes.get(batch.topic)
-                if route is None or not route.publish_queues:
-                    route = await self.publish_route_async(batch.topic)
+                route = await self.publish_route_async(batch.topic)  # in use, so refreshed
                 target, addr, _ = attempts.next_target(route, None)
             except MQClientError as e:
                 outcomes[i] = e

@@ -23,7 +23,7 @@ from mqclient.constants import (
     PULL_TIME_DELAY_WHEN_FLOW_CONTROL_S,
 )
 from mqclient.instance import ClientInstance
-from mqclient.loop import cancel_and_wait
+from mqclient.loop import ACCESS_REFUSED, cancel_and_wait
 from mqclient.message import MessageExt, MessageQueue, MQClientError, code_name
 from mqclient.offset_store import OffsetStore
 from mqclient.process_queue import ProcessQueue
@@ -133,7 +133,7 @@ class PullService:
                 code = e.code()  # type: ignore[attr-defined]
                 if code in _DOWN_CODES:
                     self._down_until[addr] = time.monotonic() + PULL_ADDRESS_DOWN_S
-                if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                if code in ACCESS_REFUSED:
                     log.warning("pull of %s from %s refused: %s: %s", mq, addr, code.name,
                                 e.details())  # type: ignore[attr-defined]  (access control)
                 else:

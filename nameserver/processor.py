@@ -279,7 +279,7 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
                             queue_data_to_proto(queue_datas[n]) for n in sorted(queue_datas)])
                     ]).SerializeToString(),
                     frozenset(queue_datas))
-            raw, brokers = entry  # type: ignore[misc]
+            raw, brokers = entry
             if not any(n in groups for n in brokers):
                 continue  # as GetRouteInfoByTopic: no live group serves it
             parts.append(raw)

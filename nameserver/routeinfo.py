@@ -140,8 +140,9 @@ class RouteInfoManager:
         self.broker_live_table: dict[str, BrokerLiveInfo] = {}
         # brokerName -> topic -> QueueData; each value replaced whole, never changed.
         self.broker_topics: dict[str, dict[str, QueueData]] = {}
-        # topic -> what a batched route lookup answers for it (set by the processor).
-        self.route_entries: dict[str, object] = {}
+        # topic -> what a batched route lookup answers for it, serialized, and the broker
+        # names in it (set by the processor).
+        self.route_entries: dict[str, tuple[bytes, frozenset[str]]] = {}
         # brokerName -> the address whose topic table the group's queue data is.
         self._queue_data_from: dict[str, str] = {}
 
@@ -169,13 +170,8 @@ class RouteInfoManager:
         if broker_id != MASTER_ID and not self.is_prime_slave(broker_addr, broker_name,
                                                               broker_id):
             return False
-        if self._queue_data_from.get(broker_name) != broker_addr:
-            return True
-        broker_data = self.broker_addr_table.get(broker_name)
-        if broker_data is None or broker_data.broker_addrs.get(broker_id) != broker_addr:
-            return True
-        live = self.broker_live_table.get(broker_addr)
-        return live is None or live.data_version != data_version
+        return (self._queue_data_from.get(broker_name) != broker_addr
+                or not self.holds_version(broker_addr, broker_name, broker_id, data_version))
 
     def holds_version(self, broker_addr: str, broker_name: str, broker_id: int,
                       data_version: DataVersion) -> bool:

@@ -69,14 +69,6 @@ def topic_config_problem(config: common_pb2.TopicConfig, max_queue_nums: int) ->
     return None
 
 
-def register_problem(request: namesrv_pb2.RegisterBrokerRequest, max_queue_nums: int
-                     ) -> str | None:
-    """Why a RegisterBrokerRequest cannot be taken, or None (its topic_configs too, not
-    compressed_topic_configs: see first_topic_problem)."""
-    return (header_problem(request)
-            or first_topic_problem(request.topic_configs, max_queue_nums))
-
-
 def header_problem(request: namesrv_pb2.RegisterBrokerRequest) -> str | None:
     """Why the broker part of a RegisterBrokerRequest cannot be taken, or None."""
     problem = (name_problem("clusterName", request.cluster_name)

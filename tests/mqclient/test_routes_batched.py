@@ -9,6 +9,7 @@ from typing import Any
 import grpc
 import pytest
 
+from mqclient.accumulator import Batch
 from mqclient.constants import ROUTE_IDLE_ROUNDS
 from mqclient.producer import Producer
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
@@ -73,5 +74,26 @@ def test_refresh_is_one_batched_call_of_the_routes_in_use(namesrv: NamesrvThread
             producer.loop.run(instance.update_all_routes())
         assert list(instance.routes) == ["Routed00001"]
         assert calls["one"] == 0
+    finally:
+        producer.shutdown()
+
+
+def test_async_sends_of_many_topics_keep_their_routes_in_use(namesrv: NamesrvThread) -> None:
+    """Batches sent together (SEND_BATCHES) count their topics' routes as in use, as a
+    batch sent alone does: they stay cached and refreshed."""
+    producer = Producer("PG", namesrv.address, poll_name_server_interval_s=3600).start()
+    try:
+        instance = producer.instance
+        used, idle = TOPICS[:2]
+        producer.loop.run(instance.update_routes([used, idle]))
+
+        async def not_sent(addr: str, planned: list[Any], outcomes: list[Any]) -> None:
+            pass  # only the planning (routes, targets) is of interest here
+
+        producer._send_planned = not_sent  # type: ignore[method-assign]
+        for _ in range(ROUTE_IDLE_ROUNDS + 1):
+            producer.loop.run(producer._send_batches_async([Batch((used, 0))]))
+            producer.loop.run(instance.update_all_routes())
+        assert list(instance.routes) == [used]
     finally:
         producer.shutdown()
