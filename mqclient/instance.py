@@ -85,6 +85,9 @@ class ClientInstance:
         # groups: a route whose answer did not change is not rebuilt.
         self._entries_seen: dict[str, bytes] = {}
         self._groups_seen = b""
+        # Routes missing at a send, fetched together (fetch_route): topic -> its waiters.
+        self._missing_routes: dict[str, asyncio.Future[TopicRoute | None]] = {}
+        self._route_fetches: set[asyncio.Task[None]] = set()
         self.default_topic_queue_nums: int | None = None  # producers route new topics
         self.poll_name_server_interval_s = poll_name_server_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
@@ -130,6 +133,48 @@ class ClientInstance:
             return self.routes.get(topic)
         self._set_route(topic, route)
         return route
+
+    async def fetch_route(self, topic: str) -> TopicRoute | None:
+        """`update_route` for a send that found no route: the misses of one loop turn
+        (async sends to thousands of new topics) are fetched in one batched call instead
+        of one call each (which timed out sends spread over 5,000 new topics)."""
+        waiter = self._missing_routes.get(topic)
+        if waiter is None:
+            if not self._missing_routes:
+                task = asyncio.get_running_loop().create_task(self._fetch_missing())
+                self._route_fetches.add(task)
+                task.add_done_callback(self._route_fetches.discard)
+            waiter = asyncio.get_running_loop().create_future()
+            self._missing_routes[topic] = waiter
+        return await asyncio.shield(waiter)
+
+    async def _fetch_missing(self) -> None:
+        await asyncio.sleep(0)  # the misses of this turn and the next join
+        waiters, self._missing_routes = self._missing_routes, {}
+        topics = list(waiters)
+        try:
+            if len(topics) == 1:
+                await self.update_route(topics[0])
+            else:
+                try:
+                    await self._update_routes_batched(topics)
+                except MQClientError as e:
+                    if e.code != "UNIMPLEMENTED":
+                        raise
+                    await asyncio.gather(*(self.update_route(t) for t in topics))
+        except asyncio.CancelledError:  # the client shuts down
+            for waiter in waiters.values():
+                waiter.cancel()
+            raise
+        except Exception as e:  # every waiter learns it; nobody else awaits this task
+            for waiter in waiters.values():
+                if not waiter.done():
+                    waiter.set_exception(e)
+                    waiter.exception()  # a waiter given up (timed out) is not an error
+            return
+        for topic, waiter in waiters.items():
+            if not waiter.done():
+                waiter.set_result(self.routes.get(topic))
 
     def _set_route(self, topic: str, route: TopicRoute) -> None:
         old = self.routes.get(topic)

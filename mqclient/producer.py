@@ -220,13 +220,13 @@ class Producer:
         """The cached route of `topic`, fetched now when there is none (any thread)."""
         route = self._cached_route(topic)
         if route is None:
-            route = self.loop.run(self.instance.update_route(topic), self.send_timeout_s)
+            route = self.loop.run(self.instance.fetch_route(topic), self.send_timeout_s)
         return self._check_route(topic, route)
 
     async def publish_route_async(self, topic: str) -> TopicRoute:
         route = self._cached_route(topic)
         if route is None:
-            route = await self.instance.update_route(topic)
+            route = await self.instance.fetch_route(topic)
         return self._check_route(topic, route)
 
     def _cached_route(self, topic: str) -> TopicRoute | None:

@@ -3,6 +3,7 @@ refreshing routes it no longer uses (name server in this process, a registered t
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
@@ -95,5 +96,36 @@ def test_async_sends_of_many_topics_keep_their_routes_in_use(namesrv: NamesrvThr
             producer.loop.run(producer._send_batches_async([Batch((used, 0))]))
             producer.loop.run(instance.update_all_routes())
         assert list(instance.routes) == [used]
+    finally:
+        producer.shutdown()
+
+
+def test_routes_missing_at_many_async_sends_are_fetched_together(
+        namesrv: NamesrvThread) -> None:
+    """Sends to thousands of topics the producer has not used yet: their routes come in a
+    few batched calls, not one call per topic (which timed sends out at 5,000 topics)."""
+    producer = Producer("PG", namesrv.address, poll_name_server_interval_s=3600).start()
+    try:
+        instance = producer.instance
+        calls = {"one": 0, "batched": 0}
+        one, batched = instance.namesrv.get_route, instance.namesrv.get_routes
+
+        async def count_one(topic: str) -> Any:
+            calls["one"] += 1
+            return await one(topic)
+
+        async def count_batched(topics: list[str]) -> Any:
+            calls["batched"] += 1
+            return await batched(topics)
+
+        instance.namesrv.get_route = count_one  # type: ignore[method-assign]
+        instance.namesrv.get_routes = count_batched  # type: ignore[method-assign]
+
+        async def look_up_all() -> list[int]:
+            routes = await asyncio.gather(*(producer.publish_route_async(t) for t in TOPICS))
+            return [len(r.publish_queues) for r in routes]
+
+        assert producer.loop.run(look_up_all()) == [4] * len(TOPICS)
+        assert calls["one"] == 0 and 1 <= calls["batched"] <= 3, calls
     finally:
         producer.shutdown()
