@@ -334,9 +334,14 @@ class MQAdmin:
         per broker (per CREATE_TOPICS_CHUNK topics), on one broker or on every master of a
         cluster (all clusters when neither is given); returns the brokers' addresses. A
         broker takes a call whole or refuses it whole."""
-        names = list(dict.fromkeys(topics))  # once each, in order
+        names = list(topics)
         if not names:
             raise AdminError("no topic to create")
+        seen: set[str] = set()
+        for name in names:  # refused whole, as a broker refuses a batch (chunks hide some)
+            if name in seen:
+                raise AdminError(f"topic {name} is listed twice; no topic was created")
+            seen.add(name)
         addrs = self._master_addrs(cluster, broker_addr)
         for addr in addrs:
             for start in range(0, len(names), CREATE_TOPICS_CHUNK):

@@ -167,6 +167,8 @@ def test_update_topic_with_a_list_and_a_file(capsys: pytest.CaptureFixture[str],
     assert code == 1 and "cannot read the topic file" in err
     code, _, err = run(capsys, running, "updateTopic", "-t", "Good,bad topic", "-c", CLUSTER)
     assert code == 1 and "no topic of the batch was created" in err
+    code, _, err = run(capsys, running, "updateTopic", "-t", "DupX,DupY,DupX", "-c", CLUSTER)
+    assert code == 1 and "topic DupX is listed twice; no topic was created" in err
 
 
 def test_delete_topic(capsys: pytest.CaptureFixture[str], running: RunningCluster) -> None:
