@@ -14,7 +14,7 @@ import struct
 
 from store.constants import CQ_STORE_UNIT_SIZE
 from store.cq_files import FileHandles, data_end, sync_file, zero_tail
-from store.mapped_file import OFFSET_NAME_DIGITS, offset_file_name
+from store.mapped_file import cut_files, file_offsets, find_file, offset_file_name
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class ConsumeQueue:
 
     # -- files -----------------------------------------------------------------------------
     def _file_path(self, offset: int) -> str:
-        return f"{self.dir}/{offset:020d}"
+        return f"{self.dir}/{offset_file_name(offset)}"
 
     def first_file(self) -> CQFile | None:
         return self.files[0] if self.files else None
@@ -135,15 +135,7 @@ class ConsumeQueue:
         return self.files[-1] if self.files else None
 
     def find_by_offset(self, offset: int) -> CQFile | None:
-        files = self.files
-        if not files:
-            return None
-        index = (offset - files[0].file_from_offset) // self.file_size
-        if 0 <= index < len(files):
-            mf = files[index]
-            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
-                return mf
-        return None
+        return find_file(self.files, self.file_size, offset)
 
     def _create_file(self, offset: int) -> CQFile:
         os.makedirs(self.dir, exist_ok=True)
@@ -169,26 +161,16 @@ class ConsumeQueue:
     def _cut(self, offset: int, zeroed: bool = False) -> None:
         """Drops everything at or after `offset`: later files are deleted, one is cut (its
         tail zeroed unless `zeroed`)."""
-        keep: list[CQFile] = []
-        for mf in self.files:
-            if mf.file_tail_offset <= offset:
-                keep.append(mf)
-            elif mf.file_from_offset <= offset:
-                pos = offset - mf.file_from_offset
-                if pos == 0 and keep:
-                    self._delete_file(mf)
-                    continue
-                if not zeroed:
-                    fd = os.open(mf.path, os.O_RDWR)
-                    try:
-                        zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF)
-                    finally:
-                        os.close(fd)
-                mf.set_positions(pos)
-                keep.append(mf)
-            else:
-                self._delete_file(mf)
-        self.files = keep
+        def cut(mf: CQFile, pos: int) -> None:
+            if not zeroed:
+                fd = os.open(mf.path, os.O_RDWR)
+                try:
+                    zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF)
+                finally:
+                    os.close(fd)
+            mf.set_positions(pos)
+
+        self.files = cut_files(self.files, offset, cut, self._delete_file)
 
     # -- loading and recovery --------------------------------------------------------------
     def load(self, names: list[str] | None = None) -> None:
@@ -196,19 +178,10 @@ class ConsumeQueue:
         it); positions are set to full, recovery fixes the last ones."""
         if names is None:
             names = os.listdir(self.dir) if os.path.isdir(self.dir) else []
-        expected = None
-        for name in sorted(names):
-            if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
-                log.warning("%s: ignoring foreign file %s", self.dir, name)
-                continue
-            offset = int(name)
-            if expected is not None and offset != expected:
-                raise ValueError(f"{self.dir}: gap before {name}, expected "
-                                 f"{offset_file_name(expected)}")
-            mf = CQFile(os.path.join(self.dir, name), offset, self.file_size)
+        for offset in file_offsets(self.dir, names, self.file_size):
+            mf = CQFile(self._file_path(offset), offset, self.file_size)
             mf.set_positions(self.file_size)
             self.files.append(mf)
-            expected = offset + self.file_size
 
     def recover(self) -> None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,
