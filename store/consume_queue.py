@@ -102,7 +102,7 @@ def _scan_end(fd: int, file_size: int) -> tuple[int, int]:
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "file_size", "dir", "handles", "files",
                  "max_physic_offset", "min_logic_offset", "_max_pos", "_tail_real",
-                 "failed", "retry", "pending", "recovered_tail")
+                 "failed", "retry", "pending")
 
     def __init__(self, topic: str, queue_id: int, root: str | os.PathLike, file_size: int,
                  handles: FileHandles | None = None) -> None:
@@ -121,8 +121,6 @@ class ConsumeQueue:
         self.failed = ""
         self.retry = True
         self.pending: list[list[int]] = []
-        # The last entry as recovery read it (for the check after a crash), or None.
-        self.recovered_tail: tuple[int, int, int] | None = None
 
     # -- files -----------------------------------------------------------------------------
     def _file_path(self, offset: int) -> str:
@@ -183,12 +181,13 @@ class ConsumeQueue:
             mf.set_positions(self.file_size)
             self.files.append(mf)
 
-    def recover(self) -> None:
+    def recover(self) -> tuple[int, int, int] | None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,
-        or torn by a crash). Reads the last files' allocated bytes only."""
+        or torn by a crash). Reads the last files' allocated bytes only. Returns the last
+        entry when it was read on the way (for the check after a crash), or None."""
         files = self.files
         if not files:
-            return
+            return None
         start = max(0, len(files) - 3)
         end_pos = files[start].file_from_offset
         tail = None  # the last entry, when it is in the file where the entries end
@@ -217,10 +216,10 @@ class ConsumeQueue:
         self._cut(end_pos, zeroed=True)
         self._set_end(end_pos)
         self._tail_real = True
-        self.recovered_tail = tail
+        last = tail
         for index in range(end_pos // CQ_STORE_UNIT_SIZE - 1, -1, -1):
-            entry = tail if tail is not None else self.get_entry(index)
-            tail = None
+            entry = last if last is not None else self.get_entry(index)
+            last = None
             if entry is None:
                 break
             if entry[1] != BLANK_SIZE:
@@ -230,6 +229,7 @@ class ConsumeQueue:
         first = self.first_file()
         if first is not None and self.min_logic_offset < first.file_from_offset:
             self.min_logic_offset = first.file_from_offset
+        return tail
 
     def _set_end(self, pos: int) -> None:
         self._max_pos = pos
