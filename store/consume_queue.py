@@ -181,6 +181,22 @@ class ConsumeQueue:
             mf.set_positions(self.file_size)
             self.files.append(mf)
 
+    def restore(self, first: int, count: int, end: int, min_logic: int, max_physic: int,
+                tail_real: bool) -> None:
+        """Takes the files and positions recorded at a clean stop (store/cq_snapshot.py):
+        `count` files from offset `first` on, entries up to byte position `end`."""
+        size = self.file_size
+        files = []
+        for offset in range(first, first + count * size, size):
+            mf = CQFile(self._file_path(offset), offset, size)
+            mf.wrote_position = mf.flushed_position = size
+            files.append(mf)
+        self.files = files
+        self._set_end(end)
+        self.min_logic_offset = min_logic
+        self.max_physic_offset = max_physic
+        self._tail_real = tail_real
+
     def recover(self) -> tuple[int, int, int] | None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,
         or torn by a crash). Reads the last files' allocated bytes only. Returns the last

@@ -21,7 +21,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterable
 
-from store.consume_queue import ConsumeQueue, CQFile
+from store.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
 
@@ -117,23 +117,8 @@ def _make(body: bytes, cq_root: str,
                 topic = topics[raw] = raw.decode()
             if count_files and end < first:
                 return f"{topic}-{queue_id}: end {end} before its first file {first}"
-            cq = new_queue(topic, queue_id)
-            size = cq.file_size
-            d = cq.dir
-            files = []
-            for i in range(count_files):
-                offset = first + i * size
-                mf = CQFile(f"{d}/{offset:020d}", offset, size)
-                mf.wrote_position = mf.flushed_position = size
-                files.append(mf)
-            if files:
-                last = files[-1]
-                last.wrote_position = last.flushed_position = end - last.file_from_offset
-            cq.files = files
-            cq._max_pos = end
-            cq.min_logic_offset = min_logic
-            cq.max_physic_offset = max_physic
-            cq._tail_real = tail_real
+            new_queue(topic, queue_id).restore(first, count_files, end, min_logic, max_physic,
+                                               tail_real)
     except (struct.error, UnicodeDecodeError) as e:
         return f"unreadable: {e}"
     if pos != len(body) - CRC.size:
