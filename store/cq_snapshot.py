@@ -20,8 +20,10 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from store.consume_queue import ConsumeQueue
+from store.mapped_file import _fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +50,12 @@ def write(path: str, commitlog_max: int, queues: Iterable[ConsumeQueue]) -> None
     body = HEAD.pack(MAGIC, commitlog_max, count) + b"".join(parts)
     body += CRC.pack(zlib.crc32(body))
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(body)
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with open(tmp, "wb") as f:
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    _fsync_dir(Path(path).parent)
 
 
 def discard(path: str) -> None:
