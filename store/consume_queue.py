@@ -61,10 +61,6 @@ class CQFile:
         return self.file_from_offset + self.file_size
 
     @property
-    def committed_position(self) -> int:  # written with pwrite: readable at once
-        return self.wrote_position
-
-    @property
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
