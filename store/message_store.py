@@ -206,7 +206,7 @@ class DefaultMessageStore:
         cq.failed = f"consume queue {cq.topic}-{cq.queue_id} cannot be written: {err}"
         cq.retry = retry
         self.failed_queues[(cq.topic, cq.queue_id)] = cq
-        if first or self._unlogged_queue_failures < 0:
+        if first:
             log.error("%s%s", cq.failed, "; dispatch goes on for the other queues, puts to it "
                       "answer CREATE_MAPPED_FILE_FAILED" if retry else "")
             self._unlogged_queue_failures = 0
