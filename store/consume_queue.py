@@ -413,13 +413,19 @@ class ConsumeQueue:
         return deleted
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
-        """Moves the min offset past entries whose records were deleted."""
+        """Moves the min offset past entries whose records were deleted (read a block at a
+        time: one pread each, not one per entry)."""
         index = self.min_offset_in_queue
         while index < self.max_offset_in_queue:
-            entry = self.get_entry(index)
-            if entry is None or (entry[1] != BLANK_SIZE and entry[0] >= min_commitlog_offset):
+            block = self.read_entries(index, RECOVER_BLOCK)
+            whole = len(block) - len(block) % CQ_STORE_UNIT_SIZE
+            if not whole:
                 break
-            index += 1
+            for offset, size, _ in ENTRY.iter_unpack(block[:whole]):
+                if size != BLANK_SIZE and offset >= min_commitlog_offset:
+                    self.min_logic_offset = index * CQ_STORE_UNIT_SIZE
+                    return
+                index += 1
         self.min_logic_offset = index * CQ_STORE_UNIT_SIZE
 
     def destroy(self) -> None:
