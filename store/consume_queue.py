@@ -14,7 +14,7 @@ import struct
 
 from store.constants import CQ_STORE_UNIT_SIZE
 from store.cq_files import FileHandles, data_end, sync_file, zero_tail
-from store.mapped_file import OFFSET_NAME_DIGITS, offset_file_name
+from store.mapped_file import cut_files, file_offsets, find_file, offset_file_name
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,6 @@ class CQFile:
         return self.file_from_offset + self.file_size
 
     @property
-    def committed_position(self) -> int:  # written with pwrite: readable at once
-        return self.wrote_position
-
-    @property
     def is_full(self) -> bool:
         return self.wrote_position >= self.file_size
 
@@ -102,7 +98,7 @@ def _scan_end(fd: int, file_size: int) -> tuple[int, int]:
 class ConsumeQueue:
     __slots__ = ("topic", "queue_id", "file_size", "dir", "handles", "files",
                  "max_physic_offset", "min_logic_offset", "_max_pos", "_tail_real",
-                 "failed", "retry", "pending", "recovered_tail")
+                 "failed", "retry", "pending")
 
     def __init__(self, topic: str, queue_id: int, root: str | os.PathLike, file_size: int,
                  handles: FileHandles | None = None) -> None:
@@ -121,12 +117,10 @@ class ConsumeQueue:
         self.failed = ""
         self.retry = True
         self.pending: list[list[int]] = []
-        # The last entry as recovery read it (for the check after a crash), or None.
-        self.recovered_tail: tuple[int, int, int] | None = None
 
     # -- files -----------------------------------------------------------------------------
     def _file_path(self, offset: int) -> str:
-        return f"{self.dir}/{offset:020d}"
+        return f"{self.dir}/{offset_file_name(offset)}"
 
     def first_file(self) -> CQFile | None:
         return self.files[0] if self.files else None
@@ -135,15 +129,7 @@ class ConsumeQueue:
         return self.files[-1] if self.files else None
 
     def find_by_offset(self, offset: int) -> CQFile | None:
-        files = self.files
-        if not files:
-            return None
-        index = (offset - files[0].file_from_offset) // self.file_size
-        if 0 <= index < len(files):
-            mf = files[index]
-            if mf.file_from_offset <= offset < mf.file_from_offset + self.file_size:
-                return mf
-        return None
+        return find_file(self.files, self.file_size, offset)
 
     def _create_file(self, offset: int) -> CQFile:
         os.makedirs(self.dir, exist_ok=True)
@@ -169,26 +155,16 @@ class ConsumeQueue:
     def _cut(self, offset: int, zeroed: bool = False) -> None:
         """Drops everything at or after `offset`: later files are deleted, one is cut (its
         tail zeroed unless `zeroed`)."""
-        keep: list[CQFile] = []
-        for mf in self.files:
-            if mf.file_tail_offset <= offset:
-                keep.append(mf)
-            elif mf.file_from_offset <= offset:
-                pos = offset - mf.file_from_offset
-                if pos == 0 and keep:
-                    self._delete_file(mf)
-                    continue
-                if not zeroed:
-                    fd = os.open(mf.path, os.O_RDWR)
-                    try:
-                        zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF)
-                    finally:
-                        os.close(fd)
-                mf.set_positions(pos)
-                keep.append(mf)
-            else:
-                self._delete_file(mf)
-        self.files = keep
+        def cut(mf: CQFile, pos: int) -> None:
+            if not zeroed:
+                fd = os.open(mf.path, os.O_RDWR)
+                try:
+                    zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF)
+                finally:
+                    os.close(fd)
+            mf.set_positions(pos)
+
+        self.files = cut_files(self.files, offset, cut, self._delete_file)
 
     # -- loading and recovery --------------------------------------------------------------
     def load(self, names: list[str] | None = None) -> None:
@@ -196,26 +172,34 @@ class ConsumeQueue:
         it); positions are set to full, recovery fixes the last ones."""
         if names is None:
             names = os.listdir(self.dir) if os.path.isdir(self.dir) else []
-        expected = None
-        for name in sorted(names):
-            if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
-                log.warning("%s: ignoring foreign file %s", self.dir, name)
-                continue
-            offset = int(name)
-            if expected is not None and offset != expected:
-                raise ValueError(f"{self.dir}: gap before {name}, expected "
-                                 f"{offset_file_name(expected)}")
-            mf = CQFile(os.path.join(self.dir, name), offset, self.file_size)
+        for offset in file_offsets(self.dir, names, self.file_size):
+            mf = CQFile(self._file_path(offset), offset, self.file_size)
             mf.set_positions(self.file_size)
             self.files.append(mf)
-            expected = offset + self.file_size
 
-    def recover(self) -> None:
+    def restore(self, first: int, count: int, end: int, min_logic: int, max_physic: int,
+                tail_real: bool) -> None:
+        """Takes the files and positions recorded at a clean stop (store/cq_snapshot.py):
+        `count` files from offset `first` on, entries up to byte position `end`."""
+        size = self.file_size
+        files = []
+        for offset in range(first, first + count * size, size):
+            mf = CQFile(self._file_path(offset), offset, size)
+            mf.wrote_position = mf.flushed_position = size
+            files.append(mf)
+        self.files = files
+        self._set_end(end)
+        self.min_logic_offset = min_logic
+        self.max_physic_offset = max_physic
+        self._tail_real = tail_real
+
+    def recover(self) -> tuple[int, int, int] | None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,
-        or torn by a crash). Reads the last files' allocated bytes only."""
+        or torn by a crash). Reads the last files' allocated bytes only. Returns the last
+        entry when it was read on the way (for the check after a crash), or None."""
         files = self.files
         if not files:
-            return
+            return None
         start = max(0, len(files) - 3)
         end_pos = files[start].file_from_offset
         tail = None  # the last entry, when it is in the file where the entries end
@@ -244,10 +228,10 @@ class ConsumeQueue:
         self._cut(end_pos, zeroed=True)
         self._set_end(end_pos)
         self._tail_real = True
-        self.recovered_tail = tail
+        last = tail
         for index in range(end_pos // CQ_STORE_UNIT_SIZE - 1, -1, -1):
-            entry = tail if tail is not None else self.get_entry(index)
-            tail = None
+            entry = last if last is not None else self.get_entry(index)
+            last = None
             if entry is None:
                 break
             if entry[1] != BLANK_SIZE:
@@ -257,6 +241,7 @@ class ConsumeQueue:
         first = self.first_file()
         if first is not None and self.min_logic_offset < first.file_from_offset:
             self.min_logic_offset = first.file_from_offset
+        return tail
 
     def _set_end(self, pos: int) -> None:
         self._max_pos = pos
@@ -428,13 +413,19 @@ class ConsumeQueue:
         return deleted
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
-        """Moves the min offset past entries whose records were deleted."""
+        """Moves the min offset past entries whose records were deleted (read a block at a
+        time: one pread each, not one per entry)."""
         index = self.min_offset_in_queue
         while index < self.max_offset_in_queue:
-            entry = self.get_entry(index)
-            if entry is None or (entry[1] != BLANK_SIZE and entry[0] >= min_commitlog_offset):
+            block = self.read_entries(index, RECOVER_BLOCK)
+            whole = len(block) - len(block) % CQ_STORE_UNIT_SIZE
+            if not whole:
                 break
-            index += 1
+            for offset, size, _ in ENTRY.iter_unpack(block[:whole]):
+                if size != BLANK_SIZE and offset >= min_commitlog_offset:
+                    self.min_logic_offset = index * CQ_STORE_UNIT_SIZE
+                    return
+                index += 1
         self.min_logic_offset = index * CQ_STORE_UNIT_SIZE
 
     def destroy(self) -> None:

@@ -40,10 +40,6 @@ class FileHandles:
         self.capacity = max(1, capacity)
         self.lock = threading.Lock()
         self._fds: collections.OrderedDict[str, int] = collections.OrderedDict()
-        self.opened = 0  # opens in all (a measure of the cache's hit rate)
-
-    def __len__(self) -> int:
-        return len(self._fds)
 
     def _fd(self, path: str, create_size: int = 0) -> int:
         """The fd of `path` (called under the lock); `create_size`: create the file sparse
@@ -65,7 +61,6 @@ class FileHandles:
             for _ in range((len(fds) + 1) // 2):
                 os.close(fds.popitem(last=False)[1])
             fd = os.open(path, flags, 0o644)
-        self.opened += 1
         try:
             if create_size and os.fstat(fd).st_size == 0:
                 os.ftruncate(fd, create_size)

@@ -20,8 +20,10 @@ import os
 import struct
 import zlib
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
-from store.consume_queue import ConsumeQueue, CQFile
+from store.consume_queue import ConsumeQueue
+from store.mapped_file import _fsync_dir
 
 log = logging.getLogger(__name__)
 
@@ -48,21 +50,12 @@ def write(path: str, commitlog_max: int, queues: Iterable[ConsumeQueue]) -> None
     body = HEAD.pack(MAGIC, commitlog_max, count) + b"".join(parts)
     body += CRC.pack(zlib.crc32(body))
     tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(body)
-        done = 0
-        while done < len(view):
-            done += os.write(fd, view[done:])
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with open(tmp, "wb") as f:
+        f.write(body)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
-    dfd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
+    _fsync_dir(Path(path).parent)
 
 
 def discard(path: str) -> None:
@@ -117,23 +110,8 @@ def _make(body: bytes, cq_root: str,
                 topic = topics[raw] = raw.decode()
             if count_files and end < first:
                 return f"{topic}-{queue_id}: end {end} before its first file {first}"
-            cq = new_queue(topic, queue_id)
-            size = cq.file_size
-            d = cq.dir
-            files = []
-            for i in range(count_files):
-                offset = first + i * size
-                mf = CQFile(f"{d}/{offset:020d}", offset, size)
-                mf.wrote_position = mf.flushed_position = size
-                files.append(mf)
-            if files:
-                last = files[-1]
-                last.wrote_position = last.flushed_position = end - last.file_from_offset
-            cq.files = files
-            cq._max_pos = end
-            cq.min_logic_offset = min_logic
-            cq.max_physic_offset = max_physic
-            cq._tail_real = tail_real
+            new_queue(topic, queue_id).restore(first, count_files, end, min_logic, max_physic,
+                                               tail_real)
     except (struct.error, UnicodeDecodeError) as e:
         return f"unreadable: {e}"
     if pos != len(body) - CRC.size:

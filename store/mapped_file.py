@@ -14,8 +14,9 @@ import mmap
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,68 @@ PREALLOC_SUFFIX = ".prealloc"
 
 def offset_file_name(offset: int) -> str:
     return f"{offset:020d}"
+
+
+# -- a queue's list of same-size files (the commitlog's mapped files, a consume queue's) ----
+class OffsetFile(Protocol):
+    @property
+    def file_from_offset(self) -> int: ...
+
+    @property
+    def file_tail_offset(self) -> int: ...
+
+
+F = TypeVar("F", bound=OffsetFile)
+
+
+def file_offsets(directory: str | os.PathLike, names: Iterable[str], file_size: int
+                 ) -> list[int]:
+    """The start offsets of a queue directory's files, from its listing `names`, in order;
+    foreign names are logged and skipped, a gap between files is an error."""
+    offsets: list[int] = []
+    for name in sorted(names):
+        if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
+            log.warning("%s: ignoring foreign file %s", directory, name)
+            continue
+        offset = int(name)
+        if offsets and offset != offsets[-1] + file_size:
+            raise ValueError(f"{directory}: gap before {name}, expected "
+                             f"{offset_file_name(offsets[-1] + file_size)}")
+        offsets.append(offset)
+    return offsets
+
+
+def find_file(files: list[F], file_size: int, offset: int) -> F | None:
+    """The file of `files` (consecutive, `file_size` each) holding `offset`, or None."""
+    if not files:
+        return None
+    index = (offset - files[0].file_from_offset) // file_size
+    if 0 <= index < len(files):
+        mf = files[index]
+        if mf.file_from_offset <= offset < mf.file_tail_offset:
+            return mf
+    return None
+
+
+def cut_files(files: list[F], offset: int, cut: Callable[[F, int], None],
+              delete: Callable[[F], None]) -> list[F]:
+    """The files kept when everything at or after `offset` is dropped: `cut(file, position)`
+    the one holding it (deleted instead when that empties it and files precede it), `delete`
+    the later ones."""
+    keep: list[F] = []
+    for mf in files:
+        if mf.file_tail_offset <= offset:
+            keep.append(mf)
+        elif mf.file_from_offset <= offset:
+            pos = offset - mf.file_from_offset
+            if pos == 0 and keep:
+                delete(mf)
+                continue
+            cut(mf, pos)
+            keep.append(mf)
+        else:
+            delete(mf)
+    return keep
 
 
 class MappedFile:
@@ -276,20 +339,12 @@ class MappedFileQueue:
         self.store_path.mkdir(parents=True, exist_ok=True)
         for leftover in self.store_path.glob("*" + PREALLOC_SUFFIX):
             leftover.unlink()
-        names = sorted(p.name for p in self.store_path.iterdir() if p.is_file())
-        expected = None
-        for name in names:
-            if len(name) != OFFSET_NAME_DIGITS or not name.isdigit():
-                log.warning("%s: ignoring foreign file %s", self.store_path, name)
-                continue
-            if expected is not None and int(name) != expected:
-                raise ValueError(f"{self.store_path}: gap before {name}, expected "
-                                 f"{offset_file_name(expected)}")
-            mf = MappedFile(self.store_path / name, self.mapped_file_size,
+        names = [p.name for p in self.store_path.iterdir() if p.is_file()]
+        for offset in file_offsets(self.store_path, names, self.mapped_file_size):
+            mf = MappedFile(self.store_path / offset_file_name(offset), self.mapped_file_size,
                             write_buffer=self.write_buffer)
             mf.set_positions(self.mapped_file_size)
             self.files.append(mf)
-            expected = mf.file_tail_offset
 
     # -- lookup ----------------------------------------------------------------------------
     def first_file(self) -> MappedFile | None:
@@ -299,16 +354,7 @@ class MappedFileQueue:
         return self.files[-1] if self.files else None
 
     def find_by_offset(self, offset: int) -> MappedFile | None:
-        files = self.files
-        if not files:
-            return None
-        first = files[0]
-        index = (offset - first.file_from_offset) // self.mapped_file_size
-        if 0 <= index < len(files):
-            mf = files[index]
-            if mf.file_from_offset <= offset < mf.file_tail_offset:
-                return mf
-        return None
+        return find_file(self.files, self.mapped_file_size, offset)
 
     def last_file_for_append(self, start_offset: int = 0) -> MappedFile:
         """The file to append to, creating the next one when the last is full (or none)."""
@@ -402,21 +448,11 @@ class MappedFileQueue:
     # -- truncation and deletion -----------------------------------------------------------
     def truncate_dirty_files(self, offset: int) -> None:
         """Drops everything at or after `offset`: later files are deleted, one is cut."""
-        keep: list[MappedFile] = []
-        for mf in self.files:
-            if mf.file_tail_offset <= offset:
-                keep.append(mf)
-            elif mf.file_from_offset <= offset:
-                pos = offset - mf.file_from_offset
-                if pos == 0 and keep:
-                    mf.destroy()
-                    continue
-                _zero_range(mf, pos, self.zero_run_proof)
-                mf.set_positions(pos)
-                keep.append(mf)
-            else:
-                mf.destroy()
-        self.files = keep
+        def cut(mf: MappedFile, pos: int) -> None:
+            _zero_range(mf, pos, self.zero_run_proof)
+            mf.set_positions(pos)
+
+        self.files = cut_files(self.files, offset, cut, MappedFile.destroy)
         self.flushed_where = min(self.flushed_where, offset)
 
     def delete_first_files(self, should_delete: Callable[[MappedFile], bool], max_count: int,

@@ -206,7 +206,7 @@ class DefaultMessageStore:
         cq.failed = f"consume queue {cq.topic}-{cq.queue_id} cannot be written: {err}"
         cq.retry = retry
         self.failed_queues[(cq.topic, cq.queue_id)] = cq
-        if first or self._unlogged_queue_failures < 0:
+        if first:
             log.error("%s%s", cq.failed, "; dispatch goes on for the other queues, puts to it "
                       "answer CREATE_MAPPED_FILE_FAILED" if retry else "")
             self._unlogged_queue_failures = 0
@@ -414,17 +414,14 @@ class DefaultMessageStore:
                 r = self._failed_queue_put(msgs)
                 if r is not None:
                     refused[i] = r
-        appended = iter(self.commitlog.put_message_groups(
-            [g for i, g in enumerate(groups) if i not in refused] if refused else groups))
+        kept = [g for i, g in enumerate(groups) if i not in refused] if refused else groups
         out = []
-        for i, msgs in enumerate(groups):
-            if i in refused:
-                out.append(refused[i])
-                continue
-            r = next(appended)
+        for msgs, r in zip(kept, self.commitlog.put_message_groups(kept), strict=True):
             if r.status is PutMessageStatus.PUT_OK:
                 self.put_count += len(msgs)
             out.append(PutMessageResult(r.status, r))
+        for i in sorted(refused):  # back in their callers' places
+            out.insert(i, refused[i])
         if self._reput_idle and self._wake_reput_on_append:
             self._wake_reput()
         return out

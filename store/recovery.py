@@ -33,10 +33,9 @@ def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = 
         if cq.failed:
             continue
         try:
-            cq.recover()
+            tail = cq.recover()
             if crashed and files:
-                _drop_torn_last_entry(commitlog, cq)
-            cq.recovered_tail = None
+                _drop_torn_last_entry(commitlog, cq, tail)
         except (OSError, ValueError) as e:  # this queue only: the others recover
             store.queue_failed(cq, e, retry=False)
     if not files:
@@ -170,13 +169,14 @@ def _offsets_struct(count: int) -> struct.Struct:
     return struct.Struct(">" + "q12x" * count)
 
 
-def _drop_torn_last_entry(commitlog: CommitLog, cq: ConsumeQueue) -> None:
+def _drop_torn_last_entry(commitlog: CommitLog, cq: ConsumeQueue,
+                          entry: tuple[int, int, int] | None) -> None:
     """A crash can cut the copy of a block of entries inside one (a page fault at a page
     boundary, where the kill is delivered): the last entry then has its offset and size but
     not all of its tags code. It is checked against its record and dropped when they differ;
-    the recovery scan dispatches the record again."""
+    the recovery scan dispatches the record again. `entry`: the last entry when cq.recover
+    read it already."""
     last = cq.max_offset_in_queue - 1
-    entry, cq.recovered_tail = cq.recovered_tail, None  # read by cq.recover already
     if entry is None and last >= 0:
         entry = cq.get_entry(last)
     if entry is None or entry[1] == BLANK_SIZE:

@@ -141,15 +141,22 @@ class Gathered:
 
 
 def _hold(cq: ConsumeQueue, run: QueueEntries) -> None:
-    """Keeps a failed queue's entries for its retry (see DefaultMessageStore.queue_failed)."""
+    """Keeps a failed queue's entries for its retry (see DefaultMessageStore.queue_failed).
+    A run that continues the last one held is appended to it: the held runs stay few, so
+    counting them is not a walk over every dispatch pass since the failure."""
     if not cq.retry:
         return
-    held = sum(len(r) // 3 for r in cq.pending)
+    pending = cq.pending
+    held = sum(len(r) // 3 for r in pending)
     if held + len(run) // 3 > MAX_HELD_ENTRIES:
         log.error("%s-%d: over %d entries held for the retry: %d dropped", cq.topic,
                   cq.queue_id, MAX_HELD_ENTRIES, len(run) // 3)
         return
-    cq.pending.append(run)
+    last = pending[-1] if pending else None
+    if last is not None and run[0] == last[0] + len(last) // 3:
+        last.extend(run[1:])
+    else:
+        pending.append(run)
 
 
 def _gather_records(encoded: list[EncodedMessage], phys_offsets: list[int],
