@@ -33,7 +33,7 @@ FILTER_CACHE_SIZE = 1024  # compiled expressions kept (RocketMQ's parser caches 
 
 
 class SqlMessageFilter:
-    """The store's MessageFilter (matches_code / matches_record) of one SQL92 expression."""
+    """The store's MessageFilter (codes / matches_record) of one SQL92 expression."""
 
     __slots__ = ("sql", "codes", "matches_record")
     filters = True
@@ -46,9 +46,6 @@ class SqlMessageFilter:
         fallback = codec.record_property_values
         self.matches_record: Callable[[bytes], bool] = sql.record_matcher(
             lib.property_values if lib is not None else fallback, fallback)
-
-    def matches_code(self, code: int) -> bool:
-        return self.codes is None or code in self.codes
 
 
 MessageFilter = TagFilter | SqlMessageFilter

@@ -8,6 +8,7 @@ import os
 import struct
 from typing import TYPE_CHECKING, Protocol
 
+from store import native
 from store.codec import (
     INT,
     STORE_TIMESTAMP_HEAD,
@@ -15,6 +16,7 @@ from store.codec import (
     MessageExt,
     decode_offset_msg_id,
     decode_record,
+    record_property_values,
     record_store_timestamp,
     tags_code,
 )
@@ -37,12 +39,10 @@ MAX_FILTER_MESSAGE_COUNT = 800
 class MessageFilter(Protocol):
     """What getMessage asks of a subscription (RocketMQ's MessageFilter): first by the
     consume queue's tags code, then by the record itself. `filters` False: takes all.
-    `codes`: the tags codes a match must have (None: any), as matches_code says."""
+    `codes`: the tags codes a match must have (None: any)."""
 
     filters: bool
     codes: frozenset[int] | None
-
-    def matches_code(self, code: int) -> bool: ...
 
     def matches_record(self, record: bytes) -> bool: ...
 
@@ -53,15 +53,13 @@ class TagFilter:
     def __init__(self, expression: str | None) -> None:
         expr = (expression or "*").strip()
         if expr in ("", "*"):
-            self.tags: frozenset[str] | None = None
+            self.tags: frozenset[bytes] | None = None
             self.codes: frozenset[int] = frozenset()
         else:
-            self.tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
-            self.codes = frozenset(tags_code(t) for t in self.tags)
+            tags = frozenset(t.strip() for t in expr.split("||") if t.strip())
+            self.tags = frozenset(t.encode() for t in tags)
+            self.codes = frozenset(tags_code(t) for t in tags)
         self.filters = self.tags is not None
-
-    def matches_code(self, code: int) -> bool:
-        return self.tags is None or code in self.codes
 
     def matches_record(self, record: bytes) -> bool:
         """The exact tag, read from the record's properties (equal codes are not equal tags)."""
@@ -70,11 +68,13 @@ class TagFilter:
         return _record_tags(record) in self.tags
 
 
-def _record_tags(record: bytes) -> str | None:
-    try:
-        return decode_record(record, 0, check_crc=False).properties.get("TAGS")
-    except CorruptRecord:
-        return None
+_TAGS = (b"TAGS",)
+
+
+def _record_tags(record: bytes) -> bytes | None:
+    """The TAGS property of one record, read without decoding the rest of it."""
+    values = native.lib.property_values(record, _TAGS) if native.lib is not None else None
+    return (values or record_property_values(record, _TAGS))[0]
 
 
 @dataclasses.dataclass(slots=True)
