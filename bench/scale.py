@@ -43,7 +43,7 @@ import grpc
 
 from bench.e2e import _spawn, percentile, start_namesrv, stop, write_broker_conf
 from broker.constants import BOOT_SUCCESS_PREFIX
-from broker.controller import encode_topic_table
+from broker.register_body import encode_topic_table
 from broker.topic_config import TopicConfig
 from mqclient import Message, Producer
 from mqclient.admin import MQAdmin

@@ -15,7 +15,6 @@ import logging
 import os
 import ssl
 import time
-import zlib
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -25,12 +24,11 @@ import grpc
 from acl.config import AclConfigError
 from acl.grpc_auth import ClientAuth, ServerAuth
 from acl.store import AclStore
-from broker.admin import AdminServicer, data_version_to_proto, topic_config_to_proto
+from broker.admin import AdminServicer, data_version_to_proto
 from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
 from broker.constants import (
     FIND_MASTER_REGISTER_PERIOD_S,
-    PERM_READ_WRITE,
     SEND_LISTEN_PORT_OFFSET,
     SHUTDOWN_GRACE_S,
     STATS_SAMPLE_INTERVAL_S,
@@ -41,6 +39,7 @@ from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
 from broker.metrics import BrokerMetrics
 from broker.pull import PullRequestHoldService
+from broker.register_body import TopicTableEncoder
 from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
@@ -67,8 +66,6 @@ from store.waiters import OffsetWaiters
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
-REGISTER_BODY_COMPRESS_LEVEL = 1  # zlib: topic tables shrink ~5x already at the fastest level
-ENCODE_CHUNK = 1000  # topic configs serialized per protobuf call
 
 
 def wall_clock_ms() -> int:
@@ -148,6 +145,7 @@ class BrokerController:
             None)  # see start_put_group
         # (data version, broker permission) -> the compressed topic table it registers
         self._register_body: tuple[tuple[object, int], bytes] | None = None
+        self._topic_table_encoder = TopicTableEncoder()
         self._lock_fd: int | None = None
         self._started = False
         self._stopped = False
@@ -523,14 +521,14 @@ class BrokerController:
 
     # -- name servers ----------------------------------------------------------------------
     async def register_request(self) -> namesrv_pb2.RegisterBrokerRequest:
-        """The registration with the whole topic table, compressed. The table is encoded in
-        a worker thread from a copy taken here, once per data version."""
+        """The registration with the whole topic table, compressed. The table is encoded
+        from a copy taken here, once per data version (broker/register_body.py)."""
         c = self.config
         key = (self.topics.data_version, c.broker_permission)
         cached = self._register_body
         if cached is None or cached[0] != key:
             configs: list[TopicConfig] = list(self.topics.table.values())
-            body = await asyncio.to_thread(encode_topic_table, configs, c.broker_permission)
+            body = await self._topic_table_encoder.encode(configs, c.broker_permission)
             cached = self._register_body = (key, body)
         return namesrv_pb2.RegisterBrokerRequest(
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
@@ -604,21 +602,6 @@ class BrokerController:
                                f"offset {offset} out of range for {topic}-{queue_id}: the "
                                f"queue holds [{min_offset}, {max_offset}]")
         self.offsets.commit_offset(group, topic, queue_id, offset)
-
-
-def encode_topic_table(configs: list[TopicConfig], broker_permission: int) -> bytes:
-    """A TopicConfigTable of `configs`, serialized and zlib-compressed (any thread). A
-    read-only broker offers its queues read-only. Serialized by parts that are joined
-    (concatenated messages merge their repeated fields): protobuf's C code holds the GIL
-    for a whole message, which would stall the event loop at tens of thousands of topics."""
-    parts = []
-    for start in range(0, len(configs), ENCODE_CHUNK):
-        protos = [topic_config_to_proto(t) for t in configs[start:start + ENCODE_CHUNK]]
-        if broker_permission != PERM_READ_WRITE:
-            for p in protos:
-                p.perm = broker_permission
-        parts.append(namesrv_pb2.TopicConfigTable(topic_configs=protos).SerializeToString())
-    return zlib.compress(b"".join(parts), REGISTER_BODY_COMPRESS_LEVEL)
 
 
 __all__ = ["BrokerController", "ConfigError", "StoreDirLocked", "wall_clock_ms"]

@@ -10,8 +10,9 @@ Four tables (SPEC §3):
 Besides them, ``broker_topics`` keeps each group's queue data as its master last registered
 it (brokerName -> topic -> QueueData), so a new table changes ``topic_queue_table`` by its
 difference only: `diff_queue_data` (pure, may run in a worker thread: it only reads
-dictionaries the loop replaces, never changes) and `apply_queue_data_diff` (on the loop,
-O(changes)). ``route_entries`` caches what a batched route lookup answers per topic; it is
+dictionaries the loop replaces, never changes; the processor compares large tables by
+slices itself and makes the diff with `queue_data_diff`) and `apply_queue_data_diff` (on
+the loop, O(changes)). ``route_entries`` caches what a batched route lookup answers per topic; it is
 dropped for a topic whenever its queue data change.
 
 Nothing here touches the network or the event loop; time comes from an injected clock
@@ -182,11 +183,23 @@ class RouteInfoManager:
         return (broker_data is not None and broker_data.broker_addrs.get(broker_id) == broker_addr
                 and live is not None and live.data_version == data_version)
 
+    def queue_data_of(self, broker_name: str) -> dict[str, QueueData]:
+        """The group's queue data as its master last registered it (never changed: a new
+        table replaces it whole)."""
+        return self.broker_topics.get(broker_name, _NO_TOPICS)
+
     def diff_queue_data(self, broker_name: str, table: dict[str, QueueData]) -> QueueDataDiff:
         """The changes that make the group's queue data `table` (pure: any thread)."""
-        base = self.broker_topics.get(broker_name, _NO_TOPICS)
+        base = self.queue_data_of(broker_name)
         get = base.get
-        upserts = [(t, qd) for t, qd in table.items() if get(t) != qd]
+        return self.queue_data_diff(base, table,
+                                    [(t, qd) for t, qd in table.items() if get(t) != qd])
+
+    @staticmethod
+    def queue_data_diff(base: dict[str, QueueData], table: dict[str, QueueData],
+                        upserts: list[tuple[str, QueueData]]) -> QueueDataDiff:
+        """The diff from `base` to `table`, given its `upserts` (the topics of `table` new or
+        changed in it): the removals added."""
         added = sum(1 for t, _ in upserts if t not in base)
         # Every topic of `table` not added was in `base`: the rest of `base` is removed.
         removed = len(base) - (len(table) - added)

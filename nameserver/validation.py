@@ -91,9 +91,12 @@ def header_problem(request: namesrv_pb2.RegisterBrokerRequest) -> str | None:
     return None
 
 
-def first_topic_problem(configs: Iterable[common_pb2.TopicConfig], max_queue_nums: int
-                        ) -> str | None:
-    seen: set[str] = set()
+def first_topic_problem(configs: Iterable[common_pb2.TopicConfig], max_queue_nums: int,
+                        seen: set[str] | None = None) -> str | None:
+    """The first problem of `configs`, or None; `seen`: the topic names of the parts of the
+    same table checked before (a table checked by parts), added to."""
+    if seen is None:
+        seen = set()
     for config in configs:
         problem = topic_config_problem(config, max_queue_nums)
         if problem is None and config.topic_name in seen:
