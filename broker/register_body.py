@@ -48,25 +48,34 @@ class TopicTableEncoder:
     last body (used from the event loop)."""
 
     def __init__(self) -> None:
-        # topic -> (its config, the broker permission, its entry) of the last body
-        self._entries: dict[str, tuple[TopicConfig, int, bytes]] = {}
+        # The last body's topics: name -> config, and name -> its entry (two dicts, not a
+        # tuple per topic: 50,000 more objects would lengthen every full GC pass), made
+        # with `_permission`.
+        self._configs: dict[str, TopicConfig] = {}
+        self._entries: dict[str, bytes] = {}
+        self._permission = PERM_READ_WRITE
 
     def raw_steps(self, configs: list[TopicConfig], broker_permission: int
                   ) -> Generator[None, None, bytes]:
         """The serialized table (not compressed), ENCODE_SLICE topics per step."""
-        old = self._entries.get
-        entries: dict[str, tuple[TopicConfig, int, bytes]] = {}
+        same_permission = broker_permission == self._permission
+        old_config, old_entry = self._configs.get, self._entries.get
+        kept: dict[str, TopicConfig] = {}
+        entries: dict[str, bytes] = {}
         parts: list[bytes] = []
         for start in range(0, len(configs), ENCODE_SLICE):
             if start:
                 yield
             for config in configs[start:start + ENCODE_SLICE]:
-                entry = old(config.topic_name)
-                if entry is None or entry[0] is not config or entry[1] != broker_permission:
-                    entry = (config, broker_permission, topic_entry(config, broker_permission))
-                entries[config.topic_name] = entry
-                parts.append(entry[2])
-        self._entries = entries  # the topics gone since are dropped with the old dict
+                name = config.topic_name
+                entry = old_entry(name) if same_permission and old_config(name) is config else None
+                if entry is None:
+                    entry = topic_entry(config, broker_permission)
+                kept[name] = config
+                entries[name] = entry
+                parts.append(entry)
+        # The topics gone since are dropped with the old dicts.
+        self._configs, self._entries, self._permission = kept, entries, broker_permission
         return b"".join(parts)
 
     async def encode(self, configs: list[TopicConfig], broker_permission: int) -> bytes:

@@ -155,8 +155,10 @@ class TopicConfigManager(ConfigManager[Table]):
         self.clock_ms = clock_ms
         self.table: dict[str, TopicConfig] = {}
         self.data_version = DataVersion()
-        # The last file's topics: name -> (config, its JSON part), and the names sorted.
-        self._json_parts: tuple[dict[str, tuple[TopicConfig, bytes]], list[str]] = {}, []
+        # The last file's topics: name -> config, name -> its JSON part (two dicts, not a
+        # tuple per topic: fewer objects for the garbage collector), and the names sorted.
+        self._json_parts: tuple[dict[str, TopicConfig], dict[str, bytes], list[str]] = (
+            {}, {}, [])
 
     # -- persistence -----------------------------------------------------------------------
     def snapshot_state(self) -> Table:
@@ -173,30 +175,32 @@ class TopicConfigManager(ConfigManager[Table]):
         after each change took ~100 ms of pure Python in a worker thread, which held the
         GIL in 5 ms turns against the event loop."""
         table, version = state
-        old_entries, old_names = self._json_parts
-        get = old_entries.get
-        entries: dict[str, tuple[TopicConfig, bytes]] = {}
+        old_configs, old_parts, old_names = self._json_parts
+        old_config, old_part = old_configs.get, old_parts.get
+        kept: dict[str, TopicConfig] = {}
+        json_parts: dict[str, bytes] = {}
         added: list[str] = []
-        topics = list(table)  # names: a list of 50,000 (name, config) tuples would be
-        # 50,000 objects for the garbage collector to go over
+        topics = list(table)
         for start in range(0, len(topics), ENCODE_SLICE):
             if start:
                 yield
             for name in topics[start:start + ENCODE_SLICE]:
                 config = table[name]
-                entry = get(name)
-                if entry is None or entry[0] is not config:
-                    if entry is None:
+                was = old_config(name)
+                part = old_part(name) if was is config else None
+                if part is None:
+                    if was is None:
                         added.append(name)
-                    entry = (config, encode_json({name: config.to_json()})[1:-1])
-                entries[name] = entry
-        removed = len(old_entries) - (len(entries) - len(added))
-        names = [n for n in old_names if n in entries] if removed else list(old_names)
+                    part = encode_json({name: config.to_json()})[1:-1]
+                kept[name] = config
+                json_parts[name] = part
+        removed = len(old_configs) - (len(kept) - len(added))
+        names = [n for n in old_names if n in kept] if removed else list(old_names)
         names += added
         names.sort()  # a sorted run and a few names: ~linear
-        self._json_parts = entries, names
+        self._json_parts = kept, json_parts, names
         yield
-        parts = [entries[n][1] for n in names]
+        parts = [json_parts[n] for n in names]
         return b"".join((b'{"dataVersion":', encode_json(version.to_json()),
                          b',"topicConfigTable":{', b",".join(parts), b"}}"))
 

@@ -191,7 +191,7 @@ def run_steps(steps: Generator[None, None, T]) -> T:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
 
 
 async def run_steps_on_loop(steps: Generator[None, None, T]) -> T:
@@ -204,7 +204,7 @@ async def run_steps_on_loop(steps: Generator[None, None, T]) -> T:
         try:
             next(steps)
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value
         await asyncio.sleep(0)
 
 

@@ -6,13 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import zlib
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from broker.admin import AdminServicer
+from broker.config import BrokerConfig
+from broker.constants import PERM_READ, PERM_READ_WRITE
+from broker.register_body import TopicTableEncoder, encode_topic_table
 from broker.registration import RegistrationRefused
-from mqproto import admin_pb2, common_pb2
+from broker.topic_config import DataVersion, TopicConfig, TopicConfigManager
+from mqproto import admin_pb2, common_pb2, namesrv_pb2
+from mqproto.serving import run_steps_on_loop
 from nameserver.controller import NamesrvController
 from tests.broker.conftest import BrokerThread, wait_until
 from tests.broker.test_registration import NamesrvThread
@@ -122,3 +129,50 @@ def test_a_refused_registration_fails_the_boot(start_broker: Start,
         assert "REFUSED by name server" in caplog.text
     finally:
         strict.stop()
+
+
+def test_registration_body_reencodes_only_changed_topics_and_matches_a_full_encode() -> None:
+    table = {f"T{i:05d}": TopicConfig(f"T{i:05d}", 8, 8) for i in range(2500)}
+    encoder = TopicTableEncoder()
+
+    def body(permission: int = PERM_READ_WRITE) -> bytes:
+        return zlib.decompress(asyncio.run(encoder.encode(list(table.values()), permission)))
+
+    assert body() == zlib.decompress(encode_topic_table(list(table.values()), PERM_READ_WRITE))
+    kept = encoder._entries["T00001"]
+    table["T00002"] = TopicConfig("T00002", 4, 4)  # changed
+    del table["T00003"]  # removed
+    table["New"] = TopicConfig("New", 1, 1)  # added
+    for permission in (PERM_READ_WRITE, PERM_READ, PERM_READ_WRITE):
+        raw = body(permission)
+        assert raw == zlib.decompress(encode_topic_table(list(table.values()), permission))
+    assert encoder._entries["T00001"] is not kept  # re-made after the permission changed
+    kept = encoder._entries["T00001"]
+    body()
+    assert encoder._entries["T00001"] is kept and "T00003" not in encoder._entries
+    parsed = namesrv_pb2.TopicConfigTable.FromString(body()).topic_configs
+    assert [c.topic_name for c in parsed] == list(table)
+    assert parsed[2].read_queue_nums == 4
+
+
+def test_topic_file_from_kept_parts_is_the_full_encode(tmp_path: Path) -> None:
+    manager = TopicConfigManager(tmp_path / "topics.json", BrokerConfig(), lambda: 1)
+    table = {f"T{(i * 7919) % 3000:05d}": None for i in range(3000)}  # not in name order
+    state = {n: TopicConfig(n, 8, 8) for n in table}
+
+    def full(state: dict[str, TopicConfig]) -> bytes:
+        return json.dumps({"dataVersion": DataVersion(1, 2).to_json(),
+                           "topicConfigTable": {n: c.to_json() for n, c in state.items()}},
+                          sort_keys=True, separators=(",", ":")).encode()
+
+    assert manager.encode_state((dict(state), DataVersion(1, 2))) == full(state)
+    state["T00002"] = TopicConfig("T00002", 4, 4, 4)
+    del state["T00003"]
+    state["A-first"] = TopicConfig("A-first", 1, 1)
+    state["Z-last"] = TopicConfig("Z-last", 1, 1)
+    assert manager.encode_state((dict(state), DataVersion(1, 2))) == full(state)
+    assert asyncio.run(_encode_on_loop(manager, state)) == full(state)
+
+
+async def _encode_on_loop(manager: TopicConfigManager, state: dict[str, TopicConfig]) -> bytes:
+    return await run_steps_on_loop(manager.encode_steps((dict(state), DataVersion(1, 2))))
