@@ -140,6 +140,12 @@ TOPIC_PERSIST_DEBOUNCE_S = 0.01
 ENCODE_SLICE = 1000  # topics per loop turn when the table is encoded
 
 
+def topics_file(version_json: bytes, topic_parts: list[bytes]) -> bytes:
+    """topics.json from the data version's JSON and the topics' `"name":{...}` parts."""
+    return b"".join((b'{"dataVersion":', version_json, b',"topicConfigTable":{',
+                     b",".join(topic_parts), b"}}"))
+
+
 class TopicConfigManager(ConfigManager[Table]):
     """The topic table; used from the event loop only. Persisted from a snapshot (a copy of
     the table: its configs are immutable) encoded on the loop by slices and written in a
@@ -165,15 +171,16 @@ class TopicConfigManager(ConfigManager[Table]):
         return dict(self.table), self.data_version
 
     def encode_state(self, state: Table) -> bytes:
-        return run_steps(self.encode_steps(state))
+        return topics_file(*run_steps(self.encode_steps(state)))
 
-    def encode_steps(self, state: Table) -> Generator[None, None, bytes]:
-        """The file's JSON (sorted keys, compact: the bytes one encoder call would give),
-        ENCODE_SLICE topics per step, joined from per-topic parts kept with the TopicConfig
-        each was made from (configs are immutable, replaced whole on a change): only the
-        topics whose config object is new are encoded again. Encoding all 50,000 topics
-        after each change took ~100 ms of pure Python in a worker thread, which held the
-        GIL in 5 ms turns against the event loop."""
+    def encode_steps(self, state: Table) -> Generator[None, None, tuple[bytes, list[bytes]]]:
+        """The file's parts for `topics_file`, ENCODE_SLICE topics per step: the data
+        version's JSON and each topic's `"name":{...}` in name order (sorted keys, compact:
+        the bytes one encoder call would give). The parts are kept with the TopicConfig each
+        was made from (configs are immutable, replaced whole on a change): only the topics
+        whose config object is new are encoded again. Encoding all 50,000 topics after each
+        change took ~100 ms of pure Python in a worker thread, which held the GIL in 5 ms
+        turns against the event loop."""
         table, version = state
         old_configs, old_parts, old_names = self._json_parts
         old_config, old_part = old_configs.get, old_parts.get
@@ -199,16 +206,18 @@ class TopicConfigManager(ConfigManager[Table]):
         names += added
         names.sort()  # a sorted run and a few names: ~linear
         self._json_parts = kept, json_parts, names
-        yield
-        parts = [json_parts[n] for n in names]
-        return b"".join((b'{"dataVersion":', encode_json(version.to_json()),
-                         b',"topicConfigTable":{', b",".join(parts), b"}}"))
+        parts: list[bytes] = []
+        for start in range(0, len(names), ENCODE_SLICE):
+            yield
+            parts += [json_parts[n] for n in names[start:start + ENCODE_SLICE]]
+        return encode_json(version.to_json()), parts
 
     async def persist_async(self) -> None:
-        """Snapshots and encodes on the loop (by slices), writes in a worker thread."""
+        """Snapshots and encodes on the loop (by slices); joins the parts and writes in a
+        worker thread (bytes.join lets go of the GIL for a megabyte)."""
         seq, state = self.snapshot()
-        data = await run_steps_on_loop(self.encode_steps(state))
-        await asyncio.to_thread(self.file.write, seq, data)
+        version, parts = await run_steps_on_loop(self.encode_steps(state))
+        await asyncio.to_thread(lambda: self.file.write(seq, topics_file(version, parts)))
 
     def parse(self, data: Any) -> Table:
         table = {}

@@ -17,7 +17,7 @@ from broker.config import BrokerConfig
 from broker.constants import PERM_READ, PERM_READ_WRITE
 from broker.register_body import TopicTableEncoder, encode_topic_table
 from broker.registration import RegistrationRefused
-from broker.topic_config import DataVersion, TopicConfig, TopicConfigManager
+from broker.topic_config import DataVersion, TopicConfig, TopicConfigManager, topics_file
 from mqproto import admin_pb2, common_pb2, namesrv_pb2
 from mqproto.serving import run_steps_on_loop
 from nameserver.controller import NamesrvController
@@ -175,4 +175,5 @@ def test_topic_file_from_kept_parts_is_the_full_encode(tmp_path: Path) -> None:
 
 
 async def _encode_on_loop(manager: TopicConfigManager, state: dict[str, TopicConfig]) -> bytes:
-    return await run_steps_on_loop(manager.encode_steps((dict(state), DataVersion(1, 2))))
+    return topics_file(*await run_steps_on_loop(manager.encode_steps((dict(state),
+                                                                      DataVersion(1, 2)))))
