@@ -10,7 +10,10 @@ ports, a fresh store) and topics of 8 queues:
 - registration body (compressed and raw) and the name server's CPU per keep-alive
   registration and for a full one (one topic changed), with the longest answer time of a
   ping RPC to the broker and to the name server during that registration (`max_loop_stall_ms`:
-  minus the pings' median before it: the loops' longest stall, as seen from outside);
+  minus the pings' median before it: the loops' longest stall, as seen from outside), and
+  the most CPU a process used during one of its logged stalls (`*_max_loop_stall_cpu_ms`:
+  a stall of its own costs about its length in CPU; on a loaded machine a process that was
+  not run stalls with little);
 - route lookup p50 / p99 (GetRouteInfoByTopic) and a producer's batched route refresh of all
   topics (`route_refresh_s`, one round);
 - broker restart (SIGTERM, start again) time and RSS after restart;
@@ -66,6 +69,8 @@ QUEUES = 8
 SPREAD_TOPICS = 1000
 FILL_BATCHES_PER_FRAME = 256
 STALL_LINE = re.compile(r"event loop stalled ([0-9.]+) ms")
+STALL_CPU = re.compile(r"event loop stalled [0-9.]+ ms \(CPU meanwhile: loop thread [0-9.]+ ms, "
+                       r"process ([0-9.]+) ms\)")
 # Both processes log each event-loop stall longer than this (mqproto.serving).
 STALL_LOG_MS = 5
 
@@ -152,6 +157,16 @@ def stalls_logged(log_path: Path, offset: int) -> float:
         f.seek(offset)
         text = f.read().decode(errors="replace")
     return max((float(m.group(1)) for m in STALL_LINE.finditer(text)), default=0.0)
+
+
+def stall_cpu_logged(log_path: Path, offset: int) -> float:
+    """The most CPU the process used during one logged stall after byte `offset` (0.0:
+    none): a stall of the process's own makes about its length in CPU, one of a loaded
+    machine that did not run the process makes little."""
+    with log_path.open("rb") as f:
+        f.seek(offset)
+        text = f.read().decode(errors="replace")
+    return max((float(m.group(1)) for m in STALL_CPU.finditer(text)), default=0.0)
 
 
 def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
@@ -328,6 +343,8 @@ def registration_figures(cluster: ScaleCluster, n: int,
             "namesrv_cpu_ms_full_registration": full_ms,
             "broker_max_loop_stall_ms": stalls_logged(broker_log, offsets[0]),
             "namesrv_max_loop_stall_ms": stalls_logged(ns_log, offsets[1]),
+            "broker_max_loop_stall_cpu_ms": stall_cpu_logged(broker_log, offsets[0]),
+            "namesrv_max_loop_stall_cpu_ms": stall_cpu_logged(ns_log, offsets[1]),
             "broker_stall_before_ms": quiet["broker"], "namesrv_stall_before_ms": quiet["namesrv"],
             "broker_ping_max_ms": broker_during, "broker_ping_max_quiet_ms": broker_quiet,
             "namesrv_ping_max_ms": ns_during, "namesrv_ping_max_quiet_ms": ns_quiet}
@@ -443,7 +460,9 @@ def run_size(n: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
                  "for one topic changed; "
                  f"longest loop stall during it: broker "
                  f"{result['broker_max_loop_stall_ms']:.1f} ms, name server "
-                 f"{result['namesrv_max_loop_stall_ms']:.1f} ms (before it, since start: "
+                 f"{result['namesrv_max_loop_stall_ms']:.1f} ms (process CPU during a "
+                 f"stall at most {result['broker_max_loop_stall_cpu_ms']:.1f} / "
+                 f"{result['namesrv_max_loop_stall_cpu_ms']:.1f} ms; before it, since start: "
                  f"{result['broker_stall_before_ms']:.1f} / "
                  f"{result['namesrv_stall_before_ms']:.1f} ms); ping max "
                  f"{result['broker_ping_max_ms']:.1f} / {result['namesrv_ping_max_ms']:.1f} ms "

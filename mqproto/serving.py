@@ -214,8 +214,10 @@ LOOP_STALL_TICK_S = 0.005
 
 def watch_loop_stalls(logger: logging.Logger) -> asyncio.Task[None] | None:
     """Starts, when $MQ_LOOP_STALL_LOG_MS is set, a task that wakes every 5 ms and logs
-    "event loop stalled N ms" when a wake-up came that much later than due (time the loop
-    was held by one callback, or the process was not scheduled); None when not set."""
+    "event loop stalled N ms (CPU meanwhile: loop thread A ms, process B ms)" when a
+    wake-up came that much later than due (time the loop was held by one callback or by
+    a thread holding the GIL, or the process was not scheduled: then B is much less than
+    N); None when not set."""
     text = os.environ.get(LOOP_STALL_ENV, "")
     if not text:
         return None
@@ -233,10 +235,16 @@ async def _watch(logger: logging.Logger, threshold_ms: float) -> None:
     loop = asyncio.get_running_loop()
     while True:
         due = loop.time() + LOOP_STALL_TICK_S
+        loop_cpu, process_cpu = time.thread_time(), time.process_time()
         await asyncio.sleep(LOOP_STALL_TICK_S)
         late_ms = (loop.time() - due) * 1000
         if late_ms > threshold_ms:
-            logger.warning("event loop stalled %.1f ms", late_ms)
+            # The CPU the process used meanwhile tells a stall of its own (about as much
+            # CPU as the stall: the loop, or a thread holding the GIL) from a process the
+            # machine did not run (little CPU: other work had the cores).
+            logger.warning("event loop stalled %.1f ms (CPU meanwhile: loop thread %.1f ms, "
+                           "process %.1f ms)", late_ms, (time.thread_time() - loop_cpu) * 1000,
+                           (time.process_time() - process_cpu) * 1000)
 
 
 def raise_nofile_limit(logger: logging.Logger | None = None) -> tuple[int, int]:
