@@ -3,7 +3,8 @@
 Commitlog files older than fileReservedTime are deleted at deleteWhen o'clock, or at any time
 once the disk is over diskMaxUsedSpaceRatio; past diskSpaceCleanForciblyRatio the oldest files
 go even if not expired; past diskSpaceWarningLevelRatio the store refuses writes until space
-comes back. Consume-queue and index files behind the commitlog's new min offset follow.
+comes back. Consume-queue and index files behind the commitlog's new min offset follow, once
+each time it moves.
 """
 
 from __future__ import annotations
@@ -64,7 +65,13 @@ def clean_expired_files(store: DefaultMessageStore, force_time: bool = False) ->
         log.info("deleted %d expired commitlog file(s) (disk %.1f%% used%s)", deleted, ratio,
                  ", forcibly" if forcibly else "")
     min_offset = store.commitlog.min_offset
+    if min_offset == store.cleaned_min_offset:
+        # Nothing to follow (RocketMQ's CleanConsumeQueueService also waits for the min
+        # offset to move): over diskMaxUsedSpaceRatio this runs every 10 s, and a pass over
+        # 400,000 queues (a read each) held the GIL for seconds at a time.
+        return deleted
     for cq in list(store.consume_queues.values()):
         cq.delete_expired(min_offset)
     store.index.delete_expired(min_offset)
+    store.cleaned_min_offset = min_offset
     return deleted

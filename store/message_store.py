@@ -82,6 +82,8 @@ class DefaultMessageStore:
         # Queues whose writes fail (e.g. a file that cannot be opened): their puts answer
         # CREATE_MAPPED_FILE_FAILED, dispatch to the others goes on, a retry runs now and then.
         self.failed_queues: dict[tuple[str, int], ConsumeQueue] = {}
+        # The commitlog min offset the consume queues and index last followed (cleaning).
+        self.cleaned_min_offset = -1
         self._next_queue_retry = 0.0
         self._unlogged_queue_failures = 0
         self.index = IndexService(self.root / INDEX_DIR_NAME, config.max_hash_slot_num,

@@ -7,6 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from store.constants import BrokerRole, FlushDiskType, GetMessageStatus, PutMessageStatus
+from store.consume_queue import ConsumeQueue
 from store.message import Message
 from store.message_store import DefaultMessageStore
 from store.reading import TagFilter
@@ -302,6 +303,28 @@ def test_disk_full_refuses_writes_and_recovers(make_store: MakeStore) -> None:
     usage[0] = 0.5
     store.clean_expired_files()
     assert store.put_message(msg(2)).ok
+
+
+def test_consume_queues_follow_the_min_offset_only_when_it_moves(make_store: MakeStore,
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """Over diskMaxUsedSpaceRatio cleaning runs every 10 s; with no commitlog file deleted the
+    queues are not read again (a pass over 400,000 of them held the GIL for seconds)."""
+    store = make_store(_store_kwargs={"disk_usage": lambda path: 0.8})  # over 75 %, under 85
+    for i in range(10):
+        store.put_message(msg(i, queue_id=i % 2))
+    wait_dispatched(store)
+    passes: list[int] = []
+    monkeypatch.setattr(ConsumeQueue, "delete_expired",
+                        lambda self, offset: passes.append(offset) or 0)
+    assert store.clean_expired_files() == 0
+    assert len(passes) == 2  # the first pass after start
+    assert store.clean_expired_files() == 0
+    assert len(passes) == 2
+    # The min offset moves (files deleted): the queues follow it.
+    monkeypatch.setattr(type(store.commitlog), "min_offset", property(lambda self: 4096))
+    store.clean_expired_files()
+    assert passes[-2:] == [4096, 4096]
 
 
 def test_arriving_listener_sees_dispatch(make_store: MakeStore) -> None:
