@@ -317,10 +317,10 @@ def test_consume_queues_follow_the_min_offset_only_when_it_moves(make_store: Mak
     passes: list[int] = []
     monkeypatch.setattr(ConsumeQueue, "delete_expired",
                         lambda self, offset: passes.append(offset) or 0)
+    store.clean_expired_files()  # the first pass after start (unless the service ran it)
+    passes.clear()
     assert store.clean_expired_files() == 0
-    assert len(passes) == 2  # the first pass after start
-    assert store.clean_expired_files() == 0
-    assert len(passes) == 2
+    assert passes == []
     # The min offset moves (files deleted): the queues follow it.
     monkeypatch.setattr(type(store.commitlog), "min_offset", property(lambda self: 4096))
     store.clean_expired_files()
