@@ -57,9 +57,9 @@ class TableRefused(ValueError):
 def decode_topic_table(request: namesrv_pb2.RegisterBrokerRequest, max_bytes: int
                        ) -> Sequence[common_pb2.TopicConfig]:
     """The request's topic table (plain or compressed), not checked (pure: any thread).
-    The repeated field itself: its elements are taken a slice at a time (`list()` of a
-    whole repeated field is one C call holding the GIL, tens of milliseconds at 50,000
-    topics)."""
+    The repeated field itself, its elements read one by one by `table_diff_steps` (`list()`
+    of a whole repeated field is one C call holding the GIL, tens of milliseconds at
+    50,000 topics)."""
     if not request.compressed_topic_configs:
         return request.topic_configs
     inflater = zlib.decompressobj()
