@@ -6,7 +6,9 @@ sends with many in flight (gathered into batches by the producer), and a push co
 reading everything back; then, as references, servers that do no work driven the same way:
 one speaking the broker's send channel (bench.channel_floor, what sends use) and a gRPC one
 (bench.grpc_floor, what gRPC calls would allow). Client and broker share this machine's
-cores. The last line is one JSON object.
+cores. Each phase also reports the CPU time per message of the broker process and of this
+one (the client), which compares modes better than rates on a loaded machine. The last
+line is one JSON object.
 """
 
 from __future__ import annotations
@@ -94,9 +96,10 @@ def stop(process: subprocess.Popen[str], timeout: float) -> None:
 
 
 @contextmanager
-def cluster(work: Path, broker_extra: dict[str, str], ns_args: list[str] | None = None
-            ) -> Iterator[str]:
-    """A name server and one broker; yields the name server address."""
+def cluster_processes(work: Path, broker_extra: dict[str, str],
+                      ns_args: list[str] | None = None
+                      ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A name server and one broker; yields the name server address and the broker."""
     processes: list[subprocess.Popen[str]] = []
     try:
         ns, namesrv = start_namesrv(work, ns_args)
@@ -105,10 +108,48 @@ def cluster(work: Path, broker_extra: dict[str, str], ns_args: list[str] | None 
         broker, _ = _spawn(["-m", "broker", "-c", str(conf)], work / "broker.log",
                            BOOT_SUCCESS_PREFIX)
         processes.append(broker)
-        yield namesrv
+        yield namesrv, broker
     finally:
         for process in reversed(processes):
             stop(process, 30)
+
+
+@contextmanager
+def cluster(work: Path, broker_extra: dict[str, str], ns_args: list[str] | None = None
+            ) -> Iterator[str]:
+    """A name server and one broker; yields the name server address."""
+    with cluster_processes(work, broker_extra, ns_args) as (namesrv, _):
+        yield namesrv
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process `pid` has used so far; NaN where /proc is not
+    there. On a loaded machine this, per message, compares modes better than wall time."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return float("nan")
+    # after the command: state is field 3, utime and stime fields 14 and 15 (1-based)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+class CpuMeter:
+    """CPU microseconds per message of the broker and of this (client) process, a phase at
+    a time."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+        self._start = (0.0, 0.0)
+
+    def start(self) -> None:
+        self._start = (process_cpu_s(self.broker_pid), time.process_time())
+
+    def per_message_us(self, messages: int) -> tuple[float, float]:
+        """(broker, client) CPU us per message since start()."""
+        broker, client = process_cpu_s(self.broker_pid), time.process_time()
+        return ((broker - self._start[0]) * 1e6 / messages,
+                (client - self._start[1]) * 1e6 / messages)
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -203,7 +244,7 @@ def security(mode: str, work: Path) -> tuple[dict[str, str], list[str], dict[str
 
 
 def run_clients(namesrv: str, args: argparse.Namespace, client: dict[str, Any],
-                figures: dict[str, object], prefix: str) -> None:
+                figures: dict[str, object], prefix: str, cpu: CpuMeter) -> None:
     producer = Producer("BenchProducer", namesrv, default_topic_queue_nums=QUEUES, **client)
     producer.start()
     for attempt in range(5):  # the first send creates the topic (slow on a busy machine)
@@ -217,27 +258,42 @@ def run_clients(namesrv: str, args: argparse.Namespace, client: dict[str, Any],
     for _ in range(199):  # warm-up: route, channels
         producer.send(Message(TOPIC, BODY))
     sent = 200
+
+    def cpu_figures(name: str, messages: int) -> str:
+        broker_us, client_us = cpu.per_message_us(messages)
+        figures[f"{prefix}{name}_broker_cpu_us_msg"] = broker_us
+        figures[f"{prefix}{name}_client_cpu_us_msg"] = client_us
+        return f" (CPU per message: broker {broker_us:.1f} us, client {client_us:.1f} us)"
+
+    cpu.start()
     sync = bench_sync(producer, args.sync)
     figures.update({prefix + k: v for k, v in sync.items()})
     sent += args.sync
     print(f"{prefix}sync: {sync['send_sync_msgs_s']:,.0f} msgs/s, p50 "
           f"{sync['send_sync_p50_ms']:.3f} ms, p99 "
-          f"{sync['send_sync_p99_ms']:.3f} ms", flush=True)
+          f"{sync['send_sync_p99_ms']:.3f} ms{cpu_figures('send_sync', args.sync)}",
+          flush=True)
+    cpu.start()
     rate = bench_batch(producer, args.messages, args.batch_threads)
-    sent += args.messages // 32 // args.batch_threads * 32 * args.batch_threads
+    batched = args.messages // 32 // args.batch_threads * 32 * args.batch_threads
+    sent += batched
     figures[prefix + "send_batch32_msgs_s"] = rate
     figures["send_batch32_threads"] = args.batch_threads
-    print(f"{prefix}batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s",
-          flush=True)
+    print(f"{prefix}batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s"
+          f"{cpu_figures('send_batch32', batched)}", flush=True)
+    cpu.start()
     rate = bench_async(producer, args.messages)
     sent += args.messages
     figures[prefix + "send_async_msgs_s"] = rate
-    print(f"{prefix}async (auto-batched): {rate:,.0f} msgs/s", flush=True)
+    print(f"{prefix}async (auto-batched): {rate:,.0f} msgs/s"
+          f"{cpu_figures('send_async', args.messages)}", flush=True)
     producer.shutdown()
+    cpu.start()
     rate = bench_pull(namesrv, sent, args.pull_batch, client)
     figures[prefix + "pull_msgs_s"] = rate
     figures[prefix + "pulled_messages"] = sent
-    print(f"{prefix}push consumer: {rate:,.0f} msgs/s over {sent:,} messages", flush=True)
+    print(f"{prefix}push consumer: {rate:,.0f} msgs/s over {sent:,} messages"
+          f"{cpu_figures('pull', sent)}", flush=True)
 
 
 def main() -> None:
@@ -271,8 +327,9 @@ def main() -> None:
             repeat = modes[:i].count(mode)  # a mode given again: its figures as MODE.2_
             prefix = ("" if modes == ["plain"] else
                       f"{mode}{'.' + str(repeat + 1) if repeat else ''}_")
-            with cluster(run_dir, {**broker_extra, **broker_sec}, ns_args) as namesrv:
-                run_clients(namesrv, args, client, figures, prefix)
+            with cluster_processes(run_dir, {**broker_extra, **broker_sec},
+                                   ns_args) as (namesrv, broker):
+                run_clients(namesrv, args, client, figures, prefix, CpuMeter(broker.pid))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not args.floors:

@@ -54,6 +54,7 @@ from mqproto.framing import (
     encode_frame,
 )
 from mqproto.serving import RateLimitedLog
+from mqproto.tls_server import TlsServerProtocol
 
 if TYPE_CHECKING:
     from broker.send import SendProcessor
@@ -68,6 +69,8 @@ INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
 RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+MAX_KEPT_DECISIONS = 1024  # access control: topics a connection keeps its decision for
 
 
 def _failed(code: int, why: str) -> messaging_pb2.SendBatchResponse:
@@ -216,9 +219,13 @@ class SendChannelServer:
             log.warning("send channel: at most %d connections (sendChannelMaxConnections %d, "
                         "but the open files limit is %d)", self.max_connections,
                         self.limits.max_connections, soft)
-        self._server = await loop.create_server(
-            lambda: _Connection(self), host, port, backlog=self.limits.backlog,
-            ssl=ssl_context, ssl_handshake_timeout=10.0 if ssl_context else None)
+        connection = functools.partial(_Connection, self)
+        factory: Callable[[], asyncio.BaseProtocol] = connection
+        if ssl_context is not None:  # TLS in mqproto.tls_server, not asyncio's: see there
+            factory = functools.partial(TlsServerProtocol, ssl_context, connection,
+                                        TLS_HANDSHAKE_TIMEOUT_S)
+        self._server = await loop.create_server(factory, host, port,
+                                                backlog=self.limits.backlog)
         self._sweeper = loop.create_task(self._sweep(), name="sendChannelSweep")
         return int(self._server.sockets[0].getsockname()[1])
 
@@ -269,6 +276,11 @@ class _Connection(asyncio.BufferedProtocol):
         # against the account table as it is now (the file may have been reloaded).
         self.authenticated = server.auth is None
         self.account: Account | None = None
+        # Access control: by topic, the account object the decision was made for and why it
+        # refused ("": allowed). Valid while the account table holds that very object (a
+        # reload makes new ones): decide() and requirement() cost ~10 us a batch, a look-up
+        # well under one.
+        self._decisions: dict[str, tuple[Account, str]] = {}
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -429,18 +441,33 @@ class _Connection(asyncio.BufferedProtocol):
         if self.account is None:
             return ""
         try:
-            try:
-                account = self._current_account()
-                decide(account, requirement(SEND_BATCH_METHOD, request))
-            except Denied as e:
-                raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
-                              f"{e} for SendBatch (send channel)") from None
+            account = self._current_account()
+            why = self._decision(account, request)
+            if why:
+                raise Refusal(grpc.StatusCode.PERMISSION_DENIED, why)
         except Refusal as r:
             auth = self.server.auth
             if auth is not None:
                 auth.log_refusal("SendBatch", f"ipv4:{format_host(self.peer)}", r)
             return f"{r.code.name}: {r}"  # the prefix tells clients not to retry
         return ""
+
+    def _decision(self, account: Account, request: messaging_pb2.SendBatchRequest) -> str:
+        """Why `account` may not send `request` ("": it may), as decide() says; kept by
+        topic (what a SendBatch's requirement depends on) for this account object."""
+        topic = request.topic
+        kept = self._decisions.get(topic)
+        if kept is not None and kept[0] is account:
+            return kept[1]
+        try:
+            decide(account, requirement(SEND_BATCH_METHOD, request))
+            why = ""
+        except Denied as e:
+            why = f"{e} for SendBatch (send channel)"
+        if len(self._decisions) >= MAX_KEPT_DECISIONS:
+            self._decisions.clear()
+        self._decisions[topic] = (account, why)
+        return why
 
     async def _send_batches(self, payload: bytes) -> bytes:
         """A SendBatchesResponse: each batch handled as a SendBatch frame of its own."""

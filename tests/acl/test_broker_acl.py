@@ -212,7 +212,8 @@ def test_send_channel_authenticates_connections(acl_broker: Callable[..., Broker
 def test_send_channel_rights_follow_the_reloaded_file(
         acl_broker: Callable[..., BrokerThread], acl_file: Path) -> None:
     """An authenticated send-channel connection is checked against the account table as
-    it is now: PUB taken away, or the account removed, refuses its next batch."""
+    it is now: PUB taken away, or the account removed, refuses its next batch; PUB given
+    back allows it again (the connection's kept decisions follow the table)."""
     from mqclient.send_channel import BlockingSendConnections
     from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, encode_batch_message
 
@@ -251,6 +252,8 @@ def test_send_channel_rights_follow_the_reloaded_file(
         for c, remark in codes(producer):  # same connection, PUB gone
             assert c == common_pb2.NO_PERMISSION
             assert "account producer lacks PUB on topic orders" in remark
+        rewrite(ACCOUNTS["accounts"])  # PUB given back: no refusal kept from before
+        assert all(c == common_pb2.SUCCESS for c, _ in codes(producer))
         rewrite([a for a in ACCOUNTS["accounts"] if a["accessKey"] != "producer"])
         for c, remark in codes(producer):
             assert c == common_pb2.NO_PERMISSION
