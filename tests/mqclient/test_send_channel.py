@@ -58,7 +58,7 @@ def test_producer_follows_a_restarted_broker_to_its_new_send_channel(cluster: Cl
     """Same gRPC port, a new send channel port (sendListenPort=0): once the broker is back,
     sync and async sends succeed again (the producer asks GetSendChannel anew)."""
     port = free_port()
-    conf = {"listenPort": port, "haListenPort": 0, "sendListenPort": 0}
+    conf = {"listenPort": port, "haListenPort": 0, "sendListenPort": 0, "grpcProxyPort": 0}
     broker = cluster.start_broker("broker-a", **conf)
     old_channel = send_channel_address(broker)
     topic = "TopicRestart"
