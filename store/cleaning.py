@@ -64,7 +64,17 @@ def clean_expired_files(store: DefaultMessageStore, force_time: bool = False) ->
         log.info("deleted %d expired commitlog file(s) (disk %.1f%% used%s)", deleted, ratio,
                  ", forcibly" if forcibly else "")
     min_offset = store.commitlog.min_offset
+    changed = []  # for the consume-queue snapshot
+    files_deleted = deleted > 0
     for cq in list(store.consume_queues.values()):
-        cq.delete_expired(min_offset)
+        min_logic = cq.min_logic_offset
+        cq_deleted = cq.delete_expired(min_offset)
+        if cq_deleted or cq.min_logic_offset != min_logic:
+            changed.append(cq)
+            files_deleted = files_deleted or cq_deleted > 0
+    if files_deleted:  # the snapshot on disk may list them
+        store.invalidate_snapshot(changed)
+    elif changed:
+        store.mark_snapshot_changed(changed)
     store.index.delete_expired(min_offset)
     return deleted

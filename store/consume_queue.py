@@ -179,7 +179,7 @@ class ConsumeQueue:
 
     def restore(self, first: int, count: int, end: int, min_logic: int, max_physic: int,
                 tail_real: bool) -> None:
-        """Takes the files and positions recorded at a clean stop (store/cq_snapshot.py):
+        """Takes the files and positions recorded in a snapshot (store/cq_snapshot.py):
         `count` files from offset `first` on, entries up to byte position `end`."""
         size = self.file_size
         files = []
@@ -192,6 +192,15 @@ class ConsumeQueue:
         self.min_logic_offset = min_logic
         self.max_physic_offset = max_physic
         self._tail_real = tail_real
+
+    def reload(self) -> tuple[int, int, int] | None:
+        """Forgets the files and positions taken from a snapshot (the min logic offset aside)
+        and takes them from disk again (load, then recover)."""
+        self.files = []
+        self._max_pos = self.max_physic_offset = 0
+        self._tail_real = True
+        self.load()
+        return self.recover()
 
     def recover(self) -> tuple[int, int, int] | None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,

@@ -70,9 +70,10 @@ def _brief(rep: dict) -> str:
     return json.dumps({k: rep[k] for k in keys if k in rep})[:3000]
 
 
-def writer_round(store_dir: Path, kill_after: float, rnd: int, log: Path) -> list[Ack]:
+def writer_round(store_dir: Path, kill_after: float, rnd: int, log: Path,
+                 *args: str) -> list[Ack]:
     with open(log, "ab") as err:
-        proc = subprocess.Popen([sys.executable, str(WRITER), str(store_dir)], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, str(WRITER), str(store_dir), *args], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=err)
         chunks: list[bytes] = []
         reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
