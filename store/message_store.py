@@ -90,7 +90,6 @@ class DefaultMessageStore:
         self._snapshot_generation = 0
         self._snapshot_lock = threading.Lock()
         self._next_snapshot = 0.0  # the first flush round after start writes one
-        self.snapshot_latency = LatencyHistogram()  # seconds of each snapshot written
         # Queues whose writes fail (e.g. a file that cannot be opened): their puts answer
         # CREATE_MAPPED_FILE_FAILED, dispatch to the others goes on, a retry runs now and then.
         self.failed_queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -175,6 +174,9 @@ class DefaultMessageStore:
         is none or it does not fit (one log line why; every queue is scanned then)."""
         snap = cq_snapshot.read(self.snapshot_path)
         if snap is None:
+            if crashed or os.path.isdir(self.cq_root):
+                log.warning("consume-queue snapshot not used (there is none): scanning every "
+                            "queue")
             return None
         problem = snap if isinstance(snap, str) else self._snapshot_problem(snap, crashed)
         if not problem:
@@ -565,10 +567,9 @@ class DefaultMessageStore:
             self._write_snapshot(*snapshot)
 
     # -- consume-queue snapshot (store/cq_snapshot.py) ------------------------------------
-    def _encode_snapshot(self, kind: int) -> tuple[bytes, int, float] | None:
-        """(file body, generation, seconds spent) of a snapshot of the queues now, or None
-        while a queue has failed (its held entries are for records before S)."""
-        started = time.perf_counter()
+    def _encode_snapshot(self, kind: int) -> tuple[bytes, int] | None:
+        """(file body, generation) of a snapshot of the queues now, or None while a queue has
+        failed (its held entries are for records before S)."""
         # S first: dispatch writes a record's entries before it moves reput_from_offset past
         # it, and marks the queue changed in between, so every queue holding entries of
         # records before S is encoded below with at least those entries.
@@ -585,11 +586,9 @@ class DefaultMessageStore:
             self._snapshot_encoded = True
         else:
             encoder.update(changed)
-        body = encoder.body(kind, offset, self.consume_queue_file_size)
-        return body, generation, time.perf_counter() - started
+        return encoder.body(kind, offset, self.consume_queue_file_size), generation
 
-    def _write_snapshot(self, body: bytes, generation: int, encode_s: float) -> None:
-        started = time.perf_counter()
+    def _write_snapshot(self, body: bytes, generation: int) -> None:
         with self._snapshot_lock:
             if generation != self._snapshot_generation:
                 return  # files were deleted meanwhile: the next round encodes them
@@ -597,16 +596,16 @@ class DefaultMessageStore:
                 cq_snapshot.write_file(self.snapshot_path, body)
             except OSError as e:  # a crash scans every queue until one is written
                 log.warning("consume-queue snapshot not written: %s", e)
-                return
-        self.snapshot_latency.observe(encode_s + time.perf_counter() - started)
 
     def invalidate_snapshot(self, cqs: list[ConsumeQueue]) -> None:
         """Files of `cqs` (or of the commitlog) were deleted: the snapshot on disk may list
         them, and one being encoded must not be written."""
+        # Marked before the generation moves: an encode that sees the new generation
+        # encodes them.
+        self.mark_snapshot_changed(cqs)
         with self._snapshot_lock:
             self._snapshot_generation += 1
             cq_snapshot.discard(self.snapshot_path)
-        self.mark_snapshot_changed(cqs)
         self._next_snapshot = 0.0
 
     @property

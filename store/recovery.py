@@ -195,9 +195,10 @@ class _QueueCheck:
 
 def _read_from_disk(store: DefaultMessageStore, key: tuple[str, int],
                     cq: ConsumeQueue | None) -> ConsumeQueue | None:
-    """A queue that records past the snapshot's offset go to: its files and end as on disk
-    (entries written after the snapshot, perhaps a torn last one), as a full scan finds them.
-    A queue the snapshot does not hold is loaded when its directory exists."""
+    """A queue that records past the snapshot's offset go to: its end as on disk (entries
+    written after the snapshot, perhaps a torn last one), read from the snapshot's end on.
+    A queue the snapshot does not hold is loaded whole when its directory exists."""
+    restored = cq is not None
     if cq is None:
         topic, queue_id = key
         if not os.path.isdir(f"{store.cq_root}/{topic}/{queue_id}"):
@@ -207,7 +208,7 @@ def _read_from_disk(store: DefaultMessageStore, key: tuple[str, int],
         return cq
     store.mark_snapshot_changed([cq])  # the encoder holds what the snapshot said
     try:
-        tail = cq.reload()
+        tail = cq.recover_past_snapshot() if restored else cq.reload()
         _drop_torn_last_entry(store.commitlog, cq, tail)
     except (OSError, ValueError) as e:  # this queue only: the others recover
         store.queue_failed(cq, e, retry=False)

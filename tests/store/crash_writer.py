@@ -13,9 +13,9 @@ prints (and flushes) one line:
 The key determines the body (see `body_for`), so the parent can check what it reads back.
 
 With `new-topics` the messages go to new topics all the time (a topic per 10 messages of a
-writer), and the consume-queue snapshot is written every 100 ms during the first
-SNAPSHOTS_FOR_S seconds only: a kill after that finds a snapshot older than the last puts,
-and queues made after it.
+writer, named after the writer process), and the consume-queue snapshot is written every
+100 ms during the first SNAPSHOTS_FOR_S seconds only, then "SNAPSHOTS STOPPED" goes to
+stderr: a kill after that finds a snapshot older than the last puts, and queues made after it.
 """
 
 from __future__ import annotations
@@ -59,7 +59,9 @@ def body_for(key: str, n: int) -> bytes:
 
 
 def message_for(key: str, n: int, new_topics: bool = False) -> tuple[Message, str, int]:
-    topic = f"{TOPICS[n % len(TOPICS)]}{n // 10}" if new_topics else TOPICS[n % len(TOPICS)]
+    topic = TOPICS[n % len(TOPICS)]
+    if new_topics:  # the key's first 8 characters: the writer process's own prefix
+        topic = f"{topic}{key[:8]}x{n // 10}"
     queue_id = (n * 5 + len(key)) % QUEUES
     msg = Message(topic, body_for(key, n),
                   {"TAGS": f"tag{n % 3}", "KEYS": f"{key} alt-{key}", "UNIQ_KEY": f"U{key}"},

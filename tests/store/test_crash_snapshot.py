@@ -55,11 +55,12 @@ def test_kill9_after_a_snapshot_older_than_the_last_puts(
     log = tmp_path / "writer.stderr"
     acks = []
     for rnd in range(ROUNDS):
-        kill_after = rng.uniform(1.1, 1.5)
-        new = writer_round(store_dir, kill_after, rnd, log, "new-topics")
+        kill_after = rng.uniform(0.3, 0.8)
+        new = writer_round(store_dir, kill_after, rnd, log, "new-topics",
+                           after_line="SNAPSHOTS STOPPED")
         acks += new
-        context = f"seed {seed}, round {rnd}, killed after {kill_after:.2f} s, {len(new)} acks"
-        assert "SNAPSHOTS STOPPED" in log.read_text(), context
+        context = (f"seed {seed}, round {rnd}, killed {kill_after:.2f} s after the last "
+                   f"snapshot, {len(new)} acks")
         snap = cq_snapshot.read(str(snapshot))
         assert isinstance(snap, cq_snapshot.Snapshot) and snap.kind == cq_snapshot.RUNNING
         after = [a for a in new if decode_offset_msg_id(a.msg_id)[1] >= snap.offset]
@@ -133,18 +134,46 @@ def test_a_queue_written_after_the_snapshot_is_read_from_disk_and_the_others_are
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     read: list[str] = []
-    real_reload = ConsumeQueue.reload
+    real_recover = ConsumeQueue.recover_past_snapshot
 
     def spy(cq: ConsumeQueue) -> tuple[int, int, int] | None:
         read.append(cq.topic)
-        return real_reload(cq)
+        return real_recover(cq)
 
-    monkeypatch.setattr(ConsumeQueue, "reload", spy)
+    monkeypatch.setattr(ConsumeQueue, "recover_past_snapshot", spy)
     caplog.set_level(logging.INFO, logger="store")
     again = make_store(root=copy)
     assert any(USED in r.getMessage() for r in caplog.records)
-    assert read == ["T3"]  # the new topic is loaded from disk as a topic the snapshot lacks
+    assert read == ["T3"]  # "New" is loaded whole, as a topic the snapshot lacks
     assert again.get_max_offset_in_queue("T3", 0) == 2
     assert again.get_max_offset_in_queue("New", 0) == 1
     assert [m.body for m in again.get_message("g", "T3", 0, 0, 32).decoded()] == [b"x", b"y"]
     assert sum(cq.max_offset_in_queue for cq in again.consume_queues.values()) == 22
+
+
+def test_recover_past_snapshot_reads_from_the_recorded_end(tmp_path: Path) -> None:
+    """Entries past the snapshot's end go on into a file made after it; stale bytes after
+    their end are zeroed and a stale later file is deleted, as a full recovery does."""
+    size = 10 * 20
+    cq = ConsumeQueue("T", 0, tmp_path, size)
+    flat = [v for i in range(14) for v in (100 * i, 10, 7)]
+    cq.put_entries(0, flat[: 4 * 3])
+    recorded = (0, 1, cq._max_pos, cq.min_logic_offset, cq.max_physic_offset, True)
+    cq.put_entries(4, flat[4 * 3 :])  # entries 4..13: file 0 full, 4 in file 1
+    cq.close()
+    second = tmp_path / "T" / "0" / f"{size:020d}"
+    with open(second, "r+b") as f:  # stale bytes after a zero entry in file 1
+        f.seek(6 * 20)
+        f.write(b"\x01" * 20)
+    (tmp_path / "T" / "0" / f"{2 * size:020d}").write_bytes(b"\x02" * size)  # a stale file
+    again = ConsumeQueue("T", 0, tmp_path, size)
+    again.restore(*recorded)
+    assert again.recover_past_snapshot() == (1300, 10, 7)
+    assert again.max_offset_in_queue == 14 and again.max_physic_offset == 1310
+    assert [f.file_from_offset for f in again.files] == [0, size]
+    assert second.read_bytes()[4 * 20 :] == bytes(size - 4 * 20)
+    assert not (tmp_path / "T" / "0" / f"{2 * size:020d}").exists()
+    assert [again.get_entry(i) for i in (0, 9, 10, 13)] == [
+        (0, 10, 7), (900, 10, 7), (1000, 10, 7), (1300, 10, 7)]
+    again.put_entries(14, [1400, 10, 7])
+    assert again.get_entry(14) == (1400, 10, 7)
