@@ -90,6 +90,7 @@ class DefaultMessageStore:
         self._snapshot_generation = 0
         self._snapshot_lock = threading.Lock()
         self._next_snapshot = 0.0  # the first flush round after start writes one
+        self._snapshot_written: tuple[int, int] | None = None  # (S, generation) last written
         # Queues whose writes fail (e.g. a file that cannot be opened): their puts answer
         # CREATE_MAPPED_FILE_FAILED, dispatch to the others goes on, a retry runs now and then.
         self.failed_queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -567,9 +568,9 @@ class DefaultMessageStore:
             self._write_snapshot(*snapshot)
 
     # -- consume-queue snapshot (store/cq_snapshot.py) ------------------------------------
-    def _encode_snapshot(self, kind: int) -> tuple[bytes, int] | None:
-        """(file body, generation) of a snapshot of the queues now, or None while a queue has
-        failed (its held entries are for records before S)."""
+    def _encode_snapshot(self, kind: int) -> tuple[bytes, int, int] | None:
+        """(file body, S, generation) of a snapshot of the queues now, or None while a queue
+        has failed (its held entries are for records before S) or nothing changed."""
         # S first: dispatch writes a record's entries before it moves reput_from_offset past
         # it, and marks the queue changed in between, so every queue holding entries of
         # records before S is encoded below with at least those entries.
@@ -579,6 +580,9 @@ class DefaultMessageStore:
         generation = self._snapshot_generation
         with self._dirty_lock:
             changed, self._snapshot_changed = self._snapshot_changed, set()
+        if (kind == cq_snapshot.RUNNING and not changed and self._snapshot_encoded
+                and self._snapshot_written == (offset, generation)):
+            return None  # idle since the last one: the file holds this already
         encoder = self._snapshot_encoder
         if not self._snapshot_encoded:
             encoder.clear()
@@ -586,9 +590,9 @@ class DefaultMessageStore:
             self._snapshot_encoded = True
         else:
             encoder.update(changed)
-        return encoder.body(kind, offset, self.consume_queue_file_size), generation
+        return encoder.body(kind, offset, self.consume_queue_file_size), offset, generation
 
-    def _write_snapshot(self, body: bytes, generation: int) -> None:
+    def _write_snapshot(self, body: bytes, offset: int, generation: int) -> None:
         with self._snapshot_lock:
             if generation != self._snapshot_generation:
                 return  # files were deleted meanwhile: the next round encodes them
@@ -596,6 +600,8 @@ class DefaultMessageStore:
                 cq_snapshot.write_file(self.snapshot_path, body)
             except OSError as e:  # a crash scans every queue until one is written
                 log.warning("consume-queue snapshot not written: %s", e)
+                return
+            self._snapshot_written = (offset, generation)
 
     def invalidate_snapshot(self, cqs: list[ConsumeQueue]) -> None:
         """Files of `cqs` (or of the commitlog) were deleted: the snapshot on disk may list
