@@ -147,14 +147,14 @@ class Snapshot:
     topic_count: int
     queue_count: int
     payload: bytes
+    compressed: bytes  # the payload as in the file
 
     def as_running(self) -> bytes:
         """The same snapshot as a RUNNING one of this boot (after a clean start: the run that
         follows re-dispatches from S after a crash, as from a snapshot written while running)."""
-        compressed = zlib.compress(self.payload, ZLIB_LEVEL)
         head = HEAD.pack(MAGIC, RUNNING, boot_id(), self.offset, self.cq_file_size,
-                         self.topic_count, self.queue_count, len(compressed))
-        body = head + compressed
+                         self.topic_count, self.queue_count, len(self.compressed))
+        body = head + self.compressed
         return body + CRC.pack(zlib.crc32(body))
 
 
@@ -176,11 +176,12 @@ def read(path: str) -> Snapshot | str | None:
     _, kind, boot, offset, cq_size, topics, queues, length = HEAD.unpack_from(body)
     if HEAD.size + length + CRC.size != len(body):
         return "length mismatch"
+    compressed = body[HEAD.size : HEAD.size + length]
     try:
-        payload = zlib.decompress(body[HEAD.size : HEAD.size + length])
+        payload = zlib.decompress(compressed)
     except zlib.error as e:
         return f"payload does not decompress: {e}"
-    return Snapshot(kind, boot, offset, cq_size, topics, queues, payload)
+    return Snapshot(kind, boot, offset, cq_size, topics, queues, payload, compressed)
 
 
 def restore(snap: Snapshot, cq_root: str, new_queue: Callable[[str, int], ConsumeQueue],
