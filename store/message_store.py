@@ -733,7 +733,11 @@ class DefaultMessageStore:
 
 
 def _disk_used_ratio(path: str) -> float:
+    """How full the disk is, as `df` shows it: used / (used + available to us). Blocks
+    reserved for root count as neither (total - available would count them as used: on a
+    disk with a large reserve that reads 85 % full at 33 % used, and the store would delete
+    files it should keep)."""
     st = os.statvfs(path)
-    total = st.f_blocks * st.f_frsize
-    free = st.f_bavail * st.f_frsize
-    return 0.0 if total == 0 else (total - free) / total
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    usable = used + st.f_bavail * st.f_frsize
+    return 0.0 if usable == 0 else used / usable

@@ -19,11 +19,13 @@ SMALL = dict(
 
 @pytest.fixture
 def make_store(tmp_path: Path) -> Iterator[Callable[..., DefaultMessageStore]]:
-    """Opens stores on small files under tmp_path; every one is shut down after the test."""
+    """Opens stores on small files under tmp_path; every one is shut down after the test.
+    The disk reads 10 % used unless a test says otherwise: how full the host's disk is must
+    not decide whether a store test deletes files or refuses writes."""
     opened: list[DefaultMessageStore] = []
 
     def make(start: bool = True, root: Path | None = None, **overrides: Any) -> DefaultMessageStore:
-        store_kwargs = overrides.pop("_store_kwargs", {})
+        store_kwargs = {"disk_usage": lambda path: 0.1, **overrides.pop("_store_kwargs", {})}
         cfg = StoreConfig(store_path_root_dir=str(root or tmp_path / "store"),
                           **{**SMALL, **overrides})
         store = DefaultMessageStore(cfg, **store_kwargs)

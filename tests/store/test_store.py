@@ -315,6 +315,15 @@ def test_disk_full_refuses_writes_and_recovers(make_store: MakeStore) -> None:
     assert store.put_message(msg(2)).ok
 
 
+def test_disk_usage_reads_as_df_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root's reserve is neither used nor ours: 30 used, 60 available of 250 is 33 %, not
+    the 76 % that total minus available would say (this machine's disk looks like that)."""
+    from store import message_store
+    fake = os.statvfs_result((4096, 1, 250, 220, 60, 0, 0, 0, 0, 255))
+    monkeypatch.setattr(message_store.os, "statvfs", lambda path: fake)
+    assert message_store._disk_used_ratio("/any") == pytest.approx(30 / 90)
+
+
 def test_arriving_listener_sees_dispatch(make_store: MakeStore) -> None:
     store = make_store()
     seen: list[tuple[str, int, int]] = []
