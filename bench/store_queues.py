@@ -5,7 +5,8 @@ store's fds, maps and RSS; what a consume-queue snapshot costs (all queues encod
 after 1/8 of them changed); a clean shutdown; then, each in a fresh process:
 - a start after the clean stop (queue positions from the snapshot written then);
 - a start after kill -9: a process started from there puts one more message into every 8th
-  queue and into new topics (1/100 of N queues), all after the last snapshot, and is killed
+  queue (`--every`) and into new topics (1/100 of N queues), all after the last snapshot
+  (the one its start wrote), and is killed
   with SIGKILL once they are dispatched; the start after it takes the positions from the
   snapshot and re-dispatches the commitlog after it. It checks that every message put is in
   its queue (queue offsets contiguous: the sum of the queues' max offsets);
@@ -129,11 +130,11 @@ def phase_write(root: str, queues: int) -> dict[str, Any]:
     return out
 
 
-def phase_kill(root: str, queues: int) -> None:
+def phase_kill(root: str, queues: int, every: int) -> None:
     """Puts after the last snapshot (the one of the start), then SIGKILL once dispatched."""
     store = open_store(root)
     time.sleep(1.5)  # the first flush round writes the snapshot
-    put_each(store, queue_keys(queues)[::8] + queue_keys(max(8, queues // 100), "N"))
+    put_each(store, queue_keys(queues)[::every] + queue_keys(max(8, queues // 100), "N"))
     wait_dispatched(store)
     print(json.dumps({"killed": True}), flush=True)
     os.kill(os.getpid(), signal.SIGKILL)
@@ -156,9 +157,9 @@ def phase_restart(root: str) -> dict[str, Any]:
     return out
 
 
-def run_phase(phase: str, root: str, queues: int) -> dict[str, Any]:
+def run_phase(phase: str, root: str, queues: int, every: int = 8) -> dict[str, Any]:
     proc = subprocess.run([sys.executable, "-m", "bench.store_queues", "--phase", phase,
-                           "--dir", root, "--queues", str(queues)],
+                           "--dir", root, "--queues", str(queues), "--every", str(every)],
                           capture_output=True, text=True, timeout=DISPATCH_TIMEOUT_S + 600)
     killed = phase == "kill" and proc.returncode == -signal.SIGKILL
     if proc.returncode != 0 and not killed:
@@ -171,13 +172,16 @@ def main() -> None:
     ap.add_argument("--queues", default="10000,100000",
                     help="comma-separated numbers of queues (default 10000,100000)")
     ap.add_argument("--dir", default=None, help="where to write (default: a temp dir in ./)")
+    ap.add_argument("--every", type=int, default=8,
+                    help="before the kill -9, one more message into every EVERY-th queue "
+                         "(default 8; 1: every queue changed after the snapshot)")
     ap.add_argument("--phase", choices=("write", "kill", "restart"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # as the broker does
     if args.phase == "kill":
-        phase_kill(args.dir, int(args.queues))
+        phase_kill(args.dir, int(args.queues), args.every)
     if args.phase:
         result = (phase_write(args.dir, int(args.queues)) if args.phase == "write"
                   else phase_restart(args.dir))
@@ -195,11 +199,12 @@ def main() -> None:
             print(f"  {wrote}", flush=True)
             clean = run_phase("restart", root, n)
             print(f"  start after a clean stop: {clean}", flush=True)
-            run_phase("kill", root, n)
+            run_phase("kill", root, n, args.every)
             killed = run_phase("restart", root, n)
-            # n, every 8th queue twice (snapshot_cost, phase_kill), the clean restart's put,
-            # the new topics' queues.
-            expected = n + 2 * len(queue_keys(n)[::8]) + 1 + max(8, n // 100)
+            # n, every 8th queue (snapshot_cost), the clean restart's put, every EVERY-th
+            # queue (phase_kill), the new topics' queues.
+            expected = (n + len(queue_keys(n)[::8]) + 1 + len(queue_keys(n)[::args.every])
+                        + max(8, n // 100))
             lost = expected - killed["messages_in_queues"]
             print(f"  start after kill -9 (snapshot older than the last puts): {killed}; "
                   f"messages missing from their queues: {lost}", flush=True)
