@@ -70,8 +70,18 @@ def clean_expired_files(store: DefaultMessageStore, force_time: bool = False) ->
         # offset to move): over diskMaxUsedSpaceRatio this runs every 10 s, and a pass over
         # 400,000 queues (a read each) held the GIL for seconds at a time.
         return deleted
+    changed = []  # for the consume-queue snapshot
+    files_deleted = deleted > 0
     for cq in list(store.consume_queues.values()):
-        cq.delete_expired(min_offset)
+        min_logic = cq.min_logic_offset
+        cq_deleted = cq.delete_expired(min_offset)
+        if cq_deleted or cq.min_logic_offset != min_logic:
+            changed.append(cq)
+            files_deleted = files_deleted or cq_deleted > 0
+    if files_deleted:  # the snapshot on disk may list them
+        store.invalidate_snapshot(changed)
+    elif changed:
+        store.mark_snapshot_changed(changed)
     store.index.delete_expired(min_offset)
     store.cleaned_min_offset = min_offset
     return deleted

@@ -36,6 +36,9 @@ class StoreConfig:
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval: int = 10_000
     flush_interval_consume_queue: int = 1000
+    # The consume-queue flush writes the queues' positions this often at most (ms; 0: never),
+    # so a start after a crash re-dispatches from there instead of reading every queue.
+    consume_queue_snapshot_interval: int = 10_000
     # Consume-queue files kept open at once (an LRU cache; the others hold no fd).
     consume_queue_open_files: int = 1024
     sync_flush_timeout: int = 5000

@@ -71,11 +71,11 @@ class CQFile:
         return f"CQFile({self.path}, wrote={self.wrote_position})"
 
 
-def _scan_end(fd: int, file_size: int) -> tuple[int, int]:
-    """(position of the first entry of size 0, end of the zeros known to follow it) in one
-    consume-queue file: only its allocated start is read."""
-    hole = data_end(fd, file_size)
-    pos = 0
+def _scan_end(fd: int, file_size: int, start: int = 0) -> tuple[int, int]:
+    """(position of the first entry of size 0 from `start` on, end of the zeros known to
+    follow it) in one consume-queue file: only its allocated bytes from `start` are read."""
+    hole = data_end(fd, file_size, start)
+    pos = start
     unit = CQ_STORE_UNIT_SIZE
     while pos < file_size and pos < hole:
         count = min(RECOVER_BLOCK, -(-(hole - pos) // unit), (file_size - pos) // unit)
@@ -179,7 +179,7 @@ class ConsumeQueue:
 
     def restore(self, first: int, count: int, end: int, min_logic: int, max_physic: int,
                 tail_real: bool) -> None:
-        """Takes the files and positions recorded at a clean stop (store/cq_snapshot.py):
+        """Takes the files and positions recorded in a snapshot (store/cq_snapshot.py):
         `count` files from offset `first` on, entries up to byte position `end`."""
         size = self.file_size
         files = []
@@ -192,6 +192,15 @@ class ConsumeQueue:
         self.min_logic_offset = min_logic
         self.max_physic_offset = max_physic
         self._tail_real = tail_real
+
+    def reload(self) -> tuple[int, int, int] | None:
+        """Forgets the files and positions taken from a snapshot (the min logic offset aside)
+        and takes them from disk again (load, then recover)."""
+        self.files = []
+        self._max_pos = self.max_physic_offset = 0
+        self._tail_real = True
+        self.load()
+        return self.recover()
 
     def recover(self) -> tuple[int, int, int] | None:
         """Finds the last valid entry: entries stop at the first one of size 0 (all zeros,
@@ -227,6 +236,15 @@ class ConsumeQueue:
                 os.close(fd)
         self._cut(end_pos, zeroed=True)
         self._set_end(end_pos)
+        self._find_last_real(end_pos, tail)
+        first = self.first_file()
+        if first is not None and self.min_logic_offset < first.file_from_offset:
+            self.min_logic_offset = first.file_from_offset
+        return tail
+
+    def _find_last_real(self, end_pos: int, tail: tuple[int, int, int] | None) -> None:
+        """max_physic_offset and _tail_real from the entries before `end_pos` (`tail`: the
+        last of them, when read already)."""
         self._tail_real = True
         last = tail
         for index in range(end_pos // CQ_STORE_UNIT_SIZE - 1, -1, -1):
@@ -238,9 +256,51 @@ class ConsumeQueue:
                 self.max_physic_offset = entry[0] + entry[1]
                 break
             self._tail_real = False
-        first = self.first_file()
-        if first is not None and self.min_logic_offset < first.file_from_offset:
-            self.min_logic_offset = first.file_from_offset
+
+    def recover_past_snapshot(self) -> tuple[int, int, int] | None:
+        """After a crash, for a queue restored from a snapshot that records after it went to:
+        finds where its entries end reading only past the recorded end (in its file, and in
+        files made after the snapshot), and zeroes stale bytes after that, as recover does
+        for the whole queue. Returns the last entry when one was read past the recorded end."""
+        size = self.file_size
+        pos = self._max_pos
+        tail = None
+        while True:
+            mf = self.find_by_offset(pos) if self.files else None
+            if mf is None:  # at the end of the last file: was the next one made after?
+                start = self.files[-1].file_tail_offset if self.files else pos - pos % size
+                mf = CQFile(self._file_path(start), start, size)
+                if not os.path.exists(mf.path):
+                    break
+                self.files.append(mf)
+            fd = os.open(mf.path, os.O_RDWR)
+            try:
+                have = os.fstat(fd).st_size
+                if have == 0:  # made and killed before it was sized: empty
+                    os.ftruncate(fd, size)
+                elif have != size:
+                    raise ValueError(f"{mf.path}: size {have}, expected {size}")
+                rel = pos - mf.file_from_offset
+                end, known_zero_to = _scan_end(fd, size, rel)
+                if end > rel:
+                    tail = ENTRY.unpack(os.pread(fd, CQ_STORE_UNIT_SIZE,
+                                                 end - CQ_STORE_UNIT_SIZE))
+                pos = mf.file_from_offset + end
+                if end < size:
+                    zero_tail(fd, end, size, ZERO_RUN_PROOF, known_zero_to)
+                    break
+            finally:
+                os.close(fd)
+        # A file after the one where the entries end holds nothing valid (stale, or empty).
+        stale = (self.files[-1].file_tail_offset if self.files else pos)
+        while os.path.exists(self._file_path(stale)):
+            self.handles.forget(self._file_path(stale))
+            os.unlink(self._file_path(stale))
+            stale += size
+        self._cut(pos, zeroed=True)
+        if pos != self._max_pos:
+            self._set_end(pos)
+            self._find_last_real(pos, tail)
         return tail
 
     def _set_end(self, pos: int) -> None:

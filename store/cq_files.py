@@ -164,11 +164,12 @@ def sync_file(path: str) -> None:
         os.close(fd)
 
 
-def data_end(fd: int, file_size: int) -> int:
-    """Where the file's allocated data ends (the first hole), or `file_size` when the file
-    system cannot tell: nothing written lies past it in a sparse file written front to back."""
+def data_end(fd: int, file_size: int, start: int = 0) -> int:
+    """Where the file's allocated data from `start` on ends (the next hole), or `file_size`
+    when the file system cannot tell: nothing written lies past it in a sparse file written
+    front to back."""
     try:
-        return os.lseek(fd, 0, os.SEEK_HOLE)
+        return os.lseek(fd, start, os.SEEK_HOLE)
     except OSError:
         return file_size
 

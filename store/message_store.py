@@ -20,6 +20,7 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import AppendResult, CommitLog
 from store.config import StoreConfig
 from store.constants import (
+    CQ_STORE_UNIT_SIZE,
     BrokerRole,
     FlushDiskType,
     PutMessageStatus,
@@ -29,6 +30,7 @@ from store.cq_files import FileHandles, open_files_cap, sync_filesystem
 from store.histogram import LatencyHistogram
 from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message
+from store.recovery import RestoredQueues, recover
 from store.services import ServiceThread, monotonic
 from store.waiters import OffsetWaiters
 
@@ -78,7 +80,17 @@ class DefaultMessageStore:
         self.cq_handles = FileHandles(open_files_cap(config.consume_queue_open_files))
         # Queues written since their last flush (the flush service visits only these).
         self._dirty_queues: set[ConsumeQueue] = set()
+        # Queues changed since the consume-queue snapshot last encoded them (same lock).
+        self._snapshot_changed: set[ConsumeQueue] = set()
         self._dirty_lock = threading.Lock()
+        self.snapshot_path = str(self.root / cq_snapshot.FILE_NAME)
+        self._snapshot_encoder = cq_snapshot.SnapshotEncoder()
+        self._snapshot_encoded = False  # the encoder holds every queue
+        # Bumped when files are deleted: a snapshot encoded before must not be written.
+        self._snapshot_generation = 0
+        self._snapshot_lock = threading.Lock()
+        self._next_snapshot = 0.0  # the first flush round after start writes one
+        self._snapshot_written: tuple[int, int] | None = None  # (S, generation) last written
         # Queues whose writes fail (e.g. a file that cannot be opened): their puts answer
         # CREATE_MAPPED_FILE_FAILED, dispatch to the others goes on, a retry runs now and then.
         self.failed_queues: dict[tuple[str, int], ConsumeQueue] = {}
@@ -150,31 +162,84 @@ class DefaultMessageStore:
         crashed = self.abort_file.exists()
         self.recovered_from_crash = crashed
         self.commitlog.queue.load()
-        # After a clean stop the queues' positions come from the snapshot written then
-        # (deleted here in any case: a later crash must not meet it).
-        snapshot_path = str(self.root / cq_snapshot.FILE_NAME)
-        snapshot = None
-        if crashed:
-            cq_snapshot.discard(snapshot_path)
-        else:
-            snapshot = cq_snapshot.take(snapshot_path, self.cq_root, self._new_consume_queue)
-        if snapshot is None:
+        restored = self._restore_consume_queues(crashed)
+        if restored is None:
             self.consume_queues.clear()
             self._load_consume_queues()
         self.index.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
-        from store.recovery import recover
-
-        recover(self, crashed, queues_recovered=not crashed and snapshot is not None)
+        recover(self, crashed, restored)
         self.abort_file.touch()
         return True
 
-    def _load_consume_queues(self) -> None:
+    def _restore_consume_queues(self, crashed: bool) -> RestoredQueues | None:
+        """The queues' positions from the snapshot (store/cq_snapshot.py), or None when there
+        is none or it does not fit (one log line why; every queue is scanned then)."""
+        snap = cq_snapshot.read(self.snapshot_path)
+        if snap is None:
+            if crashed or os.path.isdir(self.cq_root):
+                log.warning("consume-queue snapshot not used (there is none): scanning every "
+                            "queue")
+            return None
+        problem = snap if isinstance(snap, str) else self._snapshot_problem(snap, crashed)
+        if not problem:
+            assert not isinstance(snap, str)
+            new_topics = cq_snapshot.restore(snap, self.cq_root, self._new_consume_queue,
+                                             self._snapshot_encoder)
+            if isinstance(new_topics, str):
+                problem = new_topics
+        if problem:
+            log.warning("consume-queue snapshot not used (%s): scanning every queue", problem)
+            cq_snapshot.discard(self.snapshot_path)
+            self.consume_queues.clear()
+            self._snapshot_encoder.clear()
+            return None
+        assert not isinstance(snap, str) and not isinstance(new_topics, str)
+        self._snapshot_encoded = True
+        restored = RestoredQueues(snap.offset)
+        if new_topics:  # made after the snapshot: their queues are read from disk
+            before = set(self.consume_queues)
+            self._load_consume_queues(new_topics)
+            restored.from_disk = [cq for key, cq in self.consume_queues.items()
+                                  if key not in before]
+            self.mark_snapshot_changed(restored.from_disk)
+        if snap.kind == cq_snapshot.CLEAN:
+            # Kept for the run that follows: after a crash it re-dispatches from S.
+            try:
+                cq_snapshot.write_file(self.snapshot_path, snap.as_running())
+            except OSError as e:
+                log.warning("consume-queue snapshot not kept for a crash (%s): the next "
+                            "flush round writes one", e)
+                cq_snapshot.discard(self.snapshot_path)
+        return restored
+
+    def _snapshot_problem(self, snap: cq_snapshot.Snapshot, crashed: bool) -> str:
+        """Why the snapshot cannot be used at this start ("" when it can)."""
+        cq_size = self.consume_queue_file_size
+        if snap.cq_file_size != cq_size:
+            return f"written for consume-queue files of {snap.cq_file_size} bytes, not {cq_size}"
+        if crashed and snap.kind == cq_snapshot.CLEAN:
+            return "written at a clean stop, yet the abort file says the store crashed"
+        if not crashed and snap.kind != cq_snapshot.CLEAN:
+            return "written while running: the clean stop did not write its own"
+        if crashed and snap.boot != cq_snapshot.boot_id():
+            return "written in another boot of the machine, whose page cache is lost"
+        files = self.commitlog.queue.files
+        if not files:
+            return "no commitlog"
+        if not files[0].file_from_offset <= snap.offset <= files[-1].file_tail_offset:
+            return (f"its commitlog offset {snap.offset} is outside the commitlog "
+                    f"({files[0].file_from_offset}..{files[-1].file_tail_offset})")
+        return ""
+
+    def _load_consume_queues(self, only: set[str] | None = None) -> None:
+        """Loads the queues of every topic directory (or of the topics `only`)."""
         cq_root = self.cq_root
         if not os.path.isdir(cq_root):
             return
         with os.scandir(cq_root) as topics:
-            topic_dirs = sorted((e.name, e.path) for e in topics if e.is_dir())
+            topic_dirs = sorted((e.name, e.path) for e in topics
+                                if e.is_dir() and (only is None or e.name in only))
         for topic, path in topic_dirs:
             try:
                 with os.scandir(path) as queues:
@@ -199,6 +264,11 @@ class DefaultMessageStore:
     def mark_dirty(self, cqs: list[ConsumeQueue]) -> None:
         with self._dirty_lock:
             self._dirty_queues.update(cqs)
+            self._snapshot_changed.update(cqs)
+
+    def mark_snapshot_changed(self, cqs: list[ConsumeQueue]) -> None:
+        with self._dirty_lock:
+            self._snapshot_changed.update(cqs)
 
     # -- queues that fail ------------------------------------------------------------------
     def queue_failed(self, cq: ConsumeQueue, err: BaseException, retry: bool = True) -> None:
@@ -296,12 +366,11 @@ class DefaultMessageStore:
         self.commitlog.close()
         # The queues hold no fd of their own, and _flush_logics forced them all to disk.
         self.cq_handles.close_all()
-        if not self.failed_queues:
-            try:
-                cq_snapshot.write(str(self.root / cq_snapshot.FILE_NAME),
-                                  self.commitlog.max_offset, self.consume_queues.values())
-            except OSError as e:  # the next start scans the queues instead
-                log.warning("consume-queue snapshot not written: %s", e)
+        snapshot = self._encode_snapshot(cq_snapshot.CLEAN)
+        if snapshot is not None:
+            self._write_snapshot(*snapshot)  # failed: the next start scans the queues
+        else:  # a RUNNING one left would be taken for positions at a clean stop
+            cq_snapshot.discard(self.snapshot_path)
         self.index.close()
         if self.abort_file.exists():
             self.abort_file.unlink()
@@ -471,6 +540,13 @@ class DefaultMessageStore:
 
     def _flush_logics(self, force: bool) -> None:
         ts = self._last_dispatched_ts
+        snapshot = None
+        interval = self.config.consume_queue_snapshot_interval
+        if not force and interval > 0 and monotonic() >= self._next_snapshot:
+            self._next_snapshot = monotonic() + interval / 1000
+            # Encoded before the queue files are forced below: what it records is on disk
+            # before it is written.
+            snapshot = self._encode_snapshot(cq_snapshot.RUNNING)
         with self._dirty_lock:
             dirty, self._dirty_queues = self._dirty_queues, set()
         if len(dirty) >= SYNCFS_MIN_QUEUES and os.path.isdir(self.cq_root):
@@ -490,6 +566,60 @@ class DefaultMessageStore:
             self.checkpoint.logics_msg_timestamp = ts
             self.checkpoint.index_msg_timestamp = ts
             self.checkpoint.flush()
+        if snapshot is not None:
+            self._write_snapshot(*snapshot)
+
+    # -- consume-queue snapshot (store/cq_snapshot.py) ------------------------------------
+    def _encode_snapshot(self, kind: int) -> tuple[bytes, int, int] | None:
+        """(file body, S, generation) of a snapshot of the queues now, or None while a queue
+        has failed (its held entries are for records before S) or nothing changed."""
+        # S first: dispatch writes a record's entries before it moves reput_from_offset past
+        # it, and marks the queue changed in between, so every queue holding entries of
+        # records before S is encoded below with at least those entries.
+        offset = self.reput_from_offset
+        if self.failed_queues:
+            return None
+        generation = self._snapshot_generation
+        with self._dirty_lock:
+            changed, self._snapshot_changed = self._snapshot_changed, set()
+        if (kind == cq_snapshot.RUNNING and not changed and self._snapshot_encoded
+                and self._snapshot_written == (offset, generation)):
+            return None  # idle since the last one: the file holds this already
+        encoder = self._snapshot_encoder
+        if not self._snapshot_encoded:
+            encoder.clear()
+            encoder.update(list(self.consume_queues.values()))
+            self._snapshot_encoded = True
+        else:
+            encoder.update(changed)
+        return encoder.body(kind, offset, self.consume_queue_file_size), offset, generation
+
+    def _write_snapshot(self, body: bytes, offset: int, generation: int) -> None:
+        with self._snapshot_lock:
+            if generation != self._snapshot_generation:
+                return  # files were deleted meanwhile: the next round encodes them
+            try:
+                cq_snapshot.write_file(self.snapshot_path, body)
+            except OSError as e:  # a crash scans every queue until one is written
+                log.warning("consume-queue snapshot not written: %s", e)
+                return
+            self._snapshot_written = (offset, generation)
+
+    def invalidate_snapshot(self, cqs: list[ConsumeQueue]) -> None:
+        """Files of `cqs` (or of the commitlog) were deleted: the snapshot on disk may list
+        them, and one being encoded must not be written."""
+        # Marked before the generation moves: an encode that sees the new generation
+        # encodes them.
+        self.mark_snapshot_changed(cqs)
+        with self._snapshot_lock:
+            self._snapshot_generation += 1
+            cq_snapshot.discard(self.snapshot_path)
+        self._next_snapshot = 0.0
+
+    @property
+    def consume_queue_file_size(self) -> int:
+        size = self.config.mapped_file_size_consume_queue
+        return size - size % CQ_STORE_UNIT_SIZE
 
     # -- dispatch ("reput") ----------------------------------------------------------------
     def _reput_step(self) -> float:

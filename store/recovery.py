@@ -3,8 +3,10 @@ and bring consume queues, index and the queue-offset table in line with the comm
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
+import os
 import struct
 from typing import TYPE_CHECKING
 
@@ -24,12 +26,26 @@ CLEAN_RECOVERY_FILES = 3
 CHECK_BLOCK = 1024  # consume-queue entries read at once to check records against
 
 
-def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = False) -> None:
-    """`queues_recovered`: the consume queues' ends are known (from the snapshot of a clean
-    stop), so they are not scanned."""
+@dataclasses.dataclass
+class RestoredQueues:
+    """Consume queues taken from a snapshot (store/cq_snapshot.py) instead of from disk."""
+
+    offset: int  # S: every record before it has its entries in the restored queues
+    # Queues of topics the snapshot does not hold, loaded from disk: recovered as without one.
+    from_disk: list[ConsumeQueue] = dataclasses.field(default_factory=list)
+
+
+def recover(store: DefaultMessageStore, crashed: bool,
+            restored: RestoredQueues | None = None) -> None:
+    """SPEC §2.6. `restored`: the queues come from a snapshot. After a clean stop their ends
+    are known; after a crash the commitlog is scanned from the snapshot's offset S instead of
+    from the checkpoint, and only the queues its records touch are read from disk (once each, when
+    first met: `_QueueCheck`); the others hold nothing past the snapshot, as every entry
+    written after it is for a record at or past S."""
     commitlog = store.commitlog
     files = commitlog.queue.files
-    for cq in () if queues_recovered else store.consume_queues.values():
+    to_recover = store.consume_queues.values() if restored is None else restored.from_disk
+    for cq in to_recover:
         if cq.failed:
             continue
         try:
@@ -44,11 +60,16 @@ def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = 
         store.index.truncate(0)
         store.reput_from_offset = 0
         return
-    if crashed:
-        start_index = _crash_start_file(store)
+    from_snapshot = crashed and restored is not None
+    if from_snapshot:
+        assert restored is not None
+        start = restored.offset
+    elif crashed:
+        start = files[_crash_start_file(store)].file_from_offset
     else:
-        start_index = max(0, len(files) - CLEAN_RECOVERY_FILES)
-    start = files[start_index].file_from_offset
+        start = files[max(0, len(files) - CLEAN_RECOVERY_FILES)].file_from_offset
+    # Queues already read from disk above are not read again when the scan meets them.
+    on_disk = {(cq.topic, cq.queue_id) for cq in restored.from_disk} if from_snapshot else set()
     touched: dict[tuple[str, int], ConsumeQueue] = {}
     count = 0
     problem = ""
@@ -69,7 +90,8 @@ def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = 
                 key = (topic, queue_id)
                 check = checks.get(key)
                 if check is None:
-                    check = checks[key] = _QueueCheck(store, key)
+                    check = checks[key] = _QueueCheck(
+                        store, key, from_snapshot and key not in on_disk)
                 if check.failed:
                     count += 1
                     continue
@@ -103,17 +125,22 @@ def recover(store: DefaultMessageStore, crashed: bool, queues_recovered: bool = 
     problem = problem or scan.error
     if problem:
         log.warning("commitlog recovery: truncating at %d: %s", end, problem)
-    log.info("recovered %s: scanned %d records from %d, valid data ends at %d",
-             "after a crash" if crashed else "after a clean stop", count, start, end)
+    log.info("recovered %s%s: scanned %d records from %d, valid data ends at %d%s",
+             "after a crash" if crashed else "after a clean stop",
+             " from the consume-queue snapshot" if restored is not None else "", count, start,
+             end, f"; {len(checks)} queues read from disk" if from_snapshot else "")
     commitlog.set_recovered_end(end)
     for cq in store.consume_queues.values():
         if cq.failed:
             continue
+        max_offset = cq.max_offset_in_queue
         try:
             cq.truncate_dirty(end)
         except OSError as e:
             store.queue_failed(cq, e, retry=False)
             continue
+        if cq.max_offset_in_queue != max_offset:
+            store.mark_snapshot_changed([cq])
         if cq.max_offset_in_queue:
             commitlog.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
     store.index.truncate(end)
@@ -133,10 +160,13 @@ class _QueueCheck:
 
     __slots__ = ("store", "key", "next_offset", "block_start", "block", "failed")
 
-    def __init__(self, store: DefaultMessageStore, key: tuple[str, int]) -> None:
+    def __init__(self, store: DefaultMessageStore, key: tuple[str, int],
+                 read_from_disk: bool) -> None:
         self.store = store
         self.key = key
         cq = store.consume_queues.get(key)
+        if read_from_disk:
+            cq = _read_from_disk(store, key, cq)
         self.next_offset = cq.max_offset_in_queue if cq is not None else 0
         # A queue that could not be loaded proves nothing about its records: they are
         # neither checked against it (that would truncate the commitlog, losing every
@@ -161,6 +191,28 @@ class _QueueCheck:
         self.block_start = queue_offset
         self.block = _offsets_struct(len(raw) // CQ_STORE_UNIT_SIZE).unpack(raw)
         return self.block[0] == phys
+
+
+def _read_from_disk(store: DefaultMessageStore, key: tuple[str, int],
+                    cq: ConsumeQueue | None) -> ConsumeQueue | None:
+    """A queue that records past the snapshot's offset go to: its end as on disk (entries
+    written after the snapshot, perhaps a torn last one), read from the snapshot's end on.
+    A queue the snapshot does not hold is loaded whole when its directory exists."""
+    restored = cq is not None
+    if cq is None:
+        topic, queue_id = key
+        if not os.path.isdir(f"{store.cq_root}/{topic}/{queue_id}"):
+            return None
+        cq = store._new_consume_queue(topic, queue_id)
+    if cq.failed:
+        return cq
+    store.mark_snapshot_changed([cq])  # the encoder holds what the snapshot said
+    try:
+        tail = cq.recover_past_snapshot() if restored else cq.reload()
+        _drop_torn_last_entry(store.commitlog, cq, tail)
+    except (OSError, ValueError) as e:  # this queue only: the others recover
+        store.queue_failed(cq, e, retry=False)
+    return cq
 
 
 @functools.lru_cache(maxsize=64)

@@ -1,6 +1,6 @@
 """Child process of tests/store/test_crash.py: appends messages until it is killed.
 
-    python tests/store/crash_writer.py STORE_DIR
+    python tests/store/crash_writer.py STORE_DIR [new-topics]
 
 Opens the store with SYNC_FLUSH and small files, then a few threads append messages over 2 topics
 x 8 queues with tags, KEYS and UNIQ_KEY (put_message), and one more thread runs an event loop
@@ -11,6 +11,11 @@ prints (and flushes) one line:
     ACK <key> <topic> <queueId> <queueOffset> <offsetMsgId>
 
 The key determines the body (see `body_for`), so the parent can check what it reads back.
+
+With `new-topics` the messages go to new topics all the time (a topic per 10 messages of a
+writer, named after the writer process), and the consume-queue snapshot is written every
+100 ms during the first SNAPSHOTS_FOR_S seconds only, then "SNAPSHOTS STOPPED" goes to
+stderr: a kill after that finds a snapshot older than the last puts, and queues made after it.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import os
 import sys
 import threading
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -33,6 +39,7 @@ TOPICS = ("CrashA", "CrashB")
 QUEUES = 8
 THREADS = 3
 ASYNC_TASKS = 8
+SNAPSHOTS_FOR_S = 0.6
 
 
 def crash_config(store_dir: str | os.PathLike) -> StoreConfig:
@@ -51,8 +58,10 @@ def body_for(key: str, n: int) -> bytes:
     return (key + ";").encode() * (1 + n % 37)
 
 
-def message_for(key: str, n: int) -> tuple[Message, str, int]:
+def message_for(key: str, n: int, new_topics: bool = False) -> tuple[Message, str, int]:
     topic = TOPICS[n % len(TOPICS)]
+    if new_topics:  # the key's first 8 characters: the writer process's own prefix
+        topic = f"{topic}{key[:8]}x{n // 10}"
     queue_id = (n * 5 + len(key)) % QUEUES
     msg = Message(topic, body_for(key, n),
                   {"TAGS": f"tag{n % 3}", "KEYS": f"{key} alt-{key}", "UNIQ_KEY": f"U{key}"},
@@ -62,6 +71,10 @@ def message_for(key: str, n: int) -> tuple[Message, str, int]:
 
 def main() -> None:
     config = crash_config(sys.argv[1])
+    new_topics = sys.argv[2:] == ["new-topics"]
+    if new_topics:
+        config.consume_queue_snapshot_interval = 100
+        config.flush_interval_consume_queue = 100
     store = DefaultMessageStore(config)
     store.load()
     store.start()
@@ -79,7 +92,7 @@ def main() -> None:
         n = 0
         while True:
             key = f"{prefix}-{w}-{n}"
-            msg, topic, queue_id = message_for(key, n)
+            msg, topic, queue_id = message_for(key, n, new_topics)
             r = store.put_message(msg)
             if r.ok and r.append is not None:
                 ack(key, topic, queue_id, r.append.queue_offsets[0],
@@ -92,7 +105,7 @@ def main() -> None:
             sent = []
             for _ in range(1 + n % 3):
                 key = f"{prefix}-a{w}-{n}"
-                sent.append((key, *message_for(key, n)))
+                sent.append((key, *message_for(key, n, new_topics)))
                 n += 1
             r = await store.put_messages_async([m for _, m, _, _ in sent])
             if r.ok and r.append is not None:
@@ -107,6 +120,11 @@ def main() -> None:
     threads.append(threading.Thread(target=asyncio.run, args=(async_writers(),), daemon=True))
     for t in threads:
         t.start()
+    if new_topics:
+        time.sleep(SNAPSHOTS_FOR_S)
+        config.consume_queue_snapshot_interval = 0  # no more: the last one gets older
+        sys.stderr.write("SNAPSHOTS STOPPED\n")
+        sys.stderr.flush()
     for t in threads:
         t.join()
 

@@ -70,13 +70,21 @@ def _brief(rep: dict) -> str:
     return json.dumps({k: rep[k] for k in keys if k in rep})[:3000]
 
 
-def writer_round(store_dir: Path, kill_after: float, rnd: int, log: Path) -> list[Ack]:
+def writer_round(store_dir: Path, kill_after: float, rnd: int, log: Path,
+                 *args: str, after_line: str = "") -> list[Ack]:
+    """Runs the writer until SIGKILL `kill_after` seconds after its start, or after it wrote
+    `after_line` to stderr (the log)."""
+    seen = log.read_text().count(after_line) if after_line and log.exists() else 0
     with open(log, "ab") as err:
-        proc = subprocess.Popen([sys.executable, str(WRITER), str(store_dir)], cwd=REPO,
+        proc = subprocess.Popen([sys.executable, str(WRITER), str(store_dir), *args], cwd=REPO,
                                 stdout=subprocess.PIPE, stderr=err)
         chunks: list[bytes] = []
         reader = threading.Thread(target=lambda: chunks.append(proc.stdout.read()))  # type: ignore[union-attr]
         reader.start()
+        deadline = time.monotonic() + 60
+        while after_line and log.read_text().count(after_line) == seen and proc.poll() is None:
+            assert time.monotonic() < deadline, f"the writer did not say {after_line!r}"
+            time.sleep(0.02)
         time.sleep(kill_after)
         died_early = proc.poll()
         proc.send_signal(signal.SIGKILL)

@@ -3,8 +3,8 @@
 Each run is a child process (tests/store/many_queues_child.py) whose soft nofile limit is set
 far below the number of queues: dispatch, sends and reads of every queue must keep working,
 and so must a restart after a clean stop (positions from the snapshot) and after a crash
-(every queue scanned). Before consume queues stopped holding an fd per file, dispatch failed
-there with EMFILE and retried forever.
+(from the snapshot written while running, or every queue scanned). Before consume queues
+stopped holding an fd per file, dispatch failed there with EMFILE and retried forever.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import errno
 import logging
 import os
 import resource
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from store import cq_snapshot
 from store.constants import GetMessageStatus, PutMessageStatus
 from store.consume_queue import ConsumeQueue
 from store.message import Message
@@ -162,7 +164,7 @@ def test_commitlog_roll_out_of_fds_is_one_status_and_one_line(
     assert len(errors) == 1, [r.getMessage() for r in errors]
 
 
-def test_snapshot_of_a_clean_stop_is_used_once_and_only_when_it_checks_out(
+def test_snapshot_of_a_clean_stop_is_kept_for_a_crash_and_used_only_when_it_checks_out(
         make_store: MakeStore, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "store"
     snapshot = root / "consumequeue.snapshot"
@@ -170,23 +172,31 @@ def test_snapshot_of_a_clean_stop_is_used_once_and_only_when_it_checks_out(
     assert store.put_messages([Message(f"T{q % 3}", b"x", queue_id=q) for q in range(9)]).ok
     wait_dispatched(store)
     store.shutdown()
-    assert snapshot.exists()
+    snap = cq_snapshot.read(str(snapshot))
+    assert isinstance(snap, cq_snapshot.Snapshot) and snap.kind == cq_snapshot.CLEAN
+    # A topic made while stopped is read from disk; the others come from the snapshot.
+    (root / "consumequeue" / "Extra" / "0").mkdir(parents=True)
     again = make_store(root=root)
-    assert not snapshot.exists()  # read and deleted at load: a later crash never meets it
+    # Kept for the run, as written while running: a crash re-dispatches from its offset.
+    snap = cq_snapshot.read(str(snapshot))
+    assert isinstance(snap, cq_snapshot.Snapshot) and snap.kind == cq_snapshot.RUNNING
     assert [again.get_max_offset_in_queue(f"T{q % 3}", q) for q in range(9)] == [1] * 9
+    assert ("Extra", 0) in again.consume_queues
     assert again.put_message(Message("T0", b"y", queue_id=0)).ok
     wait_dispatched(again)
     again.shutdown()
-    # A topic made while stopped: the snapshot does not check out, every queue is scanned.
-    (root / "consumequeue" / "Extra" / "0").mkdir(parents=True)
+    # A topic removed while stopped: the snapshot does not check out, every queue is scanned.
+    shutil.rmtree(root / "consumequeue" / "Extra")
     caplog.set_level(logging.WARNING, logger="store")
     third = make_store(root=root)
-    assert any("snapshot not used" in r.getMessage() for r in caplog.records)
+    assert sum("snapshot not used" in r.getMessage() for r in caplog.records) == 1
     assert third.get_max_offset_in_queue("T0", 0) == 2
     third.shutdown()
     data = bytearray(snapshot.read_bytes())  # a damaged snapshot: scanned as well
     data[10] ^= 0xFF
     snapshot.write_bytes(bytes(data))
+    caplog.clear()
     fourth = make_store(root=root)
+    assert sum("checksum mismatch" in r.getMessage() for r in caplog.records) == 1
     assert fourth.get_max_offset_in_queue("T0", 0) == 2
     assert fourth.get_message("g", "T0", 0, 0, 32).status is GetMessageStatus.FOUND

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from store import cq_snapshot
 from store.constants import BrokerRole, FlushDiskType, GetMessageStatus, PutMessageStatus
 from store.consume_queue import ConsumeQueue
 from store.message import Message
@@ -263,7 +264,9 @@ def test_restart_keeps_queue_offsets_and_reads(make_store: MakeStore, tmp_path) 
 
 def test_expired_files_are_deleted_with_their_queues_and_index(make_store: MakeStore) -> None:
     now = [10_000_000_000]
-    store = make_store(file_reserved_time=1, _store_kwargs={"clock_ms": lambda: now[0]})
+    # Snapshots written by hand only (below), not by the flush service meanwhile.
+    store = make_store(file_reserved_time=1, consume_queue_snapshot_interval=0,
+                       _store_kwargs={"clock_ms": lambda: now[0]})
     for i in range(1000):
         store.put_message(msg(i))
     wait_dispatched(store)
@@ -275,8 +278,16 @@ def test_expired_files_are_deleted_with_their_queues_and_index(make_store: MakeS
     for mf in store.commitlog.queue.files[-1:]:
         os.utime(mf.path, (1, now[0] / 1000))
     store.config.delete_when = str(__import__("time").localtime(now[0] / 1000).tm_hour)
+    snapshot = store._encode_snapshot(cq_snapshot.RUNNING)
+    assert snapshot is not None
+    store._write_snapshot(*snapshot)
     deleted = store.clean_expired_files()
     assert 0 < deleted <= 10
+    # The consume-queue snapshot listed deleted files: gone until the next one is written,
+    # and one encoded before the deletion is not written.
+    assert not os.path.exists(store.snapshot_path)
+    store._write_snapshot(*snapshot)
+    assert not os.path.exists(store.snapshot_path)
     while store.clean_expired_files():
         pass
     assert len(store.commitlog.queue.files) == 1 < n_files
