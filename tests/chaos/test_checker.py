@@ -266,6 +266,20 @@ def test_fall_behind_counts_what_the_dying_master_acknowledged_until_it_was_seen
     assert p["lost_messages"] == 0  # without the applied entry: up to the fault's start
 
 
+def test_fall_behind_counts_an_answer_that_arrived_after_the_kill_was_seen() -> None:
+    """k#1 was sent before the kill and written by the dying master, whose answer reached
+    the client only after the node was seen dead: lost, and counted by the probe too."""
+    applied = {"time": 2.5, "process": "nemesis", "type": "info", "f": "fault",
+               "value": {"phase": "applied", "fault": "kill", "node": "broker-a-0",
+                         "window": 1}}
+    h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
+         fault(2.3, "start"), invoke(2.4, "p0", "k", 1), applied,
+         ok(2.6, "p0", "k", 1, offset=1000), consume(6.5, "k", 0)]
+    [p] = check_loss_within_fall_behind(h)["probes"]
+    assert (p["lost_messages"], p["lost_after_probe"]) == (1, 1) and p["valid"]
+    assert check_queue(h)["lost"] == ["k#1"]
+
+
 def test_fall_behind_counts_only_what_was_acknowledged_before_the_fault() -> None:
     """A master restarted after the kill writes on at higher offsets: not 'after the probe'."""
     h = [*sent(1.0, 1.1, "p0", "k", 0, offset=900), probe(2.0, ack=1000, top=1000),
