@@ -5,6 +5,7 @@ message to consume. Used on the client loop only."""
 from __future__ import annotations
 
 import asyncio
+import collections
 import fcntl
 import json
 import logging
@@ -21,6 +22,11 @@ from mqclient.message import MessageQueue, MQClientError, code_name
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
+
+
+# Commit calls in flight at once per persist: a consumer of 1,600 queues sent them all at
+# once and some came back CANCELLED, their offsets uncommitted.
+COMMITS_IN_FLIGHT = 32
 
 
 class OffsetStore(Protocol):
@@ -113,29 +119,37 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
 
     async def persist(self, mqs: list[MessageQueue]) -> None:
         """Commits the offsets of `mqs` that moved since they were last committed, to the
-        master or, while it does not answer, to a slave."""
+        master or, while it does not answer, to a slave. Failures are logged once per
+        address and reason (a consumer of thousands of queues would log a line each)."""
+        failures: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+        in_flight = asyncio.Semaphore(COMMITS_IN_FLIGHT)
+
         async def commit(mq: MessageQueue, offset: int) -> None:
+            async with in_flight:
+                await commit_one(mq, offset)
+
+        async def commit_one(mq: MessageQueue, offset: int) -> None:
             request = messaging_pb2.UpdateConsumerOffsetRequest(
                 consumer_group=self.group, topic=mq.topic, queue_id=mq.queue_id,
                 commit_offset=offset, client_id=self.instance.client_id)
             try:
                 addrs = self._offset_addrs(mq)
             except MQClientError as e:
-                log.warning("offset %d of %s not committed: %s", offset, mq, e)
+                failures[("", str(e))].append(f"{offset} of {mq}")
                 return
             for addr in addrs:
                 stub = self.instance.channels.messaging(addr)
                 try:
                     r = await stub.UpdateConsumerOffset(request, timeout=ADMIN_CALL_TIMEOUT_S)
                 except grpc.RpcError as e:
-                    log.warning("offset %d of %s not committed to %s: %s", offset, mq, addr,
-                                e.code().name)  # type: ignore[attr-defined]
+                    failures[(addr, e.code().name)].append(  # type: ignore[attr-defined]
+                        f"{offset} of {mq}")
                     continue
                 if r.status.code == common_pb2.SUCCESS:
                     self._persisted[mq] = offset
                 else:
-                    log.warning("offset %d of %s refused by %s: %s %s", offset, mq, addr,
-                                code_name(r.status.code), r.status.remark)
+                    failures[(addr, f"refused: {code_name(r.status.code)} "
+                                    f"{r.status.remark}")].append(f"{offset} of {mq}")
                 return
 
         # One persist at a time, each taking the offsets when it starts: a later one
@@ -143,7 +157,13 @@ class RemoteBrokerOffsetStore(_MemoryOffsets):
         async with self._persist_lock:
             todo = [(mq, self.offsets[mq]) for mq in mqs
                     if mq in self.offsets and self._persisted.get(mq) != self.offsets[mq]]
-            await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
+            try:
+                await asyncio.gather(*(commit(mq, offset) for mq, offset in todo))
+            finally:  # also when a bound cancels it: what failed so far is said
+                for (addr, reason), which in sorted(failures.items()):
+                    log.warning("%d offset(s) of group %s not committed%s: %s (e.g. offset "
+                                "%s)", len(which), self.group, f" to {addr}" if addr else "",
+                                reason, which[0])
 
     def remove(self, mq: MessageQueue) -> None:
         super().remove(mq)
