@@ -38,6 +38,10 @@ RETRY_FIRST_DELAY_LEVEL = 3
 REGISTER_NAME_SERVER_PERIOD_MS = 30_000
 # A slave that registered before its master re-registers this often until it learns it.
 FIND_MASTER_REGISTER_PERIOD_S = 2.0
+# After a registration failed (a name server paused or overloaded, its link still up), the
+# next one comes this soon instead of a whole period later: topics created meanwhile would
+# stay unroutable for up to registerNameServerPeriod.
+RETRY_FAILED_REGISTER_S = 5.0
 REGISTER_BROKER_TIMEOUT_MS = 6_000
 FLUSH_CONSUMER_OFFSET_INTERVAL_MS = 5_000
 FLUSH_DELAY_OFFSET_INTERVAL_MS = 10_000  # the schedule service's progress

@@ -29,6 +29,7 @@ from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
 from broker.constants import (
     FIND_MASTER_REGISTER_PERIOD_S,
+    RETRY_FAILED_REGISTER_S,
     SEND_LISTEN_PORT_OFFSET,
     SHUTDOWN_GRACE_S,
     STATS_SAMPLE_INTERVAL_S,
@@ -500,12 +501,15 @@ class BrokerController:
 
     async def _register_loop(self) -> None:
         """Registers every registerNameServerPeriod, and at once after a topic change; a
-        slave that has not learnt its master yet (it registered first) asks again sooner."""
+        slave that has not learnt its master yet (it registered first) asks again sooner,
+        and so does a broker whose last registration with a name server failed."""
         while True:
             period = self.config.register_name_server_period / 1000
             if (self.config.is_slave and not self.master_addr
                     and not self.config.ha_master_address):
                 period = min(period, FIND_MASTER_REGISTER_PERIOD_S)
+            if self.outer_api.failing:
+                period = min(period, RETRY_FAILED_REGISTER_S)
             sleeper = asyncio.ensure_future(self._sleep(period))
             woken = asyncio.ensure_future(self._register_now.wait())
             try:

@@ -193,6 +193,11 @@ class BrokerOuterAPI:
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RECONNECT_BACKOFF_MS / 1000)
 
+    @property
+    def failing(self) -> bool:
+        """The last registration with some name server failed (not refused: it may pass)."""
+        return bool(self._failing)
+
     def all_refused(self) -> bool:
         """Every name server answered the last registration with a refusal."""
         return bool(self.namesrv_addrs) and all(a in self.refused for a in self.namesrv_addrs)
