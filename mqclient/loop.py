@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import logging
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -40,6 +41,10 @@ CHANNEL_OPTIONS = [
 ]
 
 CHANNEL_CLOSE_TIMEOUT_S = 5.0
+# After a broker's send channel failed (refused or reset: e.g. the broker at
+# sendChannelMaxConnections or out of file descriptors, or restarting), sends to it go by
+# gRPC for this long, then the channel is tried again.
+SEND_CHANNEL_FALLBACK_S = 10.0
 
 
 class ClientLoop:
@@ -108,6 +113,7 @@ class Channels:
         self._send_addresses: dict[str, str] = {}
         self._send_channels: dict[str, SendChannel] = {}
         self._opening: dict[str, asyncio.Future[SendChannel | None]] = {}
+        self._send_channel_failed: dict[str, float] = {}  # until when gRPC is used instead
         self._ssl = tls.ssl_context() if tls is not None else None  # the send channel's
         self.blocking = BlockingSendConnections(auth, self._ssl)
         self._lock = threading.Lock()
@@ -152,11 +158,32 @@ class Channels:
     def known_send_address(self, address: str) -> str | None:
         """Where the broker at `address` has its send channel ("": none), if known (any
         thread)."""
+        if self._falling_back(address):
+            return ""
         return self._send_addresses.get(address)
+
+    def _falling_back(self, address: str) -> bool:
+        until = self._send_channel_failed.get(address)
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        self._send_channel_failed.pop(address, None)
+        return False
+
+    def send_channel_failed(self, address: str) -> None:
+        """A send over the broker's send channel failed without an answer (any thread):
+        its sends go by gRPC for SEND_CHANNEL_FALLBACK_S (said once per fallback)."""
+        if not self._falling_back(address):
+            log.warning("send channel of broker %s failed: sending by gRPC for %.0f s",
+                        address, SEND_CHANNEL_FALLBACK_S)
+        self._send_channel_failed[address] = time.monotonic() + SEND_CHANNEL_FALLBACK_S
 
     async def send_channel_address(self, address: str, timeout: float) -> str:
         """Where the broker at `address` has its send channel; "" when it has none (then
         send by gRPC). SendChannelClosed when the broker cannot be asked (loop)."""
+        if self._falling_back(address):
+            return ""
         known = self._send_addresses.get(address)
         if known is not None:
             return known
@@ -179,6 +206,8 @@ class Channels:
         channel = self._send_channels.get(address)
         if channel is not None and not channel.closed:
             return channel
+        if self._falling_back(address):
+            return None
         opening = self._opening.get(address)
         if opening is None:
             opening = self._opening[address] = asyncio.ensure_future(

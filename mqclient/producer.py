@@ -116,6 +116,8 @@ class _Attempts:
             why = f"no answer within {timeout:.3f} s"
         else:  # it may have restarted elsewhere: ask it again where its channel is
             self.producer.instance.channels.forget_send_address(addr)
+            if isinstance(error, SendChannelClosed):  # gRPC meanwhile (it may be full)
+                self.producer.instance.channels.send_channel_failed(addr)
             why = (str(error.code().name)  # type: ignore[attr-defined]
                    if isinstance(error, grpc.RpcError) else str(error))
         self.failed(mq, started, why)

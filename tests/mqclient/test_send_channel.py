@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 import grpc
 import pytest
 
+import mqclient.loop as mqclient_loop
 from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
 from mqclient.send_channel import BlockingSendConnections, SendChannel
 from mqproto import messaging_pb2, messaging_pb2_grpc
@@ -54,9 +55,12 @@ def stored_ids(broker: Process, topic: str, queues: int) -> set[str]:
                 for m in pull_everything(stub, topic, q)}
 
 
-def test_producer_follows_a_restarted_broker_to_its_new_send_channel(cluster: Cluster) -> None:
+def test_producer_follows_a_restarted_broker_to_its_new_send_channel(
+        cluster: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """Same gRPC port, a new send channel port (sendListenPort=0): once the broker is back,
-    sync and async sends succeed again (the producer asks GetSendChannel anew)."""
+    sync and async sends succeed again (by gRPC for SEND_CHANNEL_FALLBACK_S after the
+    failures, then over the new send channel: the producer asks GetSendChannel anew)."""
+    monkeypatch.setattr(mqclient_loop, "SEND_CHANNEL_FALLBACK_S", 1.0)
     port = free_port()
     conf = {"listenPort": port, "haListenPort": 0, "sendListenPort": 0, "grpcProxyPort": 0}
     broker = cluster.start_broker("broker-a", **conf)
@@ -96,6 +100,10 @@ def test_producer_follows_a_restarted_broker_to_its_new_send_channel(cluster: Cl
         ok += [f.result(timeout=10) for f in futures]
         ok += producer.send_batch([Message(topic, b"after-batch%d" % i) for i in range(3)])
         assert {r.status for r in ok} == {SendStatus.SEND_OK}
+        # The failures put the broker's sends on gRPC for a while; after it, the new channel.
+        time.sleep(mqclient_loop.SEND_CHANNEL_FALLBACK_S)
+        ok.append(producer.send(Message(topic, b"after-fallback")))
+        ok.append(producer.send_async(Message(topic, b"after-fallback-async")).result(10))
         assert channels.known_send_address(broker.address) == new_channel
     assert {r.msg_id for r in ok} <= stored_ids(broker, topic, 2)
 
@@ -295,3 +303,19 @@ def test_blocking_request_timeout_is_a_deadline(
         connections.close()
     elapsed = time.monotonic() - started
     assert elapsed < 1.4, f"request(timeout=1.0) returned after {elapsed:.2f} s"
+
+
+def test_sends_go_by_grpc_while_the_send_channel_refuses_connections(
+        cluster: Cluster) -> None:
+    """A broker whose send channel is full (sendChannelMaxConnections taken by idle
+    connections: a trial's flood) still takes sends: by gRPC, not three failed attempts."""
+    broker = cluster.start_broker("broker-a", sendChannelMaxConnections=1)
+    host, _, port = send_channel_address(broker).rpartition(":")
+    topic = "TopicFull"
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=2) as producer, \
+            socket.create_connection((host, int(port))):  # the one connection allowed
+        time.sleep(0.5)  # accepted before the producer's
+        sent = [producer.send(Message(topic, b"sync%d" % i)) for i in range(5)]
+        sent.append(producer.send_async(Message(topic, b"async")).result(timeout=10))
+    assert {r.status for r in sent} == {SendStatus.SEND_OK}
+    assert {r.msg_id for r in sent} <= stored_ids(broker, topic, 2)
