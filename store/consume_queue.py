@@ -213,27 +213,13 @@ class ConsumeQueue:
         end_pos = files[start].file_from_offset
         tail = None  # the last entry, when it is in the file where the entries end
         for mf in files[start:]:
-            fd = os.open(mf.path, os.O_RDWR)
-            try:
-                size = os.fstat(fd).st_size
-                if size == 0 and mf is files[-1]:
-                    # Created and killed before it was sized (entries are written only
-                    # after): an empty file.
-                    os.ftruncate(fd, self.file_size)
-                    size = self.file_size
-                if size != self.file_size:
-                    raise ValueError(f"{mf.path}: size {size}, expected {self.file_size}")
-                pos, known_zero_to = _scan_end(fd, self.file_size)
-                end_pos = mf.file_from_offset + pos
-                if pos < self.file_size:
-                    zero_tail(fd, pos, self.file_size, ZERO_RUN_PROOF, known_zero_to)
-                    if pos:
-                        raw = os.pread(fd, CQ_STORE_UNIT_SIZE, pos - CQ_STORE_UNIT_SIZE)
-                        if len(raw) == CQ_STORE_UNIT_SIZE:
-                            tail = ENTRY.unpack(raw)
-                    break
-            finally:
-                os.close(fd)
+            # A last file created and killed before it was sized (entries are written only
+            # after) is empty.
+            end, last = self._scan_file(mf, 0, empty_ok=mf is files[-1])
+            end_pos = mf.file_from_offset + end
+            if end < self.file_size:
+                tail = last
+                break
         self._cut(end_pos, zeroed=True)
         self._set_end(end_pos)
         self._find_last_real(end_pos, tail)
@@ -273,24 +259,11 @@ class ConsumeQueue:
                 if not os.path.exists(mf.path):
                     break
                 self.files.append(mf)
-            fd = os.open(mf.path, os.O_RDWR)
-            try:
-                have = os.fstat(fd).st_size
-                if have == 0:  # made and killed before it was sized: empty
-                    os.ftruncate(fd, size)
-                elif have != size:
-                    raise ValueError(f"{mf.path}: size {have}, expected {size}")
-                rel = pos - mf.file_from_offset
-                end, known_zero_to = _scan_end(fd, size, rel)
-                if end > rel:
-                    tail = ENTRY.unpack(os.pread(fd, CQ_STORE_UNIT_SIZE,
-                                                 end - CQ_STORE_UNIT_SIZE))
-                pos = mf.file_from_offset + end
-                if end < size:
-                    zero_tail(fd, end, size, ZERO_RUN_PROOF, known_zero_to)
-                    break
-            finally:
-                os.close(fd)
+            end, last = self._scan_file(mf, pos - mf.file_from_offset, empty_ok=True)
+            tail = last or tail
+            pos = mf.file_from_offset + end
+            if end < size:
+                break
         # A file after the one where the entries end holds nothing valid (stale, or empty).
         stale = (self.files[-1].file_tail_offset if self.files else pos)
         while os.path.exists(self._file_path(stale)):
@@ -302,6 +275,28 @@ class ConsumeQueue:
             self._set_end(pos)
             self._find_last_real(pos, tail)
         return tail
+
+    def _scan_file(self, mf: CQFile, start: int, empty_ok: bool
+                   ) -> tuple[int, tuple[int, int, int] | None]:
+        """(where the entries of `mf` end, from byte `start` on; the last entry before that
+        end when it lies past `start`), zeroing stale bytes after the end. An empty file
+        (`empty_ok`: made and killed before it was sized) is sized first."""
+        size = self.file_size
+        fd = os.open(mf.path, os.O_RDWR)
+        try:
+            have = os.fstat(fd).st_size
+            if have == 0 and empty_ok:
+                os.ftruncate(fd, size)
+            elif have != size:
+                raise ValueError(f"{mf.path}: size {have}, expected {size}")
+            end, known_zero_to = _scan_end(fd, size, start)
+            last = (ENTRY.unpack(os.pread(fd, CQ_STORE_UNIT_SIZE, end - CQ_STORE_UNIT_SIZE))
+                    if end > start else None)
+            if end < size:
+                zero_tail(fd, end, size, ZERO_RUN_PROOF, known_zero_to)
+            return end, last
+        finally:
+            os.close(fd)
 
     def _set_end(self, pos: int) -> None:
         self._max_pos = pos
