@@ -206,8 +206,6 @@ class Channels:
         channel = self._send_channels.get(address)
         if channel is not None and not channel.closed:
             return channel
-        if self._falling_back(address):
-            return None
         opening = self._opening.get(address)
         if opening is None:
             opening = self._opening[address] = asyncio.ensure_future(
