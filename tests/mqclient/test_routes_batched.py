@@ -40,23 +40,29 @@ def namesrv() -> Iterator[NamesrvThread]:
     n.stop()
 
 
+def count_route_calls(instance: Any) -> dict[str, int]:
+    """Counts the client's name-server route calls: one topic ("one") and batched."""
+    calls = {"one": 0, "batched": 0}
+    one, batched = instance.namesrv.get_route, instance.namesrv.get_routes
+
+    async def count_one(topic: str) -> Any:
+        calls["one"] += 1
+        return await one(topic)
+
+    async def count_batched(topics: list[str]) -> Any:
+        calls["batched"] += 1
+        return await batched(topics)
+
+    instance.namesrv.get_route = count_one
+    instance.namesrv.get_routes = count_batched
+    return calls
+
+
 def test_refresh_is_one_batched_call_of_the_routes_in_use(namesrv: NamesrvThread) -> None:
     producer = Producer("PG", namesrv.address, poll_name_server_interval_s=3600).start()
     try:
         instance = producer.instance
-        calls = {"one": 0, "batched": 0}
-        one, batched = instance.namesrv.get_route, instance.namesrv.get_routes
-
-        async def count_one(topic: str) -> Any:
-            calls["one"] += 1
-            return await one(topic)
-
-        async def count_batched(topics: list[str]) -> Any:
-            calls["batched"] += 1
-            return await batched(topics)
-
-        instance.namesrv.get_route = count_one  # type: ignore[method-assign]
-        instance.namesrv.get_routes = count_batched  # type: ignore[method-assign]
+        calls = count_route_calls(instance)
         producer.loop.run(instance.update_routes(TOPICS))
         assert len(instance.routes) == len(TOPICS) and calls == {"one": 0, "batched": 1}
         assert len(producer.fetch_publish_queues("Routed02999")) == 4
@@ -107,19 +113,7 @@ def test_routes_missing_at_many_async_sends_are_fetched_together(
     producer = Producer("PG", namesrv.address, poll_name_server_interval_s=3600).start()
     try:
         instance = producer.instance
-        calls = {"one": 0, "batched": 0}
-        one, batched = instance.namesrv.get_route, instance.namesrv.get_routes
-
-        async def count_one(topic: str) -> Any:
-            calls["one"] += 1
-            return await one(topic)
-
-        async def count_batched(topics: list[str]) -> Any:
-            calls["batched"] += 1
-            return await batched(topics)
-
-        instance.namesrv.get_route = count_one  # type: ignore[method-assign]
-        instance.namesrv.get_routes = count_batched  # type: ignore[method-assign]
+        calls = count_route_calls(instance)
 
         async def look_up_all() -> list[int]:
             routes = await asyncio.gather(*(producer.publish_route_async(t) for t in TOPICS))
