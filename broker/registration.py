@@ -37,6 +37,7 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", INITIAL_RECONNECT_BACKOFF_MS),
     ("grpc.max_reconnect_backoff_ms", MAX_RECONNECT_BACKOFF_MS),
     ("grpc.max_send_message_length", -1),
+    ("grpc.use_local_subchannel_pool", 1),  # as the clients' (mqclient/loop.py)
 ]
 # gRPC codes of a name server that received the registration and would not take it (a
 # server-side size limit answers RESOURCE_EXHAUSTED): retrying the same body cannot help.

@@ -38,6 +38,11 @@ CHANNEL_OPTIONS = [
     # grows to 120 s, and every send in between fails at once with UNAVAILABLE).
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # Each client its own connections: gRPC otherwise shares a connection among every channel
+    # of the process with the same address and options, and a new client inherits another's
+    # reconnect backoff (its first call fails at once with UNAVAILABLE although the server
+    # is up, e.g. a name server restarted at the same address).
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 CHANNEL_CLOSE_TIMEOUT_S = 5.0

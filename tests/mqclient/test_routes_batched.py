@@ -12,6 +12,7 @@ import pytest
 
 from mqclient.accumulator import Batch
 from mqclient.constants import ROUTE_IDLE_ROUNDS
+from mqclient.message import MQClientError
 from mqclient.producer import Producer
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from tests.broker.test_registration import NamesrvThread
@@ -123,3 +124,31 @@ def test_routes_missing_at_many_async_sends_are_fetched_together(
         assert calls["one"] == 0 and 1 <= calls["batched"] <= 3, calls
     finally:
         producer.shutdown()
+
+
+def test_new_client_reaches_a_name_server_back_at_once() -> None:
+    """A name server restarted at its address: a client created then gets routes at its
+    first call, although another client of the process is still backing off from that
+    address (gRPC shares connections among a process's channels unless told not to, and
+    the new client's first call failed at once with UNAVAILABLE)."""
+    first = NamesrvThread()
+    register(first, {TOPICS[0]: 4}, 1)
+    old = Producer("PG", first.address, poll_name_server_interval_s=3600).start()
+    try:
+        assert old.loop.run(old.instance.namesrv.get_route(TOPICS[0])) is not None
+        first.stop()
+        with pytest.raises(MQClientError, match="UNAVAILABLE"):
+            old.loop.run(old.instance.namesrv.get_route(TOPICS[0]))
+        again = NamesrvThread(first.address)
+        try:
+            register(again, {TOPICS[0]: 4}, 1)
+            new = Producer("PG2", again.address, poll_name_server_interval_s=3600).start()
+            try:
+                route = new.loop.run(new.instance.namesrv.get_route(TOPICS[0]))
+                assert route is not None and len(route.queue_datas) == 1
+            finally:
+                new.shutdown()
+        finally:
+            again.stop()
+    finally:
+        old.shutdown()
