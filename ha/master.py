@@ -488,7 +488,9 @@ class HAService:
     def notify_data_arrived(self) -> None:
         """New commitlog data: wakes the transfer loops (callable from any thread)."""
         loop = self._loop
-        if loop is None:
+        if loop is None or not self.connections:
+            # No link to wake (a new one looks at the offsets before it first waits): no
+            # loop wake-up per put and commit of a master without slaves.
             return
         try:
             running = asyncio.get_running_loop()
