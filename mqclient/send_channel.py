@@ -40,6 +40,7 @@ class SendChannelClosed(ConnectionError):
 
 
 MAX_IDLE_BLOCKING_PER_ADDRESS = 16
+FIRST_READ_BYTES = 16384  # an answer read with its header, when it has come (most do)
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -178,11 +179,19 @@ class BlockingSendConnections:
         deadline = time.monotonic() + timeout
         sock.settimeout(timeout)
         sock.sendall(encode_frame(1, kind, payload))  # its timeout bounds the whole send
-        length, request_id, answer_kind = FRAME_HEADER.unpack(_receive(sock, 9, deadline))
+        # One request at a time per connection, so nothing follows the answer: read as much
+        # of it as has come with the header (one read per answer, not two, most of the time).
+        head = _receive(sock, 9, deadline, FIRST_READ_BYTES)
+        length, request_id, answer_kind = FRAME_HEADER.unpack_from(head)
         if request_id != 1 or answer_kind != kind or not 5 <= length <= MAX_FRAME_BYTES:
             raise SendChannelClosed(f"the send channel {address} answered a bad frame "
                                     f"(id {request_id}, kind {answer_kind}, {length} bytes)")
-        return _receive(sock, length - 5, deadline)
+        if len(head) > length + 4:
+            raise SendChannelClosed(f"the send channel {address} sent more than its answer")
+        body = head[9:]
+        if len(body) < length - 5:
+            body += _receive(sock, length - 5 - len(body), deadline)
+        return body
 
     def _take(self, address: str, timeout: float) -> socket.socket:
         with self._lock:
@@ -252,15 +261,17 @@ def _still_open(sock: socket.socket) -> bool:
     return False
 
 
-def _receive(sock: socket.socket, n: int, deadline: float) -> bytes:
-    """`n` bytes, by `deadline` (time.monotonic()) or TimeoutError."""
+def _receive(sock: socket.socket, n: int, deadline: float, most: int = 0) -> bytes:
+    """At least `n` bytes (at most max(n, `most`)), by `deadline` (time.monotonic()) or
+    TimeoutError."""
     buffer = bytearray()
+    most = max(n, most)
     while len(buffer) < n:
         left = deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError("no whole answer in time")
         sock.settimeout(left)
-        data = sock.recv(n - len(buffer))
+        data = sock.recv(most - len(buffer))
         if not data:
             raise SendChannelClosed("the send channel closed the connection")
         buffer += data

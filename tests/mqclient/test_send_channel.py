@@ -19,7 +19,7 @@ import pytest
 
 import mqclient.loop as mqclient_loop
 from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
-from mqclient.send_channel import BlockingSendConnections, SendChannel
+from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc
 from mqproto.framing import KIND_SEND_BATCH, encode_frame
 from tests.broker.conftest import Process, pull_everything
@@ -303,6 +303,52 @@ def test_blocking_request_timeout_is_a_deadline(
         connections.close()
     elapsed = time.monotonic() - started
     assert elapsed < 1.4, f"request(timeout=1.0) returned after {elapsed:.2f} s"
+
+
+def answer_with(*pieces: bytes) -> Callable[[socket.socket, threading.Event], None]:
+    """Reads a request (9 bytes + 3 of payload), then writes `pieces` 0.05 s apart."""
+    def serve(conn: socket.socket, stop: threading.Event) -> None:
+        got = b""
+        while len(got) < 12 and not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                data = conn.recv(64)
+                if not data:
+                    return
+                got += data
+        for piece in pieces:
+            conn.sendall(piece)
+            if stop.wait(0.05):
+                return
+        read_until_closed(conn, stop)
+    return serve
+
+
+ANSWER = encode_frame(1, KIND_SEND_BATCH, b"the answer " * 100)
+
+
+@pytest.mark.parametrize("cut", [len(ANSWER), 9, 4, 500])
+def test_blocking_request_reads_an_answer_however_it_arrives(
+        cut: int, fake_channel: Callable[..., FakeSendChannel]) -> None:
+    """Whole, header alone then the rest, part of a header, or cut inside the payload: the
+    same answer (the client reads what came with the header in the same read)."""
+    server = fake_channel(answer_with(ANSWER[:cut], ANSWER[cut:]))
+    connections = BlockingSendConnections()
+    try:
+        assert connections.request(server.address, KIND_SEND_BATCH, b"abc", 5.0) == (
+            b"the answer " * 100)
+    finally:
+        connections.close()
+
+
+def test_blocking_request_refuses_bytes_after_its_answer(
+        fake_channel: Callable[..., FakeSendChannel]) -> None:
+    server = fake_channel(answer_with(ANSWER + b"astray"))
+    connections = BlockingSendConnections()
+    try:
+        with pytest.raises(SendChannelClosed, match="more than its answer"):
+            connections.request(server.address, KIND_SEND_BATCH, b"abc", 5.0)
+    finally:
+        connections.close()
 
 
 def test_sends_go_by_grpc_while_the_send_channel_refuses_connections(
