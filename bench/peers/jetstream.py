@@ -27,6 +27,8 @@ SERVER = "nats-server"
 READ_BATCH = 256
 CLUSTER_SIZE = 3
 READY_TIMEOUT_S = 60.0
+LOAD_GRACE_S = 60.0  # a send load's time limit beyond its own
+CLOSE_TIMEOUT_S = 10.0
 SETTINGS = {"a": "file store, default sync (fsync every 2 min), 1 replica",
             "b": "file store, sync_interval: always, 1 replica",
             "c": f"file store, default sync, {CLUSTER_SIZE}-server cluster, "
@@ -44,9 +46,14 @@ class JetStreamTarget:
         self.js: Any = self.nc.jetstream(timeout=30)
 
     def close(self) -> None:
-        try:
-            self.runner.run(self.nc.close())
+        try:  # bounded: with a server gone, the client may be reconnecting
+            self.runner.run(asyncio.wait_for(self.nc.close(), CLOSE_TIMEOUT_S))
+        except (TimeoutError, OSError) as e:
+            print(f"jetstream: closing the client: {type(e).__name__}", flush=True)
         finally:
+            # Tasks a failed or interrupted load left behind end here; what they raised is
+            # that load's failure, reported already, not news.
+            self.runner.get_loop().set_exception_handler(lambda loop, context: None)
             self.runner.close()
 
     async def _add_streams(self, names: Sequence[str]) -> None:
@@ -88,7 +95,10 @@ class JetStreamTarget:
                   ) -> tuple[int, float]:
         """publish_async with at most `window` acks pending."""
         started = time.perf_counter()
-        sent = self.runner.run(self._in_flight(topics, n, window, started + seconds))
+        # Bounded as a whole: publish_async waits for room among the pending acks without a
+        # deadline, forever once a server is gone.
+        sent = self.runner.run(asyncio.wait_for(
+            self._in_flight(topics, n, window, started + seconds), seconds + LOAD_GRACE_S))
         return sent, sent / (time.perf_counter() - started)
 
     async def _consume(self, total: int) -> None:

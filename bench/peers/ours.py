@@ -4,6 +4,7 @@ and one broker group; a slave for class c), driven by mqclient's Producer and Pu
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -101,9 +102,11 @@ class OursTarget:
         self._wait_dispatched("in_flight" if len(topics) == 1 else "many_topics")
         return sent, rate
 
-    def consume(self, total: int) -> float:
+    def before_consume(self) -> None:
         for addr in self.slave_addrs:
             _wait_topic_on_slave(addr)
+
+    def consume(self, total: int) -> float:
         return e2e.bench_pull(self.namesrv, total, PULL_BATCH)
 
 
@@ -138,9 +141,10 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
             "--slaves", str(slaves),
             "--set", f"maxTransferCountOnMessageInMemory={PULL_BATCH}",
             "--set", f"maxTransferBytesOnMessageInMemory={PULL_BATCH * 1200}"]
-    with log.open("w") as out, contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = mqcluster.main(argv)
-    try:
+    try:  # `down` even when `up` failed half way (e.g. the disk filled up under it)
+        with log.open("w") as out, contextlib.redirect_stdout(out), \
+                contextlib.redirect_stderr(out):
+            code = mqcluster.main(argv)
         if code != 0:
             raise RuntimeError(f"mqcluster up failed: {log.read_text()[-500:]}")
         state = mqcluster.load_state(directory.resolve())
@@ -155,7 +159,12 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
         finally:
             target.close()
     finally:
-        with log.open("a") as out, contextlib.redirect_stdout(out):
+        with contextlib.ExitStack() as quiet:
+            try:
+                out = quiet.enter_context(log.open("a"))
+            except OSError:  # no room for the log: stop the cluster all the same
+                out = quiet.enter_context(open(os.devnull, "w"))
+            quiet.enter_context(contextlib.redirect_stdout(out))
             mqcluster.main(["down", "--dir", str(directory)])
 
 

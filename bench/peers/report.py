@@ -37,6 +37,9 @@ def ratios(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
         ours = _figures(result, OURS, cls)
         if ours is None:
             continue
+        # A peer that failed in this class may have been the best: no goal is judged there.
+        failed = [p for p, e in result["peers"].items() if p != OURS
+                  and e.get("classes", {}).get(cls, {}).get("status") == "failed"]
         row: dict[str, Any] = {}
         for workload, (key, _) in WORKLOADS.items():
             peers = {p: f[key] for p in result["peers"] if p != OURS
@@ -44,12 +47,13 @@ def ratios(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
             goal, goal_classes = GOALS.get(workload, (None, ()))
             item: dict[str, Any] = {"ours_msgs_s": ours[key], "best_peer": None,
                                     "best_peer_msgs_s": None, "ratio": None,
-                                    "goal": goal if cls in goal_classes else None, "met": None}
+                                    "goal": goal if cls in goal_classes else None, "met": None,
+                                    "failed_peers": failed}
             if peers:
                 best = max(peers, key=lambda p: peers[p])
                 item.update(best_peer=best, best_peer_msgs_s=peers[best],
                             ratio=ours[key] / peers[best])
-                if item["goal"] is not None:
+                if item["goal"] is not None and not failed:
                     item["met"] = item["ratio"] >= item["goal"]
             row[workload] = item
         row["many_topics_vs_1"] = {"ours": ours["many_topics_vs_1"], "goal": MANY_TOPICS_FLOOR,
@@ -110,6 +114,8 @@ def table(result: dict[str, Any]) -> str:
         for workload, (_, label) in WORKLOADS.items():
             item = row[workload]
             met = {True: "yes", False: "NO", None: "-"}[item["met"]]
+            if item["goal"] is not None and item.get("failed_peers"):
+                met = f"? ({', '.join(item['failed_peers'])} failed)"
             rows.append([cls, label, _num(item["ours_msgs_s"]), item["best_peer"] or "-",
                          _num(item["best_peer_msgs_s"]), _num(item["ratio"], 2),
                          _num(item["goal"], 1), met])
@@ -149,20 +155,25 @@ def chart(result: dict[str, Any], path: Path) -> None:
                 ys.append(ratio)
         bars = ax.bar(xs, ys, width, label=f"({cls}) {result['classes'][cls]}")
         ax.bar_label(bars, fmt="%.2f", fontsize=8)
-    for i, workload in enumerate(names):
-        if workload in GOALS:
-            ax.hlines(GOALS[workload][0], i - 0.45, i + 0.45, colors="black",
-                      linestyles="dashed", linewidth=1)
+    for i, workload in enumerate(names):  # each goal over the bars of its classes only
+        goal, goal_classes = GOALS.get(workload, (None, ()))
+        for k, cls in enumerate(classes):
+            if goal is not None and cls in goal_classes:
+                x = i + (k - (len(classes) - 1) / 2) * width
+                ax.hlines(goal, x - width / 2, x + width / 2, colors="black",
+                          linestyles="dashed", linewidth=1)
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xticks(range(len(names)),
                   [WORKLOADS[w][1] + (f"\n({topics} topics)" if w == "many_topics" else "")
                    for w in names])
     ax.set_ylabel("ours / best peer (msgs/s)")
     skipped = [p for p, e in result["peers"].items() if e["status"] == "skipped"]
+    failed = [f"{p} ({c})" for c in classes for p in rats[c]["consume"]["failed_peers"]]
     ax.set_title("Ours against the best peer, same run (dashes: goals)" + (
-        f"\nleft out, not installed: {', '.join(skipped)}" if skipped else ""))
+        f"\nleft out, not installed: {', '.join(skipped)}" if skipped else "") + (
+        f"\nincomplete, failed: {', '.join(failed)}" if failed else ""))
     if classes:
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left")
     values = [rats[c]["many_topics_vs_1"]["ours"] for c in classes]
     bars = ax2.bar([f"({c})" for c in classes], values, color="tab:purple")
     ax2.bar_label(bars, fmt="%.2f", fontsize=8)

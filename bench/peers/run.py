@@ -6,8 +6,10 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -80,6 +82,9 @@ def measure(target: Target, sizes: Sizes, say: Callable[[str], None]
         say(f"many in flight, {len(topics)} topics: {rate:,.0f} msgs/s ({sent:,} messages)")
         figures["many_topics_msgs_s"] = max(figures["many_topics_msgs_s"], rate)
     figures["many_topics_vs_1"] = figures["many_topics_msgs_s"] / figures["in_flight_msgs_s"]
+    before_consume = getattr(target, "before_consume", None)
+    if before_consume is not None:  # untimed waits, out of the CPU figures too
+        before_consume()
     meter.start()
     rate = target.consume(total)
     cpu["consume"] = meter.per_message(total)
@@ -154,12 +159,24 @@ def _subset(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     return items
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGINT and SIGTERM end the run through the servers' and work directory's cleanup
+    (asyncio's own SIGINT handling would let a peer's client turn it into a failure)."""
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.dir is not None and not Path(args.dir).is_dir():
+        raise SystemExit(f"--dir {args.dir}: not a directory")
     peers = _subset(args.peers, PEER_NAMES, "peers")
     classes = _subset(args.classes, tuple(CLASSES), "classes")
     sizes = QUICK if args.quick else FULL
+    if not args.out:
+        raise SystemExit("--out: empty (give a directory)")
     out = Path(args.out)
+    if out.exists() and not out.is_dir():
+        raise SystemExit(f"--out {out}: a file, not a directory")
     try:  # before any work: a run takes minutes
         out.mkdir(parents=True, exist_ok=True)
         tempfile.TemporaryFile(dir=out).close()
@@ -172,6 +189,10 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine.describe(work), "classes": CLASSES, "peers": {}}
     began = time.monotonic()
     progress(f"bench.peers: {', '.join(peers)}; classes {', '.join(classes)}; work in {work}")
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():  # signals: main thread only
+        handlers = {signum: signal.signal(signum, _interrupt)
+                    for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         loaded = [_load_peer(name) for name in peers]
         for peer in loaded:
@@ -182,8 +203,14 @@ def main(argv: list[str] | None = None) -> int:
                 if not peer.missing:
                     result["peers"][peer.name]["classes"][cls] = run_class(peer, cls, sizes,
                                                                            work)
+    except KeyboardInterrupt as e:
+        print(f"bench.peers: interrupted ({e or 'SIGINT'}); servers stopped, nothing written",
+              file=sys.stderr)
+        return 130
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
     result["seconds"] = round(time.monotonic() - began, 1)
     result["machine"]["loadavg_end"] = list(os.getloadavg())
     result["ratios"] = report.ratios(result)
@@ -200,13 +227,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot write to {out}: {e}; the figures are in {fallback}", file=sys.stderr)
         return 1
     progress(f"wrote {out / 'peers.json'}, {out / 'peers.txt'}, {out / 'peers.png'}")
-    if not any(r["status"] == "ok" for e in result["peers"].values()
-               for r in e["classes"].values()):
-        print("nothing was measured (every peer asked for was skipped)", file=sys.stderr)
-        return 1
     failed = [f"{p} ({c})" for p, e in result["peers"].items()
               for c, r in e["classes"].items() if r["status"] == "failed"]
+    print(json.dumps({"ratios": result["ratios"], "failed": failed,
+                      "json": str(out / "peers.json")}), flush=True)
+    if not any(r["status"] == "ok" for e in result["peers"].values()
+               for r in e["classes"].values()):
+        print("nothing was measured: every peer asked for " + (
+            "failed or was skipped" if failed else "was skipped"), file=sys.stderr)
+        return 1
     if failed:
-        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        print(f"failed: {', '.join(failed)} (the ratios of those classes are marked "
+              "incomplete)", file=sys.stderr)
         return 1
     return 0

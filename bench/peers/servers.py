@@ -110,7 +110,9 @@ class ServerProcess:
     def stop(self) -> None:
         """SIGTERM to the server's PID, SIGKILL when it has not ended in time; a wrapper
         script ends with the server it started."""
-        if self.process.poll() is not None:
+        if self.process.poll() is not None:  # it died under the load: say so, once
+            print(f"{self.name} had exited (code {self.process.returncode}) before it was "
+                  f"stopped; its log ends: {self.log_tail()}", flush=True)
             return
         pid = self._server_pid() or self.process.pid
         _signal(pid, signal.SIGTERM)

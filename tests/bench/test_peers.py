@@ -58,6 +58,52 @@ def test_ratios_take_the_best_peer_of_the_same_class() -> None:
     assert ratios["b"]["consume"]["ratio"] is None and ratios["b"]["consume"]["met"] is None
 
 
+def test_a_failed_peer_leaves_its_class_unjudged() -> None:
+    """Redis failed in (a): the best remaining peer may not be the best peer, so the goals
+    of (a) are not judged, and the table says why."""
+    result = _result()
+    result["peers"]["redis"]["classes"]["a"] = {"status": "failed", "setting": "everysec",
+                                                "error": "connection refused"}
+    result["ratios"] = report.ratios(result)
+    one = result["ratios"]["a"]["one_at_a_time"]
+    assert one["best_peer"] == "jetstream" and one["met"] is None
+    assert one["failed_peers"] == ["redis"]
+    assert "? (redis failed)" in report.table(result)
+
+
+def test_bad_dir_and_out_are_refused_before_any_work(tmp_path: Path) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("")
+    for args, message in ((["--dir", str(tmp_path / "missing")], "not a directory"),
+                          (["--dir", str(a_file)], "not a directory"),
+                          (["--out", str(a_file)], "a file, not a directory"),
+                          (["--out", ""], "--out: empty")):
+        run = subprocess.run([sys.executable, "-m", "bench.peers", "--quick", *args],
+                             cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 1 and message in run.stderr, (args, run.stderr)
+        assert "Traceback" not in run.stderr
+
+
+def test_ours_stops_its_cluster_when_up_fails_half_way(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mqcluster up` raising (the disk filled while it started processes) still gets its
+    `down`: no process of ours is left running."""
+    from bench.peers import ours
+
+    calls: list[str] = []
+
+    def fake_main(argv: list[str]) -> int:
+        calls.append(argv[0])
+        if argv[0] == "up":
+            raise OSError(28, "No space left on device")
+        return 0
+
+    monkeypatch.setattr(ours.mqcluster, "main", fake_main)
+    with pytest.raises(OSError, match="No space"), ours.open_target("a", tmp_path):
+        pass
+    assert calls == ["up", "down"]
+
+
 def test_table_and_chart_show_every_peer(tmp_path: Path) -> None:
     result = _result()
     result["ratios"] = report.ratios(result)
