@@ -119,8 +119,12 @@ def run_class(peer: Peer, cls: str, sizes: Sizes, work: Path) -> dict[str, Any]:
         progress(f"{peer.name} ({cls}) {line}")
 
     started = time.monotonic()
+    # Each peer and class in a directory of its own, removed once done: the disk holds one
+    # at a time, and a peer that filled it does not fail the next.
+    own = work / f"{peer.name}-{cls}"
     try:
-        with peer.open(cls, work) as target:
+        own.mkdir()
+        with peer.open(cls, own) as target:
             figures, cpu = measure(target, sizes, say)
             extra = target.extra() if hasattr(target, "extra") else {}
             if extra:
@@ -129,6 +133,8 @@ def run_class(peer: Peer, cls: str, sizes: Sizes, work: Path) -> dict[str, Any]:
         traceback.print_exc()
         progress(f"{peer.name} ({cls}) FAILED: {e}")
         return {"status": "failed", "setting": setting, "error": f"{type(e).__name__}: {e}"}
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
     return {"status": "ok", "setting": setting, "figures": figures, "extra": extra,
             "cpu_us_per_message": cpu,
             "seconds": round(time.monotonic() - started, 1)}
