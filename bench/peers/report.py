@@ -147,14 +147,15 @@ def chart(result: dict[str, Any], path: Path) -> None:
     names = list(WORKLOADS)
     width = 0.8 / max(1, len(classes))
     for k, cls in enumerate(classes):
-        xs, ys = [], []
+        xs, ys, labels = [], [], []
         for i, workload in enumerate(names):
-            ratio = rats[cls][workload]["ratio"]
-            if ratio is not None:
+            item = rats[cls][workload]
+            if item["ratio"] is not None:
                 xs.append(i + (k - (len(classes) - 1) / 2) * width)
-                ys.append(ratio)
+                ys.append(item["ratio"])
+                labels.append(f"{item['ratio']:.2f}\n{item['best_peer']}")
         bars = ax.bar(xs, ys, width, label=f"({cls}) {result['classes'][cls]}")
-        ax.bar_label(bars, fmt="%.2f", fontsize=8)
+        ax.bar_label(bars, labels=labels, fontsize=7)
     for i, workload in enumerate(names):  # each goal over the bars of its classes only
         goal, goal_classes = GOALS.get(workload, (None, ()))
         for k, cls in enumerate(classes):
@@ -166,9 +167,10 @@ def chart(result: dict[str, Any], path: Path) -> None:
     ax.set_xticks(range(len(names)),
                   [WORKLOADS[w][1] + (f"\n({topics} topics)" if w == "many_topics" else "")
                    for w in names])
-    ax.set_ylabel("ours / best peer (msgs/s)")
+    ax.set_ylabel("ours / best peer named (msgs/s)")
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the labels
     skipped = [p for p, e in result["peers"].items() if e["status"] == "skipped"]
-    failed = [f"{p} ({c})" for c in classes for p in rats[c]["consume"]["failed_peers"]]
+    failed = [f"{p} ({c})" for c in classes for p in rats[c]["consume"].get("failed_peers", [])]
     ax.set_title("Ours against the best peer, same run (dashes: goals)" + (
         f"\nleft out, not installed: {', '.join(skipped)}" if skipped else "") + (
         f"\nincomplete, failed: {', '.join(failed)}" if failed else ""))
