@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -388,3 +391,40 @@ async def test_slave_reconnects_with_a_doubling_backoff_reset_by_a_working_link(
         # The link worked: the first retry comes after the shortest wait again (then 0.2 s).
         await wait_until(lambda: not client.status.connected)
         assert client.reconnect_delay == 0.2
+
+
+def from_thread(fn: Callable[[], object]) -> None:
+    """Runs fn on another thread (as the store's threads call it) and waits for it."""
+    thread = threading.Thread(target=fn)
+    thread.start()
+    thread.join(10)
+
+
+async def test_data_arrived_wakes_the_loop_only_for_connected_slaves() -> None:
+    """notify_data_arrived from a store thread (each put and commit): with no slave link it
+    costs the loop nothing (it used to write the loop's self-pipe every time); with a link it
+    wakes the link, and the link then follows the data."""
+    m, s = MemoryStore(FILE), MemoryStore(FILE)
+    m.fill(10_000)
+    loop = asyncio.get_running_loop()
+    async with master(m) as service:
+        calls = 0
+        threadsafe = loop.call_soon_threadsafe
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            nonlocal calls
+            calls += 1
+            return threadsafe(*args, **kwargs)
+
+        loop.call_soon_threadsafe = counted  # type: ignore[method-assign]
+        try:
+            from_thread(lambda: [service.notify_data_arrived() for _ in range(100)])
+            assert calls == 0
+            async with slave(s, service.port):
+                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+                m.fill(5_000, seed=2)
+                from_thread(service.notify_data_arrived)
+                assert calls >= 1
+                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        finally:
+            del loop.call_soon_threadsafe
