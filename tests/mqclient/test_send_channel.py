@@ -208,16 +208,23 @@ def read_late(conn: socket.socket, stop: threading.Event) -> None:
         read_until_closed(conn, stop)
 
 
-def answer_slowly(conn: socket.socket, stop: threading.Event) -> None:
-    """Reads a request (9 bytes + 3 of payload), then trickles an answer of 8 payload bytes
-    out, a byte every 0.25 s (2 s in all)."""
+def read_request(conn: socket.socket, stop: threading.Event) -> bool:
+    """Reads a request of 3 payload bytes (9 + 3 bytes); False when the client went away."""
     got = b""
     while len(got) < 12 and not stop.is_set():
         with contextlib.suppress(TimeoutError):
             data = conn.recv(64)
             if not data:
-                return
+                return False
             got += data
+    return True
+
+
+def answer_slowly(conn: socket.socket, stop: threading.Event) -> None:
+    """Reads a request (9 bytes + 3 of payload), then trickles an answer of 8 payload bytes
+    out, a byte every 0.25 s (2 s in all)."""
+    if not read_request(conn, stop):
+        return
     frame = encode_frame(1, KIND_SEND_BATCH, b"answered")
     conn.sendall(frame[:9])
     for i in range(9, len(frame)):
@@ -308,13 +315,8 @@ def test_blocking_request_timeout_is_a_deadline(
 def answer_with(*pieces: bytes) -> Callable[[socket.socket, threading.Event], None]:
     """Reads a request (9 bytes + 3 of payload), then writes `pieces` 0.05 s apart."""
     def serve(conn: socket.socket, stop: threading.Event) -> None:
-        got = b""
-        while len(got) < 12 and not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                data = conn.recv(64)
-                if not data:
-                    return
-                got += data
+        if not read_request(conn, stop):
+            return
         for piece in pieces:
             conn.sendall(piece)
             if stop.wait(0.05):
