@@ -645,7 +645,7 @@ class DefaultMessageStore:
         if self.reput_from_offset < commitlog.max_offset and (done or commitlog.max_offset != end):
             self._reput_idle = False
             return 0.0
-        if done and REPUT_POLL_INTERVAL_S:  # records are coming: appends need not wake it
+        if done:  # records are coming: look again soon, appends need not wake it
             self._reput_idle = False
             return REPUT_POLL_INTERVAL_S
         return 0.05
