@@ -24,6 +24,12 @@ GOALS: dict[str, tuple[float, tuple[str, ...]]] = {
 MANY_TOPICS_FLOOR = 0.9  # ours with many topics against 1 topic: loses at most 10 %
 
 
+def failed_runs(result: dict[str, Any]) -> list[str]:
+    """"peer (class)" of every run that failed."""
+    return [f"{p} ({c})" for p, e in result["peers"].items()
+            for c, r in e.get("classes", {}).items() if r["status"] == "failed"]
+
+
 def _figures(result: dict[str, Any], peer: str, cls: str) -> dict[str, float] | None:
     entry = result["peers"].get(peer, {}).get("classes", {}).get(cls)
     return entry["figures"] if entry and entry["status"] == "ok" else None
@@ -170,7 +176,7 @@ def chart(result: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("ours / best peer named (msgs/s)")
     ax.set_ylim(0, ax.get_ylim()[1] * 1.08)  # room for the labels
     skipped = [p for p, e in result["peers"].items() if e["status"] == "skipped"]
-    failed = [f"{p} ({c})" for c in classes for p in rats[c]["consume"].get("failed_peers", [])]
+    failed = failed_runs(result)
     ax.set_title("Ours against the best peer, same run (dashes: goals)" + (
         f"\nleft out, not installed: {', '.join(skipped)}" if skipped else "") + (
         f"\nincomplete, failed: {', '.join(failed)}" if failed else ""))

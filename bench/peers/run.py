@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine.describe(work), "classes": CLASSES, "peers": {}}
     began = time.monotonic()
     progress(f"bench.peers: {', '.join(peers)}; classes {', '.join(classes)}; work in {work}")
-    handlers = {}
+    handlers: dict[int, Any] = {}  # the signal handlers replaced, restored at the end
     if threading.current_thread() is threading.main_thread():  # signals: main thread only
         handlers = {signum: signal.signal(signum, _interrupt)
                     for signum in (signal.SIGINT, signal.SIGTERM)}
@@ -233,8 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot write to {out}: {e}; the figures are in {fallback}", file=sys.stderr)
         return 1
     progress(f"wrote {out / 'peers.json'}, {out / 'peers.txt'}, {out / 'peers.png'}")
-    failed = [f"{p} ({c})" for p, e in result["peers"].items()
-              for c, r in e["classes"].items() if r["status"] == "failed"]
+    failed = report.failed_runs(result)
     print(json.dumps({"ratios": result["ratios"], "failed": failed,
                       "json": str(out / "peers.json")}), flush=True)
     if not any(r["status"] == "ok" for e in result["peers"].values()
