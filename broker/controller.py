@@ -379,6 +379,31 @@ class BrokerController:
         ha_status = await self.after_put(append.end_offset)
         return result if ha_status is None else PutMessageResult(ha_status, append)
 
+    async def put_message_groups(self, groups: list[list[Message]]
+                                 ) -> list[PutMessageResult]:
+        """put_messages for several message lists in one store append (each still stored
+        in one piece or not at all, with its own result); one wait for the flush / slave
+        the role asks, for the last of them."""
+        if self.store_config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
+            results = self.store.append_groups(groups)
+        else:  # a SYNC_FLUSH put waits for its flush: those of one loop turn share it
+            results = list(await asyncio.gather(*(self.store.put_messages_async(msgs)
+                                                  for msgs in groups)))
+        end = 0
+        for msgs, result in zip(groups, results, strict=True):
+            append = result.append
+            if result.status in STORED_STATUSES and append is not None:
+                self.stats.record_put(msgs[0].topic, len(msgs))
+                end = max(end, append.end_offset)
+        if not end:
+            return results
+        ha_status = await self.after_put(end)
+        if ha_status is None:
+            return results
+        return [PutMessageResult(ha_status, r.append)
+                if r.status in STORED_STATUSES and r.append is not None else r
+                for r in results]
+
     async def _put_one(self, msg: Message) -> PutMessageStatus:
         return (await self.put_messages([msg])).status
 

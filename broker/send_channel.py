@@ -68,7 +68,8 @@ FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at mos
 INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
-RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn
+RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn (one each)
+GROUPED_SLICE = 256  # batches of a SEND_BATCHES frame stored together (SendProcessor)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 MAX_KEPT_DECISIONS = 1024  # access control: topics a connection keeps its decision for
 
@@ -84,6 +85,18 @@ def _refused(kind: int, why: str) -> bytes:
     if kind == KIND_SEND_BATCHES:
         return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
     return refused.SerializeToString()
+
+
+async def answer_all(batches: Sequence[messaging_pb2.SendBatchRequest],
+                     grouped: Coroutine[Any, Any, list[messaging_pb2.SendBatchResponse | None]]
+                     ) -> list[messaging_pb2.SendBatchResponse | None]:
+    """`grouped`'s answers; one SYSTEM_ERROR answer each when it failed unexpectedly (the
+    connection goes on serving)."""
+    try:
+        return await grouped
+    except Exception as e:
+        log.exception("SendBatch (send channel, several) failed")
+        return [_failed(common_pb2.SYSTEM_ERROR, f"SendBatch failed: {e!r}")] * len(batches)
 
 
 async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
@@ -470,7 +483,8 @@ class _Connection(asyncio.BufferedProtocol):
         return why
 
     async def _send_batches(self, payload: bytes) -> bytes:
-        """A SendBatchesResponse: each batch handled as a SendBatch frame of its own."""
+        """A SendBatchesResponse: each batch stored or refused as a SendBatch frame of its own
+        would be, those of topics in the table together (SendProcessor.send_grouped)."""
         try:
             request = messaging_pb2.SendBatchesRequest.FromString(payload)
         except Exception:  # protobuf's DecodeError
@@ -485,10 +499,21 @@ class _Connection(asyncio.BufferedProtocol):
         refusing = any(denials)
         if refusing:
             batches = [b for b, why in zip(batches, denials, strict=True) if not why]
-        responses = await run_all([
-            answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
-                   send.send_batch(batch, peer)) for batch in batches],
-            broker.start_put_group, broker.end_put_group)
+        grouped: list[messaging_pb2.SendBatchResponse | None] = []
+        for first in range(0, len(batches), GROUPED_SLICE):
+            if first:  # a frame may carry thousands of batches: the loop gets a turn
+                await asyncio.sleep(0)
+            grouped += await answer_all(batches[first:first + GROUPED_SLICE],
+                                        send.send_grouped(batches[first:first + GROUPED_SLICE],
+                                                          peer))
+        rest = [b for b, r in zip(batches, grouped, strict=True) if r is None]
+        if rest:  # topics created by the send, retry topics: each on its own
+            others = iter(await run_all([
+                answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
+                       send.send_batch(batch, peer)) for batch in rest],
+                broker.start_put_group, broker.end_put_group))
+            grouped = [r if r is not None else next(others) for r in grouped]
+        responses: list[messaging_pb2.SendBatchResponse] = grouped  # type: ignore[assignment]
         if refusing:
             stored = iter(responses)
             responses = [_failed(common_pb2.NO_PERMISSION, why) if why else next(stored)

@@ -11,9 +11,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
+from broker.constants import PERM_READ
+from broker.topic_config import TopicConfig
 from mqclient import Message, Producer, SendStatus
 from mqclient.send_channel import split_address
 from mqproto import common_pb2, messaging_pb2
@@ -356,6 +359,56 @@ def test_batches_of_several_topics_in_one_frame(start_broker: Start, raw: Callab
     [(_, _, data)] = conn.receive(1)
     [refused] = M.SendBatchesResponse.FromString(data).responses
     assert refused.status.code == C.INVALID_PARAMETER
+
+
+@FLUSH_TYPES
+def test_a_frame_of_existing_topics_is_one_append_each_batch_answered(
+        start_broker: Start, raw: Callable[[str], Raw], flush: str) -> None:
+    """Batches of topics in the table go in one store append (their answers and offsets as
+    one append each would give, in request order); a batch refused fails alone, and a topic
+    the send creates is stored after them."""
+    b = start_broker(flushDiskType=flush, autoCreateTopicEnable=True)
+    b.call(lambda: b.controller.topics.update_many(
+        [TopicConfig(f"Kept{i}", 4, 4) for i in range(3)]
+        + [TopicConfig("ReadOnly", 4, 4, perm=PERM_READ)]))
+    appends: list[int] = []
+    store = b.controller.store
+    append_groups = store.append_groups
+
+    def counted(groups: list[list[Any]]) -> list[Any]:
+        appends.append(len(groups))
+        return append_groups(groups)
+
+    store.append_groups = counted  # type: ignore[method-assign]
+    conn = raw(send_channel_address(b))
+    requests = [
+        batch_request("Kept0", [(b"a0", []), (b"a1", [])], queue_id=1),
+        batch_request("ReadOnly", [(b"no", [])]),
+        batch_request("NewTopic", [(b"n0", [])]),
+        batch_request("Kept1", [(b"b0", [])], queue_id=9),  # no queue 9
+        batch_request("Kept1", [(b"b1", [("DELAY", "1")])], queue_id=2),
+        batch_request("Kept2", [(b"c0", [("DELAY", "1")]), (b"c1", [])]),  # two levels
+        batch_request("Kept0", [(b"a2", [])], queue_id=1),
+    ]
+    payload = M.SendBatchesRequest(batches=[M.SendBatchRequest.FromString(r)
+                                            for r in requests]).SerializeToString()
+    conn.send(encode_frame(7, KIND_SEND_BATCHES, payload))
+    [(_, _, data)] = conn.receive(1)
+    responses = M.SendBatchesResponse.FromString(data).responses
+    assert [r.status.code for r in responses] == [
+        C.SUCCESS, C.NO_PERMISSION, C.SUCCESS, C.INVALID_PARAMETER, C.SUCCESS,
+        C.MESSAGE_ILLEGAL, C.SUCCESS], [r.status for r in responses]
+    first, _, created, _, delayed, _, last = responses
+    assert (first.queue_id, first.first_queue_offset, last.first_queue_offset) == (1, 0, 2)
+    assert (delayed.queue_id, created.first_queue_offset) == (2, 0)
+    offsets = [*first.commit_log_offsets, *delayed.commit_log_offsets,
+               *last.commit_log_offsets, *created.commit_log_offsets]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 5
+    if flush == "ASYNC_FLUSH":  # the three taken batches in one append (the new topic's
+        assert appends[0] == 3  # put follows its creation, on its own)
+    assert [m.body for m in pull_all(b, "Kept0", 1, expect=3)] == [b"a0", b"a1", b"a2"]
+    assert [m.body for m in pull_all(b, "NewTopic", 0, expect=1)] == [b"n0"]
+    assert pull_all(b, "Kept1", 2) == []  # delayed: in the schedule queue for now
 
 
 def test_send_channel_disabled(start_broker: Start, processes: Processes) -> None:
