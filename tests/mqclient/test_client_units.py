@@ -334,3 +334,53 @@ def test_accumulator_sends_the_batches_of_many_topics_together() -> None:
     loop.run(acc.close())
     loop.loop.call_soon_threadsafe(loop.loop.stop)
     loop.thread.join(5)
+
+
+def test_accumulator_batches_grow_while_the_rounds_in_flight_are_the_most_allowed() -> None:
+    """Issue 18: with max_inflight_rounds sends in flight, lingers that expire meanwhile
+    do not send a batch each: a topic's messages keep filling its batch, which leaves (with
+    every other open one) when a send ends. Without the limit each linger sent its own."""
+    from mqclient.accumulator import Batch
+    from mqclient.message import SendFuture
+
+    loop = ClientLoop("test-accumulator-rounds")
+    release = threading.Event()
+    rounds: list[list[tuple[str, int]]] = []
+
+    async def sender(topic: str, ids: list[str], encoded: bytes, born: float
+                     ) -> list[SendResult]:
+        raise AssertionError("a multi-sender serves every send")
+
+    async def multi_sender(batches: list[Batch]) -> list[list[SendResult] | BaseException]:
+        rounds.append([(b.topic, len(b.ids)) for b in batches])
+        if len(rounds) == 1:
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 5.0)
+        return [[SendResult(SendStatus.SEND_OK, m, "", MessageQueue(b.topic, "b", 0), i)
+                 for i, m in enumerate(b.ids)] for b in batches]
+
+    acc = BatchAccumulator(loop, sender, linger_s=0.01, max_count=100, max_bytes=1 << 20,
+                           max_inflight=4, multi_sender=multi_sender, max_inflight_rounds=1)
+    futures = []
+
+    def append(topic: str, i: int) -> None:
+        f = SendFuture()
+        acc.append(topic, f"{topic}-{i}", encode_batch_message(0, b"x", b""), f, 5.0)
+        futures.append(f)
+
+    append("A", 0)
+    append("B", 0)
+    deadline = time.monotonic() + 5
+    while len(rounds) < 1 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    for i in range(1, 6):  # each a few lingers apart, while the first round is in flight
+        append("A", i)
+        append("C", i)
+        time.sleep(0.03)
+    release.set()
+    assert all(f.result(timeout=5).status is SendStatus.SEND_OK for f in futures)
+    assert sorted(rounds[0]) == [("A", 1), ("B", 1)]
+    assert sorted(rounds[1]) == [("A", 5), ("C", 5)], rounds  # one batch each, not five
+    assert len(rounds) == 2
+    loop.run(acc.close())
+    loop.loop.call_soon_threadsafe(loop.loop.stop)
+    loop.thread.join(5)
