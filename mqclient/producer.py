@@ -372,7 +372,9 @@ class Producer:
             attempts = _Attempts(self, self.send_timeout_s, batch.born)
             encoded = b"".join(batch.elements)
             try:
-                route = await self.publish_route_async(batch.topic)  # in use, so refreshed
+                route = self._cached_route(batch.topic)  # in use, so refreshed
+                if route is None:
+                    route = await self.publish_route_async(batch.topic)
                 target, addr, _ = attempts.next_target(route, None)
             except MQClientError as e:
                 outcomes[i] = e
@@ -421,14 +423,19 @@ class Producer:
             if responses is not None and len(responses) != len(planned):
                 retry = planned  # no answer per batch (an old broker): one by one
             elif responses is not None:
+                stored_by: set[str] = set()  # brokers: the frame's latency counted once
                 for p, r in zip(planned, responses, strict=True):
                     try:
-                        if p.attempts.answered(p.target, started, r.status):
+                        if r.status.code in SEND_STATUS_BY_CODE:
+                            stored_by.add(p.target.broker_name)
                             outcomes[p.index] = _results(r, p.target, p.batch.ids)
-                        else:
+                        elif not p.attempts.answered(p.target, started, r.status):
                             retry.append(p)
                     except MQClientError as e:
                         outcomes[p.index] = e
+                latency_ms = (time.monotonic() - started) * 1000
+                for broker_name in stored_by:
+                    self.fault.update(broker_name, latency_ms, False)
         retries = self.retry_times if retry is planned else self.retry_times - 1
 
         async def one(p: _Planned) -> None:
