@@ -17,9 +17,9 @@ from mqclient.loop import ClientLoop
 from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
 from mqclient.offset_store import RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
-from mqclient.producer import select_by_hash
+from mqclient.producer import Producer, select_by_hash
 from mqclient.puller import PullService
-from mqclient.route import BrokerGroup
+from mqclient.route import BrokerGroup, TopicRoute
 from mqproto import common_pb2, messaging_pb2
 from mqproto.framing import decode_batch, encode_batch_message
 
@@ -384,3 +384,29 @@ def test_accumulator_batches_grow_while_the_rounds_in_flight_are_the_most_allowe
     loop.run(acc.close())
     loop.loop.call_soon_threadsafe(loop.loop.stop)
     loop.thread.join(5)
+
+
+def test_async_batches_stick_to_a_queue_until_batch_max_bytes_went_there() -> None:
+    """Issue 18 (Kafka's uniform sticky partitioner): a topic's async batches go to one queue
+    until batch_max_bytes went there, then to the selector's next; over time every queue
+    gets its share. A broker in back-off, or a new route, ends the stick at once."""
+    clock = FakeClock()
+    producer = Producer("StickyGroup", "127.0.0.1:9", batch_max_bytes=1000, clock_ms=clock,
+                        client_ip="127.0.0.1")
+    queues = tuple(MessageQueue("T", b, i) for b in ("a", "b") for i in range(2))
+    route = TopicRoute("T", {}, queues, queues)
+    picks = [producer._sticky_queue("T", route, 300) for _ in range(7)]
+    assert picks == [queues[0]] * 4 + [queues[1]] * 3  # 4 x 300 bytes reach 1,000
+    other = TopicRoute("U", {}, tuple(MessageQueue("U", "a", i) for i in range(4)), ())
+    assert producer._sticky_queue("U", other, 10).queue_id == 2  # its own, the next in turn
+    assert producer._sticky_queue("T", route, 300) == queues[1]  # 900 bytes there so far
+    assert producer._sticky_queue("T", route, 300) == queues[3]  # the selector's next
+    shares: dict[MessageQueue, int] = {}
+    for _ in range(400):
+        mq = producer._sticky_queue("T", route, 100)
+        shares[mq] = shares.get(mq, 0) + 100
+    assert set(shares) == set(queues) and max(shares.values()) - min(shares.values()) <= 1000
+    producer.fault.update("a", 0, failed=True)  # isolated: T leaves its queue on a at once
+    assert {producer._sticky_queue("T", route, 1).broker_name for _ in range(5)} == {"b"}
+    refreshed = TopicRoute("T", {}, queues[2:], queues[2:])
+    assert producer._sticky_queue("T", refreshed, 1) in queues[2:]
