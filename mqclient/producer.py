@@ -68,6 +68,7 @@ RETRY_RESPONSE_CODES = frozenset({
 })
 # Batches of many topics for one broker go in SEND_BATCHES requests of at most this size.
 MAX_SEND_BATCHES_BYTES = 1024 * 1024
+STICKY_QUEUE_MS = 1000  # an async batch's queue is kept at most this long (_sticky_queue)
 STICKY_SLACK = 1024  # sticky queues kept beyond the cached routes before they are dropped
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
 Outcome = list[SendResult] | BaseException
@@ -181,10 +182,11 @@ class Producer:
         self.instance.default_topic_queue_nums = default_topic_queue_nums
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)
+        self.clock_ms = clock_ms
         self.selector = QueueSelector(self.fault)
-        # Async batches: by topic, the route the queue was chosen from, the queue, and the
-        # bytes sent to it since (_sticky_queue).
-        self._sticky: dict[str, tuple[TopicRoute, MessageQueue, int]] = {}
+        # Async batches: by topic, the route the queue was chosen from, the queue, when it
+        # was chosen (clock_ms) and the bytes sent to it since (_sticky_queue).
+        self._sticky: dict[str, tuple[TopicRoute, MessageQueue, float, int]] = {}
         self.new_message_id = MessageIdFactory(self.instance.client_ip)
         self.accumulator = BatchAccumulator(
             self.loop, self._send_batch_async, linger_s=batch_linger_s,
@@ -366,23 +368,26 @@ class Producer:
 
     def _sticky_queue(self, topic: str, route: TopicRoute, size: int) -> MessageQueue:
         """The queue of an async batch's first attempt (Kafka's uniform sticky
-        partitioner): a topic's batches go to one queue until batch_max_bytes went there,
-        then to the next the selector gives, so over time its queues get equal shares.
+        partitioner): a topic's batches go to one queue until batch_max_bytes went there or
+        STICKY_QUEUE_MS passed (a slow producer still feeds every queue, so every consumer
+        of the topic, within seconds), then to the next the selector gives.
         Spread over 1,000 topics of 8 queues, batches of a few messages each, the broker's
         dispatch then writes ~1,000 queue files in turn rather than 8,000 (each write into
         a file not written a moment ago costs it a close and an open in its fd cache, and
         a page the kernel dirties anew)."""
         kept = self._sticky.get(topic)
+        now = self.clock_ms()
         if kept is not None:
-            kept_route, mq, sent = kept
+            kept_route, mq, since, sent = kept
             if (kept_route is route and sent < self.accumulator.max_bytes
+                    and now - since < STICKY_QUEUE_MS
                     and self.fault.is_available(mq.broker_name)):
-                self._sticky[topic] = (route, mq, sent + size)
+                self._sticky[topic] = (route, mq, since, sent + size)
                 return mq
         elif len(self._sticky) >= len(self.instance.routes) + STICKY_SLACK:
             self._sticky.clear()  # topics no longer in use (their routes left the cache)
         mq = self.selector.select(route.publish_queues)
-        self._sticky[topic] = (route, mq, size)
+        self._sticky[topic] = (route, mq, now, size)
         return mq
 
     async def _send_batches_async(self, batches: list[Batch]) -> list[Outcome]:

@@ -17,7 +17,7 @@ from mqclient.loop import ClientLoop
 from mqclient.message import Message, MessageQueue, MQClientError, SendResult, SendStatus
 from mqclient.offset_store import RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
-from mqclient.producer import Producer, select_by_hash
+from mqclient.producer import STICKY_QUEUE_MS, Producer, select_by_hash
 from mqclient.puller import PullService
 from mqclient.route import BrokerGroup, TopicRoute
 from mqproto import common_pb2, messaging_pb2
@@ -388,8 +388,9 @@ def test_accumulator_batches_grow_while_the_rounds_in_flight_are_the_most_allowe
 
 def test_async_batches_stick_to_a_queue_until_batch_max_bytes_went_there() -> None:
     """Issue 18 (Kafka's uniform sticky partitioner): a topic's async batches go to one queue
-    until batch_max_bytes went there, then to the selector's next; over time every queue
-    gets its share. A broker in back-off, or a new route, ends the stick at once."""
+    until batch_max_bytes went there (or STICKY_QUEUE_MS passed), then to the selector's
+    next; over time every queue gets its share. A broker in back-off, or a new route, ends
+    the stick at once."""
     clock = FakeClock()
     producer = Producer("StickyGroup", "127.0.0.1:9", batch_max_bytes=1000, clock_ms=clock,
                         client_ip="127.0.0.1")
@@ -410,3 +411,10 @@ def test_async_batches_stick_to_a_queue_until_batch_max_bytes_went_there() -> No
     assert {producer._sticky_queue("T", route, 1).broker_name for _ in range(5)} == {"b"}
     refreshed = TopicRoute("T", {}, queues[2:], queues[2:])
     assert producer._sticky_queue("T", refreshed, 1) in queues[2:]
+    # A slow producer: the queue changes after STICKY_QUEUE_MS even with few bytes sent.
+    slow = TopicRoute("S", {}, tuple(MessageQueue("S", "b", i) for i in range(4)), ())
+    first = producer._sticky_queue("S", slow, 10)
+    clock.now += STICKY_QUEUE_MS - 1
+    assert producer._sticky_queue("S", slow, 10) == first
+    clock.now += 1
+    assert producer._sticky_queue("S", slow, 10) != first
