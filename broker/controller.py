@@ -142,8 +142,6 @@ class BrokerController:
         self.grpc_proxy_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
-        self._put_group: list[tuple[list[Message], asyncio.Future[PutMessageResult]]] | None = (
-            None)  # see start_put_group
         # (data version, broker permission) -> the compressed topic table it registers
         self._register_body: tuple[tuple[object, int], bytes] | None = None
         self._topic_table_encoder = TopicTableEncoder()
@@ -334,50 +332,11 @@ class BrokerController:
             return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
         return None
 
-    def start_put_group(self) -> bool:
-        """From now until `end_put_group`, puts (of this loop turn) are gathered and
-        appended together (one store append, one lock, one copy): a SEND_BATCHES frame's
-        batches of many topics. Only under ASYNC_FLUSH (SYNC_FLUSH puts of one loop turn
-        are appended together by the store already); False when not started."""
-        if self._put_group is not None or self.store_config.flush_disk_type is not (
-                FlushDiskType.ASYNC_FLUSH):
-            return False
-        self._put_group = []
-        return True
-
-    def end_put_group(self) -> None:
-        """Appends the gathered puts and completes their futures."""
-        group, self._put_group = self._put_group, None
-        if not group:
-            return
-        try:
-            results = self.store.append_groups([msgs for msgs, _ in group])
-        except Exception as e:
-            for _, future in group:
-                if not future.done():
-                    future.set_exception(e)
-            return
-        for (_, future), result in zip(group, results, strict=True):
-            if not future.done():
-                future.set_result(result)
-
     async def put_messages(self, msgs: list[Message]) -> PutMessageResult:
         """Stores messages in one append, waits for the flush / slave the role asks and
         counts them. The status is the store's, or the replication's when that failed."""
-        group = self._put_group
-        if group is None:
-            result = await self.store.put_messages_async(msgs)
-        else:
-            future: asyncio.Future[PutMessageResult] = asyncio.get_running_loop(
-                ).create_future()
-            group.append((msgs, future))
-            result = await future
-        append = result.append
-        if result.status not in STORED_STATUSES or append is None:
-            return result
-        self.stats.record_put(msgs[0].topic, len(msgs))
-        ha_status = await self.after_put(append.end_offset)
-        return result if ha_status is None else PutMessageResult(ha_status, append)
+        result = await self.store.put_messages_async(msgs)
+        return (await self._count_and_replicate([msgs], [result]))[0]
 
     async def put_message_groups(self, groups: list[list[Message]]
                                  ) -> list[PutMessageResult]:
@@ -389,6 +348,12 @@ class BrokerController:
         else:  # a SYNC_FLUSH put waits for its flush: those of one loop turn share it
             results = list(await asyncio.gather(*(self.store.put_messages_async(msgs)
                                                   for msgs in groups)))
+        return await self._count_and_replicate(groups, results)
+
+    async def _count_and_replicate(self, groups: list[list[Message]],
+                                   results: list[PutMessageResult]) -> list[PutMessageResult]:
+        """Counts the stored puts and waits for the slave the role asks, once, for the
+        last of them; a replication failure becomes the status of every stored one."""
         end = 0
         for msgs, result in zip(groups, results, strict=True):
             append = result.append

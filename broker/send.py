@@ -27,7 +27,7 @@ from broker.constants import (
 )
 from broker.convert import decode_messages, message_from_ext, message_from_proto, parse_born_host
 from broker.schedule import to_schedule_topic
-from broker.status import STORED_STATUSES, RequestError, ok, put_status
+from broker.status import STORED_STATUSES, RequestError, ok, put_status, unexpected
 from broker.topic_config import TopicConfig, send_topic_problem
 from mqproto import common_pb2, messaging_pb2
 from store.codec import encode_offset_msg_id
@@ -38,8 +38,10 @@ if TYPE_CHECKING:
     from broker.controller import BrokerController
     from broker.transaction.prepare import HalfMessages
     from store.commitlog import AppendResult
+    from store.message_store import PutMessageResult
 
 log = logging.getLogger(__name__)
+SEVERAL = "SendBatch (send channel, several)"  # how a SEND_BATCHES failure is logged
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -48,6 +50,18 @@ R = TypeVar("R")
 def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
     """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
     return encode_offset_msg_id(store_host, 0)[:-16]
+
+
+def _outcome(result: PutMessageResult, first: Message
+             ) -> tuple[common_pb2.Status, AppendResult | None]:
+    """A put's answer status and its append (None when nothing was stored; logged)."""
+    append = result.append
+    if result.status in STORED_STATUSES and append is not None:
+        return put_status(result.status), append
+    detail = append.error if append is not None else ""
+    log.debug("send to %s-%d refused: %s %s", first.topic, first.queue_id,
+              result.status.value, detail)
+    return put_status(result.status, detail), None
 
 
 def _observe_latency(send: Callable[Concatenate[SendProcessor, P], Awaitable[R]]
@@ -131,9 +145,7 @@ class SendProcessor:
             if config is None or request.messages:
                 continue
             try:
-                if not config.writeable:
-                    raise RequestError(common_pb2.NO_PERMISSION,
-                                       f"the topic[{topic}] sending message is forbidden")
+                self._check_writeable(config)
                 host = parse_born_host(request.born_host) if request.born_host else born_host
                 msgs = decode_messages(request.encoded_messages, topic=topic,
                                        queue_id=self._queue_id(config, request.queue_id),
@@ -145,9 +157,8 @@ class SendProcessor:
             except RequestError as e:
                 responses[i] = messaging_pb2.SendBatchResponse(status=e.status())
             except Exception as e:
-                log.exception("SendBatch (send channel, several) failed")
-                responses[i] = messaging_pb2.SendBatchResponse(status=common_pb2.Status(
-                    code=common_pb2.SYSTEM_ERROR, remark=f"SendBatch failed: {e!r}"))
+                log.exception("%s failed", SEVERAL)
+                responses[i] = messaging_pb2.SendBatchResponse(status=unexpected(SEVERAL, e))
         stored: list[tuple[int, list[Message]]] = []
         groups: list[list[Message]] = []
         for i, msgs in taken:  # the store's messages: delayed / prepared ones moved
@@ -157,20 +168,8 @@ class SendProcessor:
             except RequestError as e:
                 responses[i] = messaging_pb2.SendBatchResponse(status=e.status())
         results = await broker.put_message_groups(groups) if groups else []
-        host_hex = _offset_msg_id_host(broker.store_host)
         for (i, msgs), result in zip(stored, results, strict=True):
-            append = result.append
-            if result.status not in STORED_STATUSES or append is None:
-                detail = append.error if append is not None else ""
-                log.debug("send to %s-%d refused: %s %s", msgs[0].topic, msgs[0].queue_id,
-                          result.status.value, detail)
-                responses[i] = messaging_pb2.SendBatchResponse(
-                    status=put_status(result.status, detail))
-                continue
-            responses[i] = messaging_pb2.SendBatchResponse(
-                status=put_status(result.status), queue_id=msgs[0].queue_id,
-                first_queue_offset=append.queue_offsets[0],
-                commit_log_offsets=append.commit_log_offsets, offset_msg_id_host=host_hex)
+            responses[i] = self._encoded_answer(msgs, *_outcome(result, msgs[0]))
         elapsed = time.perf_counter() - started
         observe = broker.stats.send_latency.observe
         for response in responses:
@@ -197,6 +196,11 @@ class SendProcessor:
 
         put, msgs, append = await self._put(topic, request.queue_id,
                                             request.default_topic_queue_nums, build)
+        return self._encoded_answer(msgs, put, append)
+
+    def _encoded_answer(self, msgs: list[Message], put: common_pb2.Status,
+                        append: AppendResult | None) -> messaging_pb2.SendBatchResponse:
+        """The answer to a batch in MessageBatch encoding: packed offsets when stored."""
         if append is None:
             return messaging_pb2.SendBatchResponse(status=put)
         return messaging_pb2.SendBatchResponse(
@@ -273,6 +277,12 @@ class SendProcessor:
                                f"the topic[{topic}] sending message is forbidden")
         return config
 
+    @staticmethod
+    def _check_writeable(config: TopicConfig) -> None:
+        if not config.writeable:
+            raise RequestError(common_pb2.NO_PERMISSION,
+                               f"the topic[{config.topic_name}] sending message is forbidden")
+
     def _check_batch_size(self, total: int) -> None:
         limit = self.broker.store_config.max_message_size
         if total > limit:
@@ -318,14 +328,8 @@ class SendProcessor:
         queue_id = self._queue_id(config, queue_id)
         now = broker.clock_ms()
         msgs = build(queue_id, now, functools.partial(broker.uniq_key, now))
-        result = await broker.put_messages(self._scheduled(msgs))
-        append = result.append
-        if result.status not in STORED_STATUSES or append is None:
-            detail = append.error if append is not None else ""
-            log.debug("send to %s-%d refused: %s %s", topic, queue_id, result.status.value,
-                      detail)
-            return put_status(result.status, detail), msgs, None
-        return put_status(result.status), msgs, append
+        put, append = _outcome(await broker.put_messages(self._scheduled(msgs)), msgs[0])
+        return put, msgs, append
 
     def _scheduled(self, msgs: list[Message]) -> list[Message]:
         """What the store gets: delayed messages moved to their level's schedule queue, a
@@ -392,9 +396,7 @@ class SendProcessor:
                                    f"topic[{topic}] not exist, apply first please! "
                                    "(autoCreateTopicEnable is false)")
             await self.broker.topics_changed()
-        if not config.writeable:
-            raise RequestError(common_pb2.NO_PERMISSION,
-                               f"the topic[{topic}] sending message is forbidden")
+        self._check_writeable(config)
         return config
 
     @staticmethod

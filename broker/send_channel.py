@@ -42,7 +42,8 @@ from broker.constants import (
     DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS,
 )
 from broker.convert import format_host
-from broker.status import RequestError, answer
+from broker.send import SEVERAL
+from broker.status import RequestError, answer, unexpected
 from mqproto import common_pb2, messaging_pb2
 from mqproto.framing import (
     KIND_AUTH,
@@ -68,7 +69,6 @@ FD_RESERVE = 1024  # descriptors kept for the store's files, gRPC and HA (at mos
 INITIAL_READ_BYTES = 16 * 1024  # grown on demand (FrameReader)
 SHRINK_AFTER_S = 5.0  # an idle connection's read buffer is freed after this
 SWEEP_INTERVAL_S = 1.0
-RUN_ALL_SLICE = 32  # batches of a SEND_BATCHES frame handled per loop turn (one each)
 GROUPED_SLICE = 256  # batches of a SEND_BATCHES frame stored together (SendProcessor)
 TLS_HANDSHAKE_TIMEOUT_S = 10.0
 MAX_KEPT_DECISIONS = 1024  # access control: topics a connection keeps its decision for
@@ -87,16 +87,16 @@ def _refused(kind: int, why: str) -> bytes:
     return refused.SerializeToString()
 
 
-async def answer_all(batches: Sequence[messaging_pb2.SendBatchRequest],
+async def answer_all(count: int,
                      grouped: Coroutine[Any, Any, list[messaging_pb2.SendBatchResponse | None]]
                      ) -> list[messaging_pb2.SendBatchResponse | None]:
-    """`grouped`'s answers; one SYSTEM_ERROR answer each when it failed unexpectedly (the
-    connection goes on serving)."""
+    """`grouped`'s `count` answers; a SYSTEM_ERROR answer each when it failed unexpectedly
+    (the connection goes on serving)."""
     try:
         return await grouped
     except Exception as e:
-        log.exception("SendBatch (send channel, several) failed")
-        return [_failed(common_pb2.SYSTEM_ERROR, f"SendBatch failed: {e!r}")] * len(batches)
+        log.exception("%s failed", SEVERAL)
+        return [messaging_pb2.SendBatchResponse(status=unexpected(SEVERAL, e))] * count
 
 
 async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
@@ -122,64 +122,6 @@ async def _resume(coro: Coroutine[Any, Any, T], waiting: Any) -> T:
             waiting = step()
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-
-
-async def run_all(coros: list[Coroutine[Any, Any, T]],
-                  group: Callable[[], bool] | None = None,
-                  end_group: Callable[[], None] | None = None) -> list[T]:
-    """The results of `coros`, in order: each is started here and most complete at once
-    (no task); only those that suspend get one, and are awaited together. The loop gets a
-    turn after every RUN_ALL_SLICE of them (a frame may carry a thousand batches).
-
-    With `group` / `end_group` (BrokerController.start_put_group / end_put_group), the puts
-    of a slice are appended together: each coroutine stops at its put, the slice's puts
-    are appended at once, and the coroutines are driven on from there."""
-    results: list[Any] = [None] * len(coros)
-    waiting_on: list[tuple[int, asyncio.Task[T]]] = []
-    loop = asyncio.get_running_loop()
-    started = 0
-
-    def step(i: int, coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
-        """Runs `coro` on: (True, None) when it ended (its result stored), else (False,
-        the future it waits on, or None for a bare yield)."""
-        try:
-            return False, coro.send(None)
-        except StopIteration as stop:
-            results[i] = stop.value
-            return True, None
-
-    try:
-        for first in range(0, len(coros), RUN_ALL_SLICE):
-            if first:
-                await asyncio.sleep(0)
-            grouped = group is not None and group()
-            stopped: list[tuple[int, Coroutine[Any, Any, T], Any]] = []
-            try:
-                for i in range(first, min(first + RUN_ALL_SLICE, len(coros))):
-                    started = i + 1
-                    ended, waiting = step(i, coros[i])
-                    if not ended:
-                        stopped.append((i, coros[i], waiting))
-            finally:
-                if grouped and end_group is not None:
-                    end_group()
-            for i, coro, waiting in stopped:
-                ended = False
-                while waiting is not None and waiting.done():  # its put, just appended
-                    waiting._asyncio_future_blocking = False
-                    ended, waiting = step(i, coro)
-                    if ended:
-                        break
-                if not ended:
-                    waiting_on.append((i, loop.create_task(_resume(coro, waiting))))
-    finally:
-        for coro in coros[started:]:  # cancelled between slices: never started
-            coro.close()
-    if waiting_on:
-        done = await asyncio.gather(*(t for _, t in waiting_on))
-        for (i, _), value in zip(waiting_on, done, strict=True):
-            results[i] = value
-    return results
 
 
 def _wake(woken: asyncio.Future[None], _: object) -> None:
@@ -492,7 +434,6 @@ class _Connection(asyncio.BufferedProtocol):
                               "the frame is not a SendBatchesRequest")
             return messaging_pb2.SendBatchesResponse(responses=[refused]).SerializeToString()
         send, peer = self.server.send, self.peer
-        broker = send.broker
         batches: Sequence[messaging_pb2.SendBatchRequest] = request.batches
         # Access control: each batch is stored or refused on its own (none checked when off).
         denials = [self._denied(b) for b in batches] if self.account is not None else []
@@ -503,15 +444,13 @@ class _Connection(asyncio.BufferedProtocol):
         for first in range(0, len(batches), GROUPED_SLICE):
             if first:  # a frame may carry thousands of batches: the loop gets a turn
                 await asyncio.sleep(0)
-            grouped += await answer_all(batches[first:first + GROUPED_SLICE],
-                                        send.send_grouped(batches[first:first + GROUPED_SLICE],
-                                                          peer))
+            part = batches[first:first + GROUPED_SLICE]
+            grouped += await answer_all(len(part), send.send_grouped(part, peer))
         rest = [b for b, r in zip(batches, grouped, strict=True) if r is None]
         if rest:  # topics created by the send, retry topics: each on its own
-            others = iter(await run_all([
-                answer(messaging_pb2.SendBatchResponse, "SendBatch (send channel, several)",
-                       send.send_batch(batch, peer)) for batch in rest],
-                broker.start_put_group, broker.end_put_group))
+            others = iter(await asyncio.gather(*(
+                answer(messaging_pb2.SendBatchResponse, SEVERAL, send.send_batch(batch, peer))
+                for batch in rest)))
             grouped = [r if r is not None else next(others) for r in grouped]
         responses: list[messaging_pb2.SendBatchResponse] = grouped  # type: ignore[assignment]
         if refusing:

@@ -115,8 +115,12 @@ async def answer(response_type: type[Response], name: str,
         raise
     except Exception as e:
         log.exception("%s failed", name)
-        return response_type(status=status(common_pb2.SYSTEM_ERROR,  # type: ignore[call-arg]
-                                           f"{name} failed: {e!r}"))
+        return response_type(status=unexpected(name, e))  # type: ignore[call-arg]
+
+
+def unexpected(name: str, error: Exception) -> common_pb2.Status:
+    """The SYSTEM_ERROR status of a request `name` that raised `error` unexpectedly."""
+    return status(common_pb2.SYSTEM_ERROR, f"{name} failed: {error!r}")
 
 
 def rpc(response_type: type[Response]) -> Callable[[Handler[Response]], Handler[Response]]:
