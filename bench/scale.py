@@ -209,11 +209,9 @@ def wait_dispatched(cluster: ScaleCluster, timeout: float) -> float:
     would share the cores with it."""
     started = time.monotonic()
     shown = started
-    with grpc.insecure_channel(cluster.broker) as channel:
-        admin = admin_pb2_grpc.AdminServiceStub(channel)
+    with MQAdmin(cluster.namesrv, timeout=30) as admin:
         while True:
-            behind = admin.GetRuntimeInfo(admin_pb2.GetRuntimeInfoRequest(),
-                                          timeout=30).dispatch_behind_bytes
+            behind = admin.broker_runtime(cluster.broker).dispatch_behind_bytes
             now = time.monotonic()
             if behind <= 0:
                 return now - started
@@ -550,6 +548,16 @@ def run_size(n: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.scale", description=__doc__.split(
         "\n")[0])
@@ -557,13 +565,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="sizes to run, comma-separated (default 1000,10000,50000)")
     parser.add_argument("--async-messages", type=int, default=20_000)
     parser.add_argument("--sync-messages", type=int, default=3_000)
-    parser.add_argument("--rounds", type=int, default=3,
+    parser.add_argument("--rounds", type=positive_int, default=3,
                         help="send-rate rounds, the best of each kept (default 3)")
     parser.add_argument("--skip-sends", action="store_true", help="no send-rate figures")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     args = parser.parse_args(argv)
+    try:
+        sizes = sorted({positive_int(s) for s in args.topics.split(",") if s.strip()})
+    except argparse.ArgumentTypeError as e:
+        parser.error(f"--topics: {e}")
+    if not sizes:
+        parser.error("--topics: at least one size")
     os.environ[LOOP_STALL_ENV] = str(STALL_LOG_MS)  # the processes log their loop stalls
-    sizes = sorted(int(s) for s in args.topics.split(",") if s.strip())
     results = []
     root = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     try:
