@@ -489,10 +489,10 @@ class Producer:
         route = await self.publish_route_async(topic)
         request = self._request(topic, encoded)
         channels = self.instance.channels
-        first = self._sticky_queue(topic, route, len(encoded)) if sticky else None
-        for attempt in range(1 + retries):
-            target, addr, remaining = attempts.next_target(
-                route, first if attempt == 0 and first is not None else mq)
+        first = self._sticky_queue(topic, route, len(encoded)) if sticky else mq
+        for _ in range(1 + retries):
+            target, addr, remaining = attempts.next_target(route, first)
+            first = mq  # a retry: `mq`, or another broker than the last
             request.queue_id = target.queue_id
             started = time.monotonic()
             try:
@@ -503,6 +503,9 @@ class Producer:
                     r = messaging_pb2.SendBatchResponse.FromString(await channel.request(
                         KIND_SEND_BATCH, request.SerializeToString(), remaining))
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
+                if (isinstance(e, grpc.RpcError)
+                        and e.code() == grpc.StatusCode.UNAVAILABLE):  # type: ignore[attr-defined]
+                    channels.reconnect(addr)
                 attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):
