@@ -113,7 +113,6 @@ class Channels:
         self._sync: dict[str, grpc.Channel] = {}
         self._sync_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
         self._aio_stubs: dict[str, messaging_pb2_grpc.MessagingServiceStub] = {}
-        self._closing: set[asyncio.Task[None]] = set()  # channels replaced by reconnect()
         # Brokers' send channels, by the broker's gRPC address: where each listens ("": the
         # broker has none), the loop's connections, and blocking ones for sync sends.
         self._send_addresses: dict[str, str] = {}
@@ -140,20 +139,6 @@ class Channels:
             stub = self._aio_stubs[address] = messaging_pb2_grpc.MessagingServiceStub(
                 self._aio_channel(address))
         return stub
-
-    def reconnect(self, address: str) -> None:
-        """After UNAVAILABLE from the broker at `address` (loop): its next call goes on a new
-        channel. The failed one backs off 1 s, then longer, before it connects again, and
-        refuses every call meanwhile, so retries on a broker back from a restart failed in
-        the same millisecond; a new channel connects at once (refused at once while the
-        broker is down)."""
-        channel = self._aio.pop(address, None)
-        self._aio_stubs.pop(address, None)
-        if channel is not None:
-            task = asyncio.get_running_loop().create_task(
-                channel.close(grace=CHANNEL_CLOSE_TIMEOUT_S))  # calls on it may end
-            self._closing.add(task)
-            task.add_done_callback(self._closing.discard)
 
     def namesrv(self, address: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         return namesrv_pb2_grpc.NamesrvServiceStub(self._aio_channel(address))
@@ -214,8 +199,6 @@ class Channels:
             if e.code() in ACCESS_REFUSED:  # type: ignore[attr-defined]  (no retry)
                 raise MQClientError("NO_PERMISSION", f"{address}: {e.code().name}: "  # type: ignore[attr-defined]
                                     f"{e.details()}") from None  # type: ignore[attr-defined]
-            if e.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
-                self.reconnect(address)
             if e.code() != grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
                 raise SendChannelClosed(f"{address}: {e.code().name}") from None  # type: ignore[attr-defined]
             r = messaging_pb2.GetSendChannelResponse()  # a broker without one
@@ -270,8 +253,6 @@ class Channels:
         aio = list(self._aio.values())
         self._aio.clear()
         self._aio_stubs.clear()
-        if self._closing:  # channels replaced by reconnect()
-            await asyncio.wait(list(self._closing), timeout=CHANNEL_CLOSE_TIMEOUT_S)
         # grace=None cancels the calls in flight at once.
         for achannel in aio:
             try:

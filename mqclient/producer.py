@@ -503,9 +503,6 @@ class Producer:
                     r = messaging_pb2.SendBatchResponse.FromString(await channel.request(
                         KIND_SEND_BATCH, request.SerializeToString(), remaining))
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
-                if (isinstance(e, grpc.RpcError)
-                        and e.code() == grpc.StatusCode.UNAVAILABLE):  # type: ignore[attr-defined]
-                    channels.reconnect(addr)
                 attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):
