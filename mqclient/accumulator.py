@@ -41,7 +41,13 @@ BatchKey = tuple[str, int]
 
 
 class Batch:
-    __slots__ = ("key", "topic", "ids", "elements", "futures", "size", "born")
+    """Messages of one topic and delay level. Each message's deadline counts from its own
+    append (a batch stays open longer while sends are in flight, so counting from the
+    batch's opening failed late-comers early); the batch is sent until the latest of them,
+    and a message whose deadline passed before its batch left fails without being sent."""
+
+    __slots__ = ("key", "topic", "ids", "elements", "futures", "deadlines", "size",
+                 "deadline", "earliest", "timeout_s")
 
     def __init__(self, key: BatchKey) -> None:
         self.key = key
@@ -49,13 +55,45 @@ class Batch:
         self.ids: list[str] = []  # UNIQ_KEYs
         self.elements: list[bytes] = []  # MessageBatch elements (mqproto/framing.py)
         self.futures: list[SendFuture | None] = []  # None: one-way
+        self.deadlines: list[float] = []  # time.monotonic() of each message's
         self.size = 0
-        self.born = time.monotonic()
+        self.deadline = 0.0  # the latest message deadline: the batch's sends end by then
+        self.earliest = float("inf")
+        self.timeout_s = 0.0  # the longest timeout of its messages (said in errors)
+
+    def add(self, message_id: str, element: bytes, future: SendFuture | None,
+            timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        self.ids.append(message_id)
+        self.elements.append(element)
+        self.futures.append(future)
+        self.deadlines.append(deadline)
+        self.size += len(element)
+        self.deadline = max(self.deadline, deadline)
+        self.earliest = min(self.earliest, deadline)
+        self.timeout_s = max(self.timeout_s, timeout_s)
+
+    def expire(self, now: float) -> int:
+        """Fails (TIMEOUT, not sent) the messages whose deadline passed; how many."""
+        keep = [i for i, d in enumerate(self.deadlines) if d > now]
+        expired = len(self.ids) - len(keep)
+        error = MQClientError("TIMEOUT", "async send not sent within its timeout: the sends "
+                              "to its broker before it did not end")
+        for i, future in enumerate(self.futures):
+            if future is not None and self.deadlines[i] <= now:
+                _complete(future.set_exception, error)
+        self.ids = [self.ids[i] for i in keep]
+        self.elements = [self.elements[i] for i in keep]
+        self.futures = [self.futures[i] for i in keep]
+        self.deadlines = [self.deadlines[i] for i in keep]
+        self.size = sum(map(len, self.elements))
+        self.earliest = min(self.deadlines, default=float("inf"))
+        return expired
 
 
-# (topic, UNIQ_KEYs, encoded messages, born) -> one result per message; raises
+# (topic, UNIQ_KEYs, encoded messages, deadline, timeout) -> one result per message; raises
 # MQClientError when the batch could not be stored after its retries.
-BatchSender = Callable[[str, list[str], bytes, float], Awaitable[list[SendResult]]]
+BatchSender = Callable[[str, list[str], bytes, float, float], Awaitable[list[SendResult]]]
 # Several batches -> per batch its results, or the exception that failed it.
 MultiSender = Callable[[list[Batch]], Awaitable[list[list[SendResult] | BaseException]]]
 
@@ -93,7 +131,6 @@ class BatchAccumulator:
     # -- any thread ----------------------------------------------------------------------------
     def append(self, topic: str, message_id: str, element: bytes,
                future: SendFuture | None, timeout_s: float, delay_level: int = 0) -> None:
-        size = len(element)
         key = (topic, delay_level)
         on_loop = self.loop.in_loop_thread()
         with self._lock:
@@ -112,10 +149,7 @@ class BatchAccumulator:
                 if self.multi_sender is not None:  # one linger timer for all open batches
                     first = not self._linger_armed
                     self._linger_armed = True
-            batch.ids.append(message_id)
-            batch.elements.append(element)
-            batch.futures.append(future)
-            batch.size += size
+            batch.add(message_id, element, future, timeout_s)
             full = len(batch.ids) >= self.max_count or batch.size >= self.max_bytes
             if full:
                 del self._open[key]
@@ -189,6 +223,13 @@ class BatchAccumulator:
         return batches
 
     def _start(self, batches: list[Batch]) -> None:
+        now = time.monotonic()
+        if any(batch.earliest <= now for batch in batches):
+            kept = [batch for batch in batches if self._expire(batch, now)]
+            for batch in batches:
+                if not batch.ids:  # its place in flight is free: what waited for it
+                    asyncio.get_running_loop().call_soon(self._pump, batch.key)
+            batches = kept
         if not batches:
             return
         loop = asyncio.get_running_loop()
@@ -201,6 +242,19 @@ class BatchAccumulator:
         for task in tasks:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+    def _expire(self, batch: Batch, now: float) -> bool:
+        """Fails the messages of `batch` whose deadline passed while it waited to leave;
+        False when none is left (then it is no longer in flight)."""
+        if batch.earliest > now:
+            return True
+        expired = batch.expire(now)
+        with self._lock:
+            self._pending -= expired
+            if not batch.ids:
+                self._inflight[batch.key] -= 1
+            self._room.notify_all()
+        return bool(batch.ids)
 
     async def _send_many(self, batches: list[Batch]) -> None:
         assert self.multi_sender is not None
@@ -223,7 +277,7 @@ class BatchAccumulator:
     async def _send(self, batch: Batch) -> None:
         try:
             results = await self.sender(batch.topic, batch.ids, b"".join(batch.elements),
-                                        batch.born)
+                                        batch.deadline, batch.timeout_s)
         except Exception as e:
             if not isinstance(e, MQClientError):
                 log.exception("async batch send to %s failed", batch.topic)

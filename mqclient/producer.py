@@ -88,15 +88,20 @@ _ACCESS_REFUSED_REMARKS = tuple(f"{c.name}:" for c in ACCESS_REFUSED)
 class _Attempts:
     """Bookkeeping of one send and its retries: deadline, last broker, errors."""
 
-    def __init__(self, producer: Producer, timeout_s: float, born: float | None = None) -> None:
+    def __init__(self, producer: Producer, timeout_s: float,
+                 deadline: float | None = None) -> None:
         self.producer = producer
-        self.deadline = (born if born is not None else time.monotonic()) + timeout_s
+        self.deadline = deadline if deadline is not None else time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         self.last_broker: str | None = None
         self.errors: list[str] = []
 
+    def time_left(self) -> float:
+        return self.deadline - time.monotonic()
+
     def remaining(self) -> float:
-        remaining = self.deadline - time.monotonic()
+        """The time left; TIMEOUT when none."""
+        remaining = self.time_left()
         if remaining <= 0:
             raise MQClientError("TIMEOUT", f"send not done within {self.timeout_s} s"
                                 + (f" ({'; '.join(self.errors)})" if self.errors else ""))
@@ -361,9 +366,9 @@ class Producer:
         self.loop.run(self.accumulator.flush())
 
     async def _send_batch_async(self, topic: str, ids: list[str], encoded: bytes,
-                                born: float) -> list[SendResult]:
+                                deadline: float, timeout_s: float) -> list[SendResult]:
         return await self._send_encoded(topic, ids, encoded, None,
-                                        _Attempts(self, self.send_timeout_s, born),
+                                        _Attempts(self, timeout_s, deadline),
                                         self.retry_times, sticky=True)
 
     def _sticky_queue(self, topic: str, route: TopicRoute, size: int) -> MessageQueue:
@@ -399,7 +404,7 @@ class Producer:
         sizes: dict[str, int] = {}  # bytes in the last chunk of each address
         born_ms = int(time.time() * 1000)
         for i, batch in enumerate(batches):
-            attempts = _Attempts(self, self.send_timeout_s, batch.born)
+            attempts = _Attempts(self, batch.timeout_s, batch.deadline)
             encoded = b"".join(batch.elements)
             try:
                 route = self._cached_route(batch.topic)  # in use, so refreshed
@@ -432,8 +437,12 @@ class Producer:
             retry = []
             started = time.monotonic()
             channels = self.instance.channels
+            # The frame waits as long as its batch with the most time left may (each batch
+            # fails at its own deadline: the retry after a timeout finds none left).
+            remaining = max(p.attempts.time_left() for p in planned)
             try:
-                remaining = min(p.attempts.remaining() for p in planned)
+                if remaining <= 0:
+                    raise TimeoutError
                 channel = await channels.send_channel(addr, remaining)
                 if channel is not None:
                     request = messaging_pb2.SendBatchesRequest(
@@ -490,6 +499,7 @@ class Producer:
         request = self._request(topic, encoded)
         channels = self.instance.channels
         first = self._sticky_queue(topic, route, len(encoded)) if sticky else mq
+        refused = ""  # the broker whose gRPC channel refused the last attempt
         for _ in range(1 + retries):
             target, addr, remaining = attempts.next_target(route, first)
             first = mq  # a retry: `mq`, or another broker than the last
@@ -498,11 +508,17 @@ class Producer:
             try:
                 channel = await channels.send_channel(addr, remaining)
                 if channel is None:  # a broker without one: gRPC
-                    r = await channels.messaging(addr).SendBatch(request, timeout=remaining)
+                    # A retry to the broker that refused waits (within the time left) for
+                    # its channel to connect: one backing off after the broker restarted
+                    # refuses every call at once, and the retries went in one millisecond.
+                    r = await channels.messaging(addr).SendBatch(
+                        request, timeout=remaining, wait_for_ready=addr == refused)
                 else:
                     r = messaging_pb2.SendBatchResponse.FromString(await channel.request(
                         KIND_SEND_BATCH, request.SerializeToString(), remaining))
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
+                refused = addr if (isinstance(e, grpc.RpcError) and e.code()  # type: ignore[attr-defined]
+                                   == grpc.StatusCode.UNAVAILABLE) else ""
                 attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):

@@ -157,7 +157,7 @@ def test_accumulator_batches_by_count_and_linger_and_limits_inflight() -> None:
     max_inflight_seen = 0
     release = threading.Event()
 
-    async def sender(topic: str, ids: list[str], encoded: bytes, born: float
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float
                      ) -> list[SendResult]:
         nonlocal inflight, max_inflight_seen
         assert [body for _, body, _ in decode_batch(encoded)] == [i.encode() for i in ids]
@@ -295,7 +295,7 @@ def test_accumulator_sends_the_batches_of_many_topics_together() -> None:
     single_calls: list[str] = []
     multi_calls: list[list[str]] = []
 
-    async def sender(topic: str, ids: list[str], encoded: bytes, born: float
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float
                      ) -> list[SendResult]:
         single_calls.append(topic)
         return [SendResult(SendStatus.SEND_OK, m, "", MessageQueue(topic, "b", 0), i)
@@ -347,7 +347,7 @@ def test_accumulator_batches_grow_while_the_rounds_in_flight_are_the_most_allowe
     release = threading.Event()
     rounds: list[list[tuple[str, int]]] = []
 
-    async def sender(topic: str, ids: list[str], encoded: bytes, born: float
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float
                      ) -> list[SendResult]:
         raise AssertionError("a multi-sender serves every send")
 
@@ -381,6 +381,56 @@ def test_accumulator_batches_grow_while_the_rounds_in_flight_are_the_most_allowe
     assert sorted(rounds[0]) == [("A", 1), ("B", 1)]
     assert sorted(rounds[1]) == [("A", 5), ("C", 5)], rounds  # one batch each, not five
     assert len(rounds) == 2
+    loop.run(acc.close())
+    loop.loop.call_soon_threadsafe(loop.loop.stop)
+    loop.thread.join(5)
+
+
+def test_an_async_send_times_out_from_its_own_append_not_its_batch_opening() -> None:
+    """A batch that waited for the rounds in flight holds an early message (short
+    timeout, passed while it waited) and a late one: the early one fails TIMEOUT without
+    being sent; the late one's batch is sent with the late one's whole timeout ahead
+    (it was counted from the batch's opening, and late-comers timed out at once)."""
+    from mqclient.accumulator import Batch
+    from mqclient.message import SendFuture
+
+    loop = ClientLoop("test-accumulator-deadlines")
+    release = threading.Event()
+    rounds: list[tuple[str, list[str], float]] = []  # a batch each (one per round here)
+
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float,
+                     timeout_s: float) -> list[SendResult]:
+        rounds.append((topic, list(ids), deadline - time.monotonic()))
+        if len(rounds) == 1:
+            await asyncio.get_running_loop().run_in_executor(None, release.wait, 5.0)
+        return [SendResult(SendStatus.SEND_OK, m, "", MessageQueue(topic, "b", 0), i)
+                for i, m in enumerate(ids)]
+
+    async def multi_sender(batches: list[Batch]) -> list[list[SendResult] | BaseException]:
+        raise AssertionError("one batch a round here")
+
+    acc = BatchAccumulator(loop, sender, linger_s=0.01, max_count=100, max_bytes=1 << 20,
+                           max_inflight=4, multi_sender=multi_sender, max_inflight_rounds=1)
+
+    def append(topic: str, message_id: str, timeout_s: float) -> SendFuture:
+        f = SendFuture()
+        acc.append(topic, message_id, encode_batch_message(0, b"x", b""), f, timeout_s)
+        return f
+
+    first = append("A", "first", 5.0)
+    deadline = time.monotonic() + 5
+    while not rounds and time.monotonic() < deadline:
+        time.sleep(0.005)
+    early = append("B", "early", 0.2)
+    time.sleep(0.4)  # the early one's timeout passes while its batch waits
+    late = append("B", "late", 3.0)
+    release.set()
+    assert first.result(timeout=5).status is SendStatus.SEND_OK
+    assert late.result(timeout=5).status is SendStatus.SEND_OK
+    error = early.exception(timeout=5)
+    assert isinstance(error, MQClientError) and error.code == "TIMEOUT", error
+    assert [(topic, ids) for topic, ids, _ in rounds] == [("A", ["first"]), ("B", ["late"])]
+    assert 2.5 < rounds[1][2] <= 3.0  # the late one's whole timeout, less the wait
     loop.run(acc.close())
     loop.loop.call_soon_threadsafe(loop.loop.stop)
     loop.thread.join(5)

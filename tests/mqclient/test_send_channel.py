@@ -152,6 +152,47 @@ def test_sync_send_to_a_broker_that_does_not_answer_times_out(cluster: Cluster) 
     assert {r.msg_id for r in warm + after} <= stored_ids(broker, topic, 2)
 
 
+def test_async_sends_to_a_stalled_broker_time_out_by_their_own_clock_never_sent_twice(
+        cluster: Cluster) -> None:
+    """Async sends over many topics while the broker is stopped (SIGSTOP): each fails
+    TIMEOUT no earlier than its timeout after its send_async (they failed as early as
+    0.13 s: the deadline counted from the batch's opening, and a frame waited only as long
+    as its most urgent batch, then retried them all) and within twice it; none is stored
+    twice once the broker resumes (a frame that timed out is not retried: every deadline in
+    it has passed)."""
+    broker = cluster.start_broker("broker-a")
+    timeout_s = 1.0
+    topics = [f"TopicStalled{i}" for i in range(20)]
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=2,
+                  send_timeout_s=timeout_s) as producer:
+        for topic in topics:  # routes and the send channel known before the stall
+            producer.send(Message(topic, f"{topic}-warm".encode()), timeout_s=10)
+        os.kill(broker.pid, signal.SIGSTOP)
+        sent: list[tuple[float, list[float], object]] = []
+        try:
+            for i in range(30):  # 600 sends over 1.5 s
+                for topic in topics:
+                    done_at: list[float] = []
+                    future = producer.send_async(Message(topic, f"{topic}-{i}".encode()))
+                    future.add_done_callback(lambda _, d=done_at: d.append(time.monotonic()))
+                    sent.append((time.monotonic(), done_at, future))
+                time.sleep(0.05)
+            for _, _, future in sent:
+                future.exception(timeout=2 * timeout_s + 5)  # type: ignore[attr-defined]
+        finally:
+            os.kill(broker.pid, signal.SIGCONT)
+        waited = [done_at[0] - at for at, done_at, _ in sent]
+        codes = {getattr(f.exception(), "code", None) for _, _, f in sent}  # type: ignore[attr-defined]
+        assert codes == {"TIMEOUT"}, codes
+        assert timeout_s * 0.95 <= min(waited) and max(waited) < 2 * timeout_s + 0.5, (
+            min(waited), max(waited))
+        assert producer.send_async(Message(topics[0], b"after")).result(timeout=10)
+    with messaging(broker.address) as stub:
+        bodies = [m.body for topic in topics for q in range(2)
+                  for m in pull_everything(stub, topic, q)]
+    assert len(bodies) == len(set(bodies)), "a message stored twice"
+
+
 # -- a send channel that reads but answers late or never --------------------------------------
 class FakeSendChannel:
     """A loopback server: each connection it accepts is handed to `serve(conn, stop)` on
