@@ -23,6 +23,7 @@ import asyncio
 import collections
 import concurrent.futures
 import logging
+import struct
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,7 @@ from mqclient.message import MQClientError, SendFuture, SendResult
 log = logging.getLogger(__name__)
 MAX_PENDING_MESSAGES = 10_000  # DefaultMQProducer's backPressureForAsyncSendNum
 MAX_INFLIGHT_ROUNDS = 2  # with a multi-sender: sends of ready batches in flight at once
+_DOUBLE = struct.Struct("d")
 
 
 # (topic, delay level): what messages must share to go in one batch.
@@ -55,7 +57,9 @@ class Batch:
         self.ids: list[str] = []  # UNIQ_KEYs
         self.elements: list[bytes] = []  # MessageBatch elements (mqproto/framing.py)
         self.futures: list[SendFuture | None] = []  # None: one-way
-        self.deadlines: list[float] = []  # time.monotonic() of each message's
+        # time.monotonic() of each message's, packed doubles: a bytearray is no object the
+        # garbage collector walks (see SendFuture)
+        self.deadlines = bytearray()
         self.size = 0
         self.deadline = 0.0  # the latest message deadline: the batch's sends end by then
         self.earliest = float("inf")
@@ -67,7 +71,7 @@ class Batch:
         self.ids.append(message_id)
         self.elements.append(element)
         self.futures.append(future)
-        self.deadlines.append(deadline)
+        self.deadlines += _DOUBLE.pack(deadline)
         self.size += len(element)
         self.deadline = max(self.deadline, deadline)
         self.earliest = min(self.earliest, deadline)
@@ -75,19 +79,21 @@ class Batch:
 
     def expire(self, now: float) -> int:
         """Fails (TIMEOUT, not sent) the messages whose deadline passed; how many."""
-        keep = [i for i, d in enumerate(self.deadlines) if d > now]
+        deadlines = memoryview(self.deadlines).cast("d")
+        keep = [i for i, d in enumerate(deadlines) if d > now]
         expired = len(self.ids) - len(keep)
         error = MQClientError("TIMEOUT", "async send not sent within its timeout: the sends "
                               "to its broker before it did not end")
         for i, future in enumerate(self.futures):
-            if future is not None and self.deadlines[i] <= now:
+            if future is not None and deadlines[i] <= now:
                 _complete(future.set_exception, error)
         self.ids = [self.ids[i] for i in keep]
         self.elements = [self.elements[i] for i in keep]
         self.futures = [self.futures[i] for i in keep]
-        self.deadlines = [self.deadlines[i] for i in keep]
+        self.earliest = min((deadlines[i] for i in keep), default=float("inf"))
+        self.deadlines = bytearray(b"".join(_DOUBLE.pack(deadlines[i]) for i in keep))
+        deadlines.release()
         self.size = sum(map(len, self.elements))
-        self.earliest = min(self.deadlines, default=float("inf"))
         return expired
 
 

@@ -221,15 +221,37 @@ class SendFuture(concurrent.futures.Future[Any]):
 
     A Future makes a Condition (and its RLock) when created: that was a quarter of an async
     send's cost. This one makes it when something first locks the future (a waiter, cancel,
-    wait / as_completed); a future completed before that completes without one."""
+    wait / as_completed); a future completed before that completes without one. Its lists
+    of waiters and callbacks too are made when first used: thousands of futures wait at
+    once, and every container among them is walked by the garbage collector's young
+    collections and, once they survived those, by its full ones (measured: spread over
+    1,000 topics, 20 % of the client's CPU)."""
 
-    def __init__(self) -> None:  # Future.__init__ without the Condition
+    def __init__(self) -> None:  # Future.__init__ without the Condition and lists
         self._cond: threading.Condition | None = None
         self._state = cf_base.PENDING
         self._result = None
         self._exception: BaseException | None = None
-        self._waiters: list[Any] = []
-        self._done_callbacks: list[Any] = []
+        self._waiter_list: list[Any] | None = None
+        self._callback_list: list[Any] | None = None
+
+    @property
+    def _waiters(self) -> list[Any]:
+        waiters = self._waiter_list
+        if waiters is None:
+            waiters = self._waiter_list = []
+        return waiters
+
+    @property
+    def _done_callbacks(self) -> list[Any]:
+        callbacks = self._callback_list
+        if callbacks is None:
+            callbacks = self._callback_list = []
+        return callbacks
+
+    def _invoke_callbacks(self) -> None:
+        if self._callback_list:
+            super()._invoke_callbacks()  # type: ignore[misc]
 
     @property  # type: ignore[override]
     def _condition(self) -> threading.Condition:
@@ -276,7 +298,7 @@ class SendFuture(concurrent.futures.Future[Any]):
                 self._state = cf_base.FINISHED
         if final:  # (its repr takes the lock)
             raise concurrent.futures.InvalidStateError(f"{self._state}: {self!r}")
-        self._invoke_callbacks()  # type: ignore[attr-defined]
+        self._invoke_callbacks()
         return True
 
     def __await__(self) -> Generator[Any, None, Any]:

@@ -94,7 +94,7 @@ class _Attempts:
         self.deadline = deadline if deadline is not None else time.monotonic() + timeout_s
         self.timeout_s = timeout_s
         self.last_broker: str | None = None
-        self.errors: list[str] = []
+        self.errors: tuple[str, ...] = ()  # no container per send (see SendFuture)
 
     def time_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -110,7 +110,7 @@ class _Attempts:
     def failed(self, mq: MessageQueue, started: float, why: str) -> None:
         self.producer.fault.update(mq.broker_name, (time.monotonic() - started) * 1000, True)
         self.last_broker = mq.broker_name
-        self.errors.append(f"{mq.broker_name}: {why}")
+        self.errors += (f"{mq.broker_name}: {why}",)
 
     def unreachable(self, mq: MessageQueue, addr: str, started: float, error: BaseException,
                     timeout: float) -> None:
