@@ -66,8 +66,7 @@ class Batch:
         self.timeout_s = 0.0  # the longest timeout of its messages (said in errors)
 
     def add(self, message_id: str, element: bytes, future: SendFuture | None,
-            timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
+            timeout_s: float, deadline: float) -> None:
         self.ids.append(message_id)
         self.elements.append(element)
         self.futures.append(future)
@@ -83,7 +82,7 @@ class Batch:
         keep = [i for i, d in enumerate(deadlines) if d > now]
         expired = len(self.ids) - len(keep)
         error = MQClientError("TIMEOUT", "async send not sent within its timeout: the sends "
-                              "to its broker before it did not end")
+                              "in flight before it did not end in time")
         for i, future in enumerate(self.futures):
             if future is not None and deadlines[i] <= now:
                 _complete(future.set_exception, error)
@@ -138,6 +137,7 @@ class BatchAccumulator:
     def append(self, topic: str, message_id: str, element: bytes,
                future: SendFuture | None, timeout_s: float, delay_level: int = 0) -> None:
         key = (topic, delay_level)
+        deadline = time.monotonic() + timeout_s  # before any state changes (bad input)
         on_loop = self.loop.in_loop_thread()
         with self._lock:
             if self.closed:
@@ -155,7 +155,7 @@ class BatchAccumulator:
                 if self.multi_sender is not None:  # one linger timer for all open batches
                     first = not self._linger_armed
                     self._linger_armed = True
-            batch.add(message_id, element, future, timeout_s)
+            batch.add(message_id, element, future, timeout_s, deadline)
             full = len(batch.ids) >= self.max_count or batch.size >= self.max_bytes
             if full:
                 del self._open[key]

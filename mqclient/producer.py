@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -176,7 +177,7 @@ class Producer:
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
-        self.send_timeout_s = send_timeout_s
+        self.send_timeout_s = check_timeout(send_timeout_s)
         self.retry_times = retry_times_when_send_failed
         self.default_topic_queue_nums = default_topic_queue_nums
         self.max_message_size = max_message_size
@@ -229,17 +230,36 @@ class Producer:
         if not self.started:
             raise MQClientError("SHUTDOWN", "the producer is not started")
 
-    def publish_route(self, topic: str) -> TopicRoute:
+    def send_timeout(self, timeout_s: object) -> float:
+        """A send's timeout: the producer's when None; ILLEGAL_ARGUMENT unless a finite
+        number of seconds > 0."""
+        if timeout_s is None:
+            return self.send_timeout_s
+        return check_timeout(timeout_s)
+
+    def publish_route(self, topic: str, timeout_s: float | None = None) -> TopicRoute:
         """The cached route of `topic`, fetched now when there is none (any thread)."""
         route = self._cached_route(topic)
         if route is None:
-            route = self.loop.run(self.instance.fetch_route(topic), self.send_timeout_s)
+            timeout_s = timeout_s or self.send_timeout_s
+            try:
+                route = self.loop.run(self.instance.fetch_route(topic), timeout_s)
+            except TimeoutError:
+                raise MQClientError("TIMEOUT", f"no route of topic {topic} from the name "
+                                    f"servers within {timeout_s:.3g} s") from None
         return self._check_route(topic, route)
 
-    async def publish_route_async(self, topic: str) -> TopicRoute:
+    async def publish_route_async(self, topic: str, timeout_s: float | None = None
+                                  ) -> TopicRoute:
         route = self._cached_route(topic)
         if route is None:
-            route = await self.instance.fetch_route(topic)
+            timeout_s = timeout_s or self.send_timeout_s
+            try:
+                async with asyncio.timeout(timeout_s):  # the fetch itself goes on (shared)
+                    route = await self.instance.fetch_route(topic)
+            except TimeoutError:
+                raise MQClientError("TIMEOUT", f"no route of topic {topic} from the name "
+                                    f"servers within {timeout_s:.3g} s") from None
         return self._check_route(topic, route)
 
     def _cached_route(self, topic: str) -> TopicRoute | None:
@@ -311,10 +331,11 @@ class Producer:
                    mq: MessageQueue | None, timeout_s: float | None, retries: int
                    ) -> list[SendResult]:
         """Sends on the caller's thread over a blocking connection (see _send_encoded)."""
-        attempts = _Attempts(self, timeout_s or self.send_timeout_s)
+        attempts = _Attempts(self, self.send_timeout(timeout_s))
         request = self._request(topic, encoded)
-        route = self.publish_route(topic)
+        route = self.publish_route(topic, attempts.remaining())
         channels = self.instance.channels
+        refused = ""  # as in _send_encoded
         for _ in range(1 + retries):
             target, addr, remaining = attempts.next_target(route, mq)
             request.queue_id = target.queue_id
@@ -327,8 +348,10 @@ class Producer:
                     r = messaging_pb2.SendBatchResponse.FromString(channels.blocking.request(
                         channel, KIND_SEND_BATCH, request.SerializeToString(), remaining))
                 else:  # a broker without one: gRPC
-                    r = channels.sync_messaging(addr).SendBatch(request, timeout=remaining)
+                    r = channels.sync_messaging(addr).SendBatch(
+                        request, timeout=remaining, wait_for_ready=addr == refused)
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
+                refused = addr if _refused(e) else ""
                 attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):
@@ -347,12 +370,13 @@ class Producer:
         """Returns at once; the future (awaitable on any loop) holds the SendResult or the
         MQClientError. `callback(result, error)` runs on the client's I/O thread: keep it
         short, never block in it."""
+        timeout_s = self.send_timeout(timeout_s)
         [message_id], element = self._prepare([msg])
         future = SendFuture()
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
-        self.accumulator.append(msg.topic, message_id, element, future,
-                                timeout_s or self.send_timeout_s, msg.delay_level)
+        self.accumulator.append(msg.topic, message_id, element, future, timeout_s,
+                                msg.delay_level)
         return future
 
     def send_oneway(self, msg: Message) -> None:
@@ -409,7 +433,8 @@ class Producer:
             try:
                 route = self._cached_route(batch.topic)  # in use, so refreshed
                 if route is None:
-                    route = await self.publish_route_async(batch.topic)
+                    route = await self.publish_route_async(batch.topic,
+                                                           attempts.remaining())
                 target, addr, _ = attempts.next_target(
                     route, self._sticky_queue(batch.topic, route, len(encoded)))
             except MQClientError as e:
@@ -457,7 +482,7 @@ class Producer:
                     if isinstance(e, MQClientError):
                         outcomes[p.index] = e
                     else:
-                        p.attempts.unreachable(p.target, addr, started, e, remaining)
+                        p.attempts.unreachable(p.target, addr, started, e, max(remaining, 0.0))
                         retry.append(p)
                 responses = None
             if responses is not None and len(responses) != len(planned):
@@ -495,7 +520,7 @@ class Producer:
                             *, sticky: bool = False) -> list[SendResult]:
         """Sends MessageBatch elements to `mq` or a queue chosen per attempt (`sticky`: the
         first attempt to the topic's sticky queue); `ids` are their UNIQ_KEYs."""
-        route = await self.publish_route_async(topic)
+        route = await self.publish_route_async(topic, attempts.remaining())
         request = self._request(topic, encoded)
         channels = self.instance.channels
         first = self._sticky_queue(topic, route, len(encoded)) if sticky else mq
@@ -517,8 +542,7 @@ class Producer:
                     r = messaging_pb2.SendBatchResponse.FromString(await channel.request(
                         KIND_SEND_BATCH, request.SerializeToString(), remaining))
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
-                refused = addr if (isinstance(e, grpc.RpcError) and e.code()  # type: ignore[attr-defined]
-                                   == grpc.StatusCode.UNAVAILABLE) else ""
+                refused = addr if _refused(e) else ""
                 attempts.unreachable(target, addr, started, e, remaining)
                 continue
             if attempts.answered(target, started, r.status):
@@ -535,6 +559,21 @@ class _Planned:
     target: MessageQueue
     request: messaging_pb2.SendBatchRequest
     attempts: _Attempts
+
+
+def check_timeout(timeout_s: object) -> float:
+    """`timeout_s` when a finite number of seconds > 0; else ILLEGAL_ARGUMENT."""
+    if (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
+            or not 0 < timeout_s < math.inf):
+        raise MQClientError("ILLEGAL_ARGUMENT", f"a send timeout is a finite number of "
+                            f"seconds > 0, not {timeout_s!r}")
+    return float(timeout_s)
+
+
+def _refused(error: BaseException) -> bool:
+    """A gRPC call the channel refused without reaching the broker (not connected)."""
+    return (isinstance(error, grpc.RpcError)
+            and error.code() == grpc.StatusCode.UNAVAILABLE)  # type: ignore[attr-defined]
 
 
 def _master_addr(route: TopicRoute, mq: MessageQueue) -> str:

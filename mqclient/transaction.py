@@ -219,8 +219,8 @@ class TransactionProducer:
             message=messaging_pb2.Message(topic=msg.topic, flag=msg.flag, body=bytes(msg.body),
                                           tag=msg.tags, keys=msg.key_list(),
                                           user_properties=user, system_properties=sp))
-        attempts = _Attempts(producer, timeout_s or producer.send_timeout_s)
-        route = producer.publish_route(msg.topic)
+        attempts = _Attempts(producer, producer.send_timeout(timeout_s))
+        route = producer.publish_route(msg.topic, attempts.remaining())
         channels = self.instance.channels
         for _ in range(1 + producer.retry_times):
             target, addr, remaining = attempts.next_target(route, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import threading
 import time
@@ -98,6 +99,22 @@ def test_bad_input_is_refused_with_a_clear_error(cluster: Cluster) -> None:
             producer.send_async(Message("TopicBad", b""))
         assert e.value.code == "ILLEGAL_ARGUMENT"
         assert producer.send(Message("TopicBad", b"fine")).status is SendStatus.SEND_OK
+        # Timeouts that are not a finite number of seconds > 0 (0 was the default, a
+        # string left the producer's async sends stuck: the batch was opened before the
+        # bad value raised, and its linger never armed again).
+        for bad in (0, -1, float("nan"), float("inf"), "2", True):
+            with pytest.raises(MQClientError) as e:
+                producer.send_async(Message("TopicBad", b"x"), timeout_s=bad)  # type: ignore[arg-type]
+            assert e.value.code == "ILLEGAL_ARGUMENT", bad
+            with pytest.raises(MQClientError) as e:
+                producer.send(Message("TopicBad", b"x"), timeout_s=bad)  # type: ignore[arg-type]
+            assert e.value.code == "ILLEGAL_ARGUMENT", bad
+        futures = [producer.send_async(Message(f"TopicBad{i}", b"ok"), timeout_s=5)
+                   for i in range(3)]
+        assert {f.result(timeout=10).status for f in futures} == {SendStatus.SEND_OK}
+    with pytest.raises(MQClientError) as e:
+        Producer("PG", cluster.namesrv_addr, send_timeout_s=0)
+    assert e.value.code == "ILLEGAL_ARGUMENT"
 
 
 def test_no_route_is_an_error_not_a_hang(cluster: Cluster) -> None:
@@ -106,6 +123,29 @@ def test_no_route_is_an_error_not_a_hang(cluster: Cluster) -> None:
         with pytest.raises(MQClientError) as e:
             producer.send(Message("TopicNone", b"x"))
         assert e.value.code == "NO_ROUTE" and time.monotonic() - started < 5
+
+
+def test_a_route_lookup_to_a_stalled_name_server_times_out_as_the_send(
+        cluster: Cluster) -> None:
+    """A send to a topic without a cached route while the name server does not answer:
+    TIMEOUT within the send's own timeout (sync: was a bare TimeoutError after the
+    producer's timeout; async: the name server call's own 3 s)."""
+    cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr) as producer:
+        os.kill(cluster.namesrv.pid, signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with pytest.raises(MQClientError) as e:
+                producer.send(Message("TopicUnseen", b"x"), timeout_s=1)
+            assert e.value.code == "TIMEOUT", e.value
+            assert time.monotonic() - started < 2
+            started = time.monotonic()
+            error = producer.send_async(Message("TopicUnseen2", b"x"),
+                                        timeout_s=1).exception(timeout=10)
+            assert isinstance(error, MQClientError) and error.code == "TIMEOUT", error
+            assert time.monotonic() - started < 2
+        finally:
+            os.kill(cluster.namesrv.pid, signal.SIGCONT)
 
 
 def test_name_server_failover(cluster: Cluster) -> None:
