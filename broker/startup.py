@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import signal
 import sys
 from collections.abc import Sequence
 
 from broker.config import ConfigError, LoadedConfig, load_config_file
-from broker.constants import BOOT_SUCCESS_PREFIX
+from broker.constants import BOOT_SUCCESS_PREFIX, GC_YOUNG_THRESHOLD
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
 from broker.registration import RegistrationRefused
@@ -112,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.warning("unknown key %s in %s ignored", key, args.config_file)
     raise_nofile_limit(log)  # a descriptor per connection and per store file
     log.info("%s", limits_report(loaded.store.consume_queue_open_files))
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
     try:
         asyncio.run(serve(loaded))
     except (OSError, ConfigError, ConfigFileCorrupt, RegistrationRefused) as e:
