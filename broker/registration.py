@@ -131,11 +131,13 @@ class BrokerOuterAPI:
         first = self.refused.get(addr) != why
         self.refused[addr] = why
         self._failing.add(addr)
+        # The size hint only where the name server said the request was too large.
+        hint = (" (for a size limit: raise its --max-receive-mib)"
+                if why.startswith("RESOURCE_EXHAUSTED") else "")
         (log.error if first else log.debug)(
             "registerBroker REFUSED by name server %s: %s (request of %d bytes); this "
             "broker's topics are NOT routable through that name server until it takes a "
-            "registration (for a size limit: raise its --max-receive-mib)", addr, why,
-            request_bytes)
+            "registration%s", addr, why, request_bytes, hint)
 
     def _failed(self, addr: str, message: str) -> None:
         # Warn on the first failure of a streak; the rest at debug level.

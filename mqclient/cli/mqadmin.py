@@ -55,6 +55,13 @@ def _warn_unreachable(results: list[object]) -> None:
                   f"answer: {r.error}", file=sys.stderr, flush=True)
 
 
+def _fail_if_none_answered(results: list[object]) -> None:
+    """AdminError (exit 1) when every broker asked failed (after what was printed), so a
+    script sees a cluster where all refused or are down as a failure."""
+    if results and all(isinstance(r, BrokerUnreachable) for r in results):
+        raise AdminError(f"no broker answered ({len(results)} asked)")
+
+
 def _offset_text(offset: int) -> str:
     return "never" if offset < 0 else str(offset)  # -1: never committed, not "committed 0"
 
@@ -244,15 +251,16 @@ def broker_status(admin: MQAdmin, args: argparse.Namespace) -> None:
     if args.json:
         _out(dumps({rt.broker_addr if isinstance(rt, BrokerUnreachable) else rt.addr: rt
                     for rt in runtimes}))
-        return
-    for i, rt in enumerate(runtimes):
-        if isinstance(rt, BrokerUnreachable):
-            _out(("\n" if i else "") + f"{rt.broker_name} {rt.broker_addr}")
-            _out(key_values([("UNREACHABLE", rt.error)]))
-            continue
-        if len(runtimes) > 1:
-            _out(("\n" if i else "") + f"{rt.broker_name} {rt.addr}")
-        _out(key_values(rt.table.items()))
+    else:
+        for i, rt in enumerate(runtimes):
+            if isinstance(rt, BrokerUnreachable):
+                _out(("\n" if i else "") + f"{rt.broker_name} {rt.broker_addr}")
+                _out(key_values([("UNREACHABLE", rt.error)]))
+                continue
+            if len(runtimes) > 1:
+                _out(("\n" if i else "") + f"{rt.broker_name} {rt.addr}")
+            _out(key_values(rt.table.items()))
+    _fail_if_none_answered(runtimes)
 
 
 def _message_block(m: StoredMessage) -> str:
@@ -320,8 +328,9 @@ def ha_status(admin: MQAdmin, args: argparse.Namespace) -> None:
     _warn_unreachable(statuses)
     if args.json:
         _out(dumps(statuses))
-        return
-    _out("\n\n".join(_ha_tables(statuses)))
+    else:
+        _out("\n\n".join(_ha_tables(statuses)))
+    _fail_if_none_answered(statuses)
 
 
 def _ha_tables(statuses: list[HAStatus | BrokerUnreachable]) -> list[str]:

@@ -411,6 +411,19 @@ def test_cluster_wide_commands_go_on_past_an_unreachable_broker(
         assert listing[3]["broker_addr"] == stopped["address"]
     finally:
         os.kill(int(stopped["pid"]), signal.SIGCONT)
+    # None answering (all down, or all refusing the credentials) is a failure: exit 1 after
+    # the listing (a health check reading only the exit code saw success).
+    brokers = [n for name, n in running.nodes.items() if name.startswith("broker-")]
+    for node in brokers:
+        os.kill(int(node["pid"]), signal.SIGSTOP)
+    try:
+        for command in ("haStatus", "brokerStatus"):
+            code, out, err = run(capsys, running, command, "-c", CLUSTER, "--timeout", "1")
+            assert code == 1, (command, out, err)
+            assert out.count("UNREACHABLE") == len(brokers) and "no broker answered" in err
+    finally:
+        for node in brokers:
+            os.kill(int(node["pid"]), signal.SIGCONT)
 
 
 # -- errors ------------------------------------------------------------------------------------
