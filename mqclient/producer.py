@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import math
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -69,6 +68,7 @@ RETRY_RESPONSE_CODES = frozenset({
 })
 # Batches of many topics for one broker go in SEND_BATCHES requests of at most this size.
 MAX_SEND_BATCHES_BYTES = 1024 * 1024
+MAX_SEND_TIMEOUT_S = 86_400  # a day: longer is a mistake, not a timeout
 STICKY_QUEUE_MS = 1000  # an async batch's queue is kept at most this long (_sticky_queue)
 STICKY_SLACK = 1024  # sticky queues kept beyond the cached routes before they are dropped
 SendCallback = Callable[[SendResult | None, BaseException | None], None]
@@ -562,11 +562,12 @@ class _Planned:
 
 
 def check_timeout(timeout_s: object) -> float:
-    """`timeout_s` when a finite number of seconds > 0; else ILLEGAL_ARGUMENT."""
+    """`timeout_s` when an int or float of seconds in (0, MAX_SEND_TIMEOUT_S]; else
+    ILLEGAL_ARGUMENT (1e10 s overflowed a socket's timeout)."""
     if (isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float)
-            or not 0 < timeout_s < math.inf):
-        raise MQClientError("ILLEGAL_ARGUMENT", f"a send timeout is a finite number of "
-                            f"seconds > 0, not {timeout_s!r}")
+            or not 0 < timeout_s <= MAX_SEND_TIMEOUT_S):
+        raise MQClientError("ILLEGAL_ARGUMENT", f"a send timeout is an int or float of "
+                            f"seconds in (0, {MAX_SEND_TIMEOUT_S}], not {timeout_s!r}")
     return float(timeout_s)
 
 

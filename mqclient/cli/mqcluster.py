@@ -17,6 +17,7 @@ started). Exit codes: 0 done / all alive, 1 failure / not all alive.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import time
@@ -38,7 +39,6 @@ from mqclient.cli.local_cluster import (
     PROMETHEUS_FILE,
     SECURITY_DIR,
     STATE_FILE,
-    TLS_DIR,
     Layout,
     LocalClusterError,
     ProcessRecord,
@@ -225,7 +225,8 @@ def up(args: argparse.Namespace) -> int:
         alive = [r for r in records if is_alive(r)]
         if len(alive) == len(records):
             _out(f"{PROG}: the cluster in {directory} is already running; "
-                 f"NAMESRV_ADDR={layout.namesrv_addr}")
+                 f"NAMESRV_ADDR={layout.namesrv_addr}\n"
+                 + _access_hints(directory, layout).rstrip("\n"))
             return 0
         if alive:
             return _restart_dead(args, directory, layout, records)
@@ -272,16 +273,26 @@ def up(args: argparse.Namespace) -> int:
     _print_status(directory, layout, records)
     _out(f"\nAll {len(layout.brokers)} broker(s) registered with {layout.namesrvs} name "
          f"server(s).\nNAMESRV_ADDR={layout.namesrv_addr}\n"
+         + _access_hints(directory, layout) +
          f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
          + (f"Metrics: the Metrics column; prometheus --config.file="
             f"{directory / PROMETHEUS_FILE} scrapes them all\n"
             if any(n.metrics_port for n in layout.nodes) else "") +
-         (f"TLS on: export MQ_TLS_CA={directory / SECURITY_DIR / TLS_DIR / 'ca.pem'}\n"
-          if args.tls else "") +
-         (f"ACL on: export $(cat {directory / SECURITY_DIR / CREDENTIALS_FILE}) for "
-            "mqadmin and clients\n" if args.acl else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
+
+
+def _access_hints(directory: Path, layout: Layout) -> str:
+    """What mqadmin and clients need for this cluster's TLS / ACL (said at every up: a
+    later `up` keeps them), before the hint to try mqadmin, which fails without them."""
+    props = layout.broker_props
+    hints = ""
+    if client_tls(layout) is not None:
+        hints += f"TLS on: export MQ_TLS_CA={props.get('tlsCaPath', '')}\n"
+    if props.get("aclEnable", "").lower() == "true":
+        hints += (f"ACL on: export $(cat {directory / SECURITY_DIR / CREDENTIALS_FILE}) for "
+                  "mqadmin and clients\n")
+    return hints
 
 
 def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
@@ -305,7 +316,8 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
         _wait_booted(directory, started, deadline)
     _wait_registered(layout, deadline)
     _print_status(directory, layout, records)
-    _out(f"NAMESRV_ADDR={layout.namesrv_addr}")
+    _out((f"NAMESRV_ADDR={layout.namesrv_addr}\n" + _access_hints(directory, layout)
+          ).rstrip("\n"))
     return 0
 
 
@@ -472,6 +484,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.timeout = args.default_timeout
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # `mqcluster status | head`: the reader had enough (as mqadmin)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (LocalClusterError, OSError) as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILURE

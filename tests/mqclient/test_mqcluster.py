@@ -276,3 +276,26 @@ def test_down_kills_a_recorded_process_that_ignores_sigterm(tmp_path: Path) -> N
         stubborn.wait()
         if stubborn.stdout is not None:
             stubborn.stdout.close()
+
+
+def test_a_tls_and_acl_cluster_says_what_clients_need_at_every_up(tmp_path: Path) -> None:
+    """`up --tls --acl`: the exports mqadmin and clients need come before the hint to try
+    mqadmin (which fails without them), and again at a later `up` (which keeps TLS and
+    ACL); with them, mqadmin works."""
+    directory = tmp_path / "secure"
+    with LocalCluster(directory, "--tls", "--acl", *SMALL_STORE) as cluster:
+        ca = directory / "security" / "tls" / "ca.pem"
+        credentials = directory / "security" / "credentials.env"
+        tls_hint = f"TLS on: export MQ_TLS_CA={ca}"
+        acl_hint = f"ACL on: export $(cat {credentials})"
+        out = cluster.up_result.stdout
+        assert out.index(tls_hint) < out.index("Try:") and out.index(acl_hint) < out.index("Try:")
+        env = dict(os.environ, MQ_TLS_CA=str(ca))
+        env.update(line.split("=", 1) for line in credentials.read_text().split())
+        listed = subprocess.run(
+            [sys.executable, "-m", "mqclient.cli.mqadmin", "clusterList", "-n",
+             cluster.namesrv_addr], env=env, capture_output=True, text=True, timeout=60,
+            stdin=subprocess.DEVNULL)
+        assert listed.returncode == 0, listed.stderr
+        again = cluster.mqcluster("up").stdout
+        assert "already running" in again and tls_hint in again and acl_hint in again
