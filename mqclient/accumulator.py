@@ -230,15 +230,17 @@ class BatchAccumulator:
 
     def _start(self, batches: list[Batch]) -> None:
         now = time.monotonic()
+        loop = asyncio.get_running_loop()
         if any(batch.earliest <= now for batch in batches):
-            kept = [batch for batch in batches if self._expire(batch, now)]
+            kept = []
             for batch in batches:
-                if not batch.ids:  # its place in flight is free: what waited for it
-                    asyncio.get_running_loop().call_soon(self._pump, batch.key)
+                if batch.earliest > now or self._expire(batch, now):
+                    kept.append(batch)
+                else:  # its place in flight is free: what waited for it
+                    loop.call_soon(self._pump, batch.key)
             batches = kept
         if not batches:
             return
-        loop = asyncio.get_running_loop()
         if len(batches) == 1 or self.multi_sender is None:
             tasks = [loop.create_task(self._send(batch)) for batch in batches]
         else:
@@ -252,8 +254,6 @@ class BatchAccumulator:
     def _expire(self, batch: Batch, now: float) -> bool:
         """Fails the messages of `batch` whose deadline passed while it waited to leave;
         False when none is left (then it is no longer in flight)."""
-        if batch.earliest > now:
-            return True
         expired = batch.expire(now)
         with self._lock:
             self._pending -= expired

@@ -231,8 +231,7 @@ class Producer:
             raise MQClientError("SHUTDOWN", "the producer is not started")
 
     def send_timeout(self, timeout_s: object) -> float:
-        """A send's timeout: the producer's when None; ILLEGAL_ARGUMENT unless a finite
-        number of seconds > 0."""
+        """A send's timeout: the producer's when None, else check_timeout's."""
         if timeout_s is None:
             return self.send_timeout_s
         return check_timeout(timeout_s)
@@ -245,8 +244,7 @@ class Producer:
             try:
                 route = self.loop.run(self.instance.fetch_route(topic), timeout_s)
             except TimeoutError:
-                raise MQClientError("TIMEOUT", f"no route of topic {topic} from the name "
-                                    f"servers within {timeout_s:.3g} s") from None
+                raise _no_route_within(topic, timeout_s) from None
         return self._check_route(topic, route)
 
     async def publish_route_async(self, topic: str, timeout_s: float | None = None
@@ -258,8 +256,7 @@ class Producer:
                 async with asyncio.timeout(timeout_s):  # the fetch itself goes on (shared)
                     route = await self.instance.fetch_route(topic)
             except TimeoutError:
-                raise MQClientError("TIMEOUT", f"no route of topic {topic} from the name "
-                                    f"servers within {timeout_s:.3g} s") from None
+                raise _no_route_within(topic, timeout_s) from None
         return self._check_route(topic, route)
 
     def _cached_route(self, topic: str) -> TopicRoute | None:
@@ -569,6 +566,11 @@ def check_timeout(timeout_s: object) -> float:
         raise MQClientError("ILLEGAL_ARGUMENT", f"a send timeout is an int or float of "
                             f"seconds in (0, {MAX_SEND_TIMEOUT_S}], not {timeout_s!r}")
     return float(timeout_s)
+
+
+def _no_route_within(topic: str, timeout_s: float) -> MQClientError:
+    return MQClientError("TIMEOUT", f"no route of topic {topic} from the name servers "
+                         f"within {timeout_s:.3g} s")
 
 
 def _refused(error: BaseException) -> bool:
