@@ -9,6 +9,12 @@ one speaking the broker's send channel (bench.channel_floor, what sends use) and
 cores. Each phase also reports the CPU time per message of the broker process and of this
 one (the client), which compares modes better than rates on a loaded machine. The last
 line is one JSON object.
+
+`--modes plain,acl+tls --rounds 5` compares modes: every mode's cluster is up for the whole
+run and the modes take turns, phase set by phase set, ROUNDS times (each round sends to a
+topic of its own and consumes it back); each figure is then the mode's median, and a mode
+against the first is the median of the per-round ratios. On this shared 2-core machine a
+rate swings 30-180 % from one phase to the next; turns of both modes see the same swings.
 """
 
 from __future__ import annotations
@@ -17,13 +23,14 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -156,12 +163,12 @@ def percentile(sorted_values: list[float], p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * p))]
 
 
-def bench_sync(producer: Producer, n: int) -> dict[str, float]:
+def bench_sync(producer: Producer, n: int, topic: str = TOPIC) -> dict[str, float]:
     latencies = []
     started = time.perf_counter()
     for _ in range(n):
         t = time.perf_counter()
-        producer.send(Message(TOPIC, BODY))
+        producer.send(Message(topic, BODY))
         latencies.append(time.perf_counter() - t)
     elapsed = time.perf_counter() - started
     latencies.sort()
@@ -170,22 +177,24 @@ def bench_sync(producer: Producer, n: int) -> dict[str, float]:
             "send_sync_p99_ms": percentile(latencies, 0.99) * 1000}
 
 
-def bench_batch(producer: Producer, n: int, threads: int, size: int = 32) -> float:
-    batch = [Message(TOPIC, BODY) for _ in range(size)]
+def bench_batch(producer: Producer, n: int, threads: int, size: int = 32,
+                topic: str = TOPIC) -> float:
+    batch = [Message(topic, BODY) for _ in range(size)]
     return size * grpc_floor.calls_per_second(lambda: producer.send_batch(batch), n // size,
                                               threads)
 
 
-def bench_async(producer: Producer, n: int) -> float:
+def bench_async(producer: Producer, n: int, topic: str = TOPIC) -> float:
     started = time.perf_counter()
-    futures = [producer.send_async(Message(TOPIC, BODY)) for _ in range(n)]
+    futures = [producer.send_async(Message(topic, BODY)) for _ in range(n)]
     for f in futures:
         f.result(timeout=60)
     return n / (time.perf_counter() - started)
 
 
 def bench_pull(namesrv: str, total: int, pull_batch: int,
-               client: dict[str, Any] | None = None) -> float:
+               client: dict[str, Any] | None = None, topic: str = TOPIC,
+               group: str = CONSUMER_GROUP) -> float:
     consumed = 0
     lock = threading.Lock()
     done = threading.Event()
@@ -197,12 +206,12 @@ def bench_pull(namesrv: str, total: int, pull_batch: int,
             if consumed >= total:
                 done.set()
 
-    consumer = PushConsumer(CONSUMER_GROUP, namesrv, pull_batch_size=pull_batch,
+    consumer = PushConsumer(group, namesrv, pull_batch_size=pull_batch,
                             consume_message_batch_max_size=pull_batch,
                             pull_threshold_for_queue=4 * pull_batch,
                             consume_from_where=ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET,
                             **(client or {}))
-    consumer.subscribe(TOPIC).register_listener_concurrently(listener)
+    consumer.subscribe(topic).register_listener_concurrently(listener)
     started = time.perf_counter()
     consumer.start()
     if not done.wait(300):
@@ -244,56 +253,121 @@ def security(mode: str, work: Path) -> tuple[dict[str, str], list[str], dict[str
 
 
 def run_clients(namesrv: str, args: argparse.Namespace, client: dict[str, Any],
-                figures: dict[str, object], prefix: str, cpu: CpuMeter) -> None:
+                label: str, cpu: CpuMeter, topic: str = TOPIC,
+                group: str = CONSUMER_GROUP) -> dict[str, float]:
+    """One set of phases against one cluster: its figures (keys without a mode prefix);
+    progress lines start with `label`."""
+    figures: dict[str, float] = {}
     producer = Producer("BenchProducer", namesrv, default_topic_queue_nums=QUEUES, **client)
     producer.start()
     for attempt in range(5):  # the first send creates the topic (slow on a busy machine)
         try:
-            producer.send(Message(TOPIC, BODY), timeout_s=10)
+            producer.send(Message(topic, BODY), timeout_s=10)
             break
         except MQClientError as e:
-            print(f"{prefix}warm-up send failed ({e}); again", flush=True)
+            print(f"{label}warm-up send failed ({e}); again", flush=True)
             if attempt == 4:
                 raise
     for _ in range(199):  # warm-up: route, channels
-        producer.send(Message(TOPIC, BODY))
+        producer.send(Message(topic, BODY))
     sent = 200
 
     def cpu_figures(name: str, messages: int) -> str:
         broker_us, client_us = cpu.per_message_us(messages)
-        figures[f"{prefix}{name}_broker_cpu_us_msg"] = broker_us
-        figures[f"{prefix}{name}_client_cpu_us_msg"] = client_us
+        figures[f"{name}_broker_cpu_us_msg"] = broker_us
+        figures[f"{name}_client_cpu_us_msg"] = client_us
         return f" (CPU per message: broker {broker_us:.1f} us, client {client_us:.1f} us)"
 
     cpu.start()
-    sync = bench_sync(producer, args.sync)
-    figures.update({prefix + k: v for k, v in sync.items()})
+    sync = bench_sync(producer, args.sync, topic)
+    figures.update(sync)
     sent += args.sync
-    print(f"{prefix}sync: {sync['send_sync_msgs_s']:,.0f} msgs/s, p50 "
+    print(f"{label}sync: {sync['send_sync_msgs_s']:,.0f} msgs/s, p50 "
           f"{sync['send_sync_p50_ms']:.3f} ms, p99 "
           f"{sync['send_sync_p99_ms']:.3f} ms{cpu_figures('send_sync', args.sync)}",
           flush=True)
     cpu.start()
-    rate = bench_batch(producer, args.messages, args.batch_threads)
+    rate = bench_batch(producer, args.messages, args.batch_threads, topic=topic)
     batched = args.messages // 32 // args.batch_threads * 32 * args.batch_threads
     sent += batched
-    figures[prefix + "send_batch32_msgs_s"] = rate
-    figures["send_batch32_threads"] = args.batch_threads
-    print(f"{prefix}batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s"
+    figures["send_batch32_msgs_s"] = rate
+    print(f"{label}batch of 32 ({args.batch_threads} threads): {rate:,.0f} msgs/s"
           f"{cpu_figures('send_batch32', batched)}", flush=True)
     cpu.start()
-    rate = bench_async(producer, args.messages)
+    rate = bench_async(producer, args.messages, topic)
     sent += args.messages
-    figures[prefix + "send_async_msgs_s"] = rate
-    print(f"{prefix}async (auto-batched): {rate:,.0f} msgs/s"
+    figures["send_async_msgs_s"] = rate
+    print(f"{label}async (auto-batched): {rate:,.0f} msgs/s"
           f"{cpu_figures('send_async', args.messages)}", flush=True)
     producer.shutdown()
     cpu.start()
-    rate = bench_pull(namesrv, sent, args.pull_batch, client)
-    figures[prefix + "pull_msgs_s"] = rate
-    figures[prefix + "pulled_messages"] = sent
-    print(f"{prefix}push consumer: {rate:,.0f} msgs/s over {sent:,} messages"
+    rate = bench_pull(namesrv, sent, args.pull_batch, client, topic, group)
+    figures["pull_msgs_s"] = rate
+    figures["pulled_messages"] = sent
+    print(f"{label}push consumer: {rate:,.0f} msgs/s over {sent:,} messages"
           f"{cpu_figures('pull', sent)}", flush=True)
+    return figures
+
+
+# Phases a mode is compared on: (figure name, rate key, CPU key prefix).
+PHASES = (("sync", "send_sync_msgs_s", "send_sync"),
+          ("batch of 32", "send_batch32_msgs_s", "send_batch32"),
+          ("async", "send_async_msgs_s", "send_async"),
+          ("push consumer", "pull_msgs_s", "pull"))
+
+
+def _both_cpu(figures: dict[str, float], phase: str) -> float:
+    return (figures[f"{phase}_broker_cpu_us_msg"]
+            + figures[f"{phase}_client_cpu_us_msg"])
+
+
+def compare(rounds: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+    """Each mode's medians over its rounds (keys MODE_...), and every mode against the
+    first: the median of the per-round rate ratios (MODE_vs_FIRST_PHASE) and of the
+    per-round ratios of the CPU both processes spent per message, first / mode (..._cpu:
+    above 1 when the mode costs less)."""
+    out: dict[str, float] = {}
+    for prefix, runs in rounds.items():
+        for key in runs[0]:
+            out[prefix + key] = statistics.median(r[key] for r in runs)
+    base_prefix, *others = rounds
+    base = rounds[base_prefix]
+    for prefix in others:
+        for _, rate_key, cpu_key in PHASES:
+            pairs = list(zip(base, rounds[prefix], strict=True))
+            name = f"{prefix}vs_{base_prefix}{cpu_key}"
+            out[name] = statistics.median(m[rate_key] / b[rate_key] for b, m in pairs)
+            out[name + "_q1"], _, out[name + "_q3"] = _quartiles(
+                [m[rate_key] / b[rate_key] for b, m in pairs])
+            out[name + "_cpu"] = statistics.median(
+                _both_cpu(b, cpu_key) / _both_cpu(m, cpu_key) for b, m in pairs)
+    return out
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    if len(values) < 2:
+        return values[0], values[0], values[0]
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def print_comparison(rounds: dict[str, list[dict[str, float]]],
+                     figures: dict[str, float]) -> None:
+    n = len(next(iter(rounds.values())))
+    print(f"medians of {n} round{'s' if n > 1 else ''}, msgs/s: "
+          + "; ".join(f"{prefix.rstrip('_')} " + ", ".join(
+              f"{name} {figures[prefix + rate_key]:,.0f}" for name, rate_key, _ in PHASES)
+              for prefix in rounds), flush=True)
+    base_prefix, *others = rounds
+    for prefix in others:
+        print(f"{prefix.rstrip('_')} / {base_prefix.rstrip('_')}, median of {n} per-round "
+              "ratios (quartiles; CPU of both processes per message, "
+              f"{base_prefix.rstrip('_')} / {prefix.rstrip('_')}): " + "; ".join(
+                  f"{name} {figures[f'{prefix}vs_{base_prefix}{cpu_key}']:.2f} "
+                  f"({figures[f'{prefix}vs_{base_prefix}{cpu_key}_q1']:.2f}-"
+                  f"{figures[f'{prefix}vs_{base_prefix}{cpu_key}_q3']:.2f}; CPU "
+                  f"{figures[f'{prefix}vs_{base_prefix}{cpu_key}_cpu']:.2f})"
+                  for name, _, cpu_key in PHASES), flush=True)
 
 
 def main() -> None:
@@ -307,6 +381,9 @@ def main() -> None:
     parser.add_argument("--modes", default="plain",
                         help=f"comma-separated, each on a fresh cluster: {', '.join(MODES)} "
                              "(default plain; e.g. plain,acl+tls compares them in one run)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="the modes take turns this many times (clusters up throughout); "
+                             "figures are medians, ratios against the first mode per round")
     parser.add_argument("--no-floors", dest="floors", action="store_false",
                         help="skip the no-work reference servers")
     args = parser.parse_args()
@@ -314,22 +391,37 @@ def main() -> None:
     bad = [m for m in modes if m not in MODES]
     if bad or not modes:
         parser.error(f"--modes: expected some of {', '.join(MODES)}, got {args.modes!r}")
+    if not 1 <= args.rounds <= 100:
+        parser.error(f"--rounds: expected 1-100, got {args.rounds}")
     work = Path(tempfile.mkdtemp(prefix="bench-e2e-"))
     broker_extra = {"maxTransferCountOnMessageInMemory": str(args.pull_batch),
                     "maxTransferBytesOnMessageInMemory": str(args.pull_batch * 1200)}
     figures: dict[str, object] = {"message_bytes": len(BODY), "queues": QUEUES,
                                   "pull_batch_size": args.pull_batch}
+    figures["send_batch32_threads"] = args.batch_threads
     try:
-        for i, mode in enumerate(modes):
-            run_dir = work / f"{i}-{mode.replace('+', '-')}"
-            run_dir.mkdir()
-            broker_sec, ns_args, client = security(mode, run_dir)
-            repeat = modes[:i].count(mode)  # a mode given again: its figures as MODE.2_
-            prefix = ("" if modes == ["plain"] else
-                      f"{mode}{'.' + str(repeat + 1) if repeat else ''}_")
-            with cluster_processes(run_dir, {**broker_extra, **broker_sec},
-                                   ns_args) as (namesrv, broker):
-                run_clients(namesrv, args, client, figures, prefix, CpuMeter(broker.pid))
+        with ExitStack() as clusters:
+            runs = []  # (prefix, name server, client keywords, CPU meter) per mode
+            for i, mode in enumerate(modes):
+                run_dir = work / f"{i}-{mode.replace('+', '-')}"
+                run_dir.mkdir()
+                broker_sec, ns_args, client = security(mode, run_dir)
+                repeat = modes[:i].count(mode)  # a mode given again: figures as MODE.2_
+                prefix = ("" if modes == ["plain"] else
+                          f"{mode}{'.' + str(repeat + 1) if repeat else ''}_")
+                namesrv, broker = clusters.enter_context(cluster_processes(
+                    run_dir, {**broker_extra, **broker_sec}, ns_args))
+                runs.append((prefix, namesrv, client, CpuMeter(broker.pid)))
+            rounds: dict[str, list[dict[str, float]]] = {prefix: [] for prefix, *_ in runs}
+            for r in range(args.rounds):
+                for prefix, namesrv, client, cpu in runs:
+                    label = prefix if args.rounds == 1 else f"[{r + 1}/{args.rounds}] {prefix}"
+                    rounds[prefix].append(run_clients(
+                        namesrv, args, client, label, cpu, topic=f"{TOPIC}{r or ''}",
+                        group=f"{CONSUMER_GROUP}{r or ''}"))
+        figures.update(compare(rounds))
+        if len(runs) > 1 or args.rounds > 1:
+            print_comparison(rounds, figures)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     if not args.floors:
