@@ -18,6 +18,8 @@ from mqclient.constants import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
     HEARTBEAT_BROKER_INTERVAL_S,
     POLL_NAME_SERVER_INTERVAL_S,
+    RETRY_GROUP_TOPIC_PREFIX,
+    RETRY_QUEUE_NUMS,
     ROUTE_IDLE_ROUNDS,
     ROUTE_REFRESH_CHUNK,
 )
@@ -128,7 +130,7 @@ class ClientInstance:
             default = await self.namesrv.get_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             if default is None:
                 return self.routes.get(topic)
-            route = TopicRoute.from_proto(topic, default, self.default_topic_queue_nums)
+            route = self._route_by_default(topic, default)
         else:
             return self.routes.get(topic)
         self._set_route(topic, route)
@@ -270,8 +272,15 @@ class ClientInstance:
         if default_route is not None and self.default_topic_queue_nums is not None:
             for topic in topics:  # a producer routes a topic no broker has yet by TBW102
                 if topic not in found:
-                    self._set_route(topic, TopicRoute.from_proto(
-                        topic, default_route, self.default_topic_queue_nums))
+                    self._set_route(topic, self._route_by_default(topic, default_route))
+
+    def _route_by_default(self, topic: str, default: namesrv_pb2.TopicRouteData) -> TopicRoute:
+        """The route of a topic no broker has yet, by TBW102's brokers: the producer's
+        default queue count, but a retry topic's own (a broker creates it with that many
+        whatever a send asks, so a queue past it would be refused)."""
+        queue_nums = (RETRY_QUEUE_NUMS if topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                      else self.default_topic_queue_nums)
+        return TopicRoute.from_proto(topic, default, queue_nums)
 
     def broker_group(self, mq: MessageQueue) -> BrokerGroup | None:
         """The broker group serving `mq` in the cached route of its topic."""

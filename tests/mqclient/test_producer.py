@@ -117,6 +117,20 @@ def test_bad_input_is_refused_with_a_clear_error(cluster: Cluster) -> None:
     assert e.value.code == "ILLEGAL_ARGUMENT"
 
 
+def test_a_retry_topic_no_broker_has_yet_is_routed_to_its_one_queue(
+        cluster: Cluster) -> None:
+    """A send to %RETRY%group before any broker created it goes by TBW102's brokers, but
+    to queue 0 only: the broker creates a retry topic with one queue whatever the send
+    asks, so the producer's 8 queues got INVALID_PARAMETER for 7 sends in 8."""
+    cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=8) as producer:
+        results = [producer.send(Message("%RETRY%GroupR", b"s%d" % i)) for i in range(4)]
+        results += [f.result(10) for f in [producer.send_async(
+            Message("%RETRY%GroupR", b"a%d" % i)) for i in range(8)]]
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert {r.message_queue.queue_id for r in results} == {0}
+
+
 def test_no_route_is_an_error_not_a_hang(cluster: Cluster) -> None:
     with Producer("PG", cluster.namesrv_addr) as producer:  # no broker at all
         started = time.monotonic()
