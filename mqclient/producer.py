@@ -55,7 +55,7 @@ from mqclient.message import (
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES
+from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, SendBatchesWriter
 
 log = logging.getLogger(__name__)
 
@@ -423,30 +423,24 @@ class Producer:
         outcomes: list[Outcome | None] = [None] * len(batches)
         groups: dict[str, list[list[_Planned]]] = {}
         sizes: dict[str, int] = {}  # bytes in the last chunk of each address
-        born_ms = int(time.time() * 1000)
         for i, batch in enumerate(batches):
             attempts = _Attempts(self, batch.timeout_s, batch.deadline)
-            encoded = b"".join(batch.elements)
             try:
                 route = self._cached_route(batch.topic)  # in use, so refreshed
                 if route is None:
                     route = await self.publish_route_async(batch.topic,
                                                            attempts.remaining())
                 target, addr, _ = attempts.next_target(
-                    route, self._sticky_queue(batch.topic, route, len(encoded)))
+                    route, self._sticky_queue(batch.topic, route, batch.size))
             except MQClientError as e:
                 outcomes[i] = e
                 continue
-            request = messaging_pb2.SendBatchRequest(
-                producer_group=self.group, topic=batch.topic, encoded_messages=encoded,
-                born_timestamp=born_ms, default_topic_queue_nums=self.default_topic_queue_nums,
-                queue_id=target.queue_id)
             chunks = groups.setdefault(addr, [[]])
-            if chunks[-1] and sizes.get(addr, 0) + len(encoded) > MAX_SEND_BATCHES_BYTES:
+            if chunks[-1] and sizes.get(addr, 0) + batch.size > MAX_SEND_BATCHES_BYTES:
                 chunks.append([])
                 sizes[addr] = 0
-            sizes[addr] = sizes.get(addr, 0) + len(encoded)
-            chunks[-1].append(_Planned(i, batch, target, request, attempts))
+            sizes[addr] = sizes.get(addr, 0) + batch.size
+            chunks[-1].append(_Planned(i, batch, target, attempts))
         await asyncio.gather(*(self._send_planned(addr, chunk, outcomes)
                                for addr, chunks in groups.items() for chunk in chunks))
         return [o if o is not None else MQClientError("SYSTEM_ERROR", "batch not sent")
@@ -467,10 +461,13 @@ class Producer:
                     raise TimeoutError
                 channel = await channels.send_channel(addr, remaining)
                 if channel is not None:
-                    request = messaging_pb2.SendBatchesRequest(
-                        batches=[p.request for p in planned])
+                    writer = SendBatchesWriter(self.group, self.default_topic_queue_nums)
+                    born_ms = int(time.time() * 1000)
+                    for p in planned:
+                        writer.add(p.batch.topic, p.target.queue_id, p.batch.elements,
+                                   p.batch.size, born_ms)
                     answer = messaging_pb2.SendBatchesResponse.FromString(await channel.request(
-                        KIND_SEND_BATCHES, request.SerializeToString(), remaining))
+                        KIND_SEND_BATCHES, writer.parts(), remaining))
                     responses = list(answer.responses)
                 else:  # a broker without a send channel: one gRPC call per batch
                     responses = []
@@ -503,7 +500,7 @@ class Producer:
         async def one(p: _Planned) -> None:
             try:
                 outcomes[p.index] = await self._send_encoded(
-                    p.batch.topic, p.batch.ids, p.request.encoded_messages, None, p.attempts,
+                    p.batch.topic, p.batch.ids, b"".join(p.batch.elements), None, p.attempts,
                     max(retries, 0))
             except MQClientError as e:
                 outcomes[p.index] = e
@@ -554,7 +551,6 @@ class _Planned:
     index: int
     batch: Batch
     target: MessageQueue
-    request: messaging_pb2.SendBatchRequest
     attempts: _Attempts
 
 

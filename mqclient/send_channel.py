@@ -79,17 +79,24 @@ class SendChannel(asyncio.Protocol):
         return channel
 
     # -- requests --------------------------------------------------------------------------
-    async def request(self, kind: int, payload: bytes, timeout: float) -> bytes:
-        """The answer's payload; SendChannelClosed, or TimeoutError after `timeout` s (the
-        request may still be carried out)."""
+    async def request(self, kind: int, payload: bytes | list[bytes], timeout: float) -> bytes:
+        """The answer's payload (`payload`: bytes, or parts of it: copied once, into the
+        write of this loop turn's frames); SendChannelClosed, or TimeoutError after
+        `timeout` s (the request may still be carried out)."""
         if self.closed:
             raise SendChannelClosed(f"the send channel {self.address} is closed")
         request_id = next(self._ids) & REQUEST_ID_MASK
         future = asyncio.get_running_loop().create_future()
         self._pending[request_id] = future
-        if not self._out:
+        out = self._out
+        if not out:
             asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(encode_frame(request_id, kind, payload))
+        if isinstance(payload, list):
+            out.append(FRAME_HEADER.pack(sum(map(len, payload)) + 5, request_id, kind))
+            out += payload
+        else:
+            out.append(FRAME_HEADER.pack(len(payload) + 5, request_id, kind))
+            out.append(payload)
         try:
             async with asyncio.timeout(timeout):
                 return await future

@@ -48,6 +48,74 @@ class FrameError(ValueError):
     """Bytes that are not frames of this channel: the connection cannot go on."""
 
 
+def _varint(n: int) -> bytes:
+    """Protobuf's base-128 varint; a negative int32 / int64 as its 64-bit two's complement."""
+    if 0 <= n < 0x4000:  # lengths of batches and small ints: one or two bytes
+        return bytes((n,)) if n < 0x80 else bytes(((n & 0x7F) | 0x80, n >> 7))
+    if n < 0:
+        n += 1 << 64
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _length_delimited(tag: int, data: bytes) -> bytes:
+    return bytes((tag,)) + _varint(len(data)) + data if data else b""
+
+
+def _int_field(tag: int, n: int) -> bytes:
+    return bytes((tag,)) + _varint(n) if n else b""
+
+
+_TOPIC_FIELDS: dict[str, bytes] = {}  # SendBatchRequest.topic encoded, by topic
+_MAX_TOPIC_FIELDS = 65536
+
+
+class SendBatchesWriter:
+    """A SendBatchesRequest's bytes, written directly: what SerializeToString gives for the
+    same batches (fields in number order, proto3 zeros left out). Spread over many topics a
+    request holds hundreds of batches of a few messages each, and building a SendBatchRequest
+    object per batch, then the request, then serializing it, cost a producer ~9 us a batch
+    (this ~1 us); the messages' bytes are copied once, into the frame."""
+
+    def __init__(self, producer_group: str, default_topic_queue_nums: int) -> None:
+        self._group = _length_delimited(0x0A, producer_group.encode())  # field 1
+        self._queue_nums = _int_field(0x28, default_topic_queue_nums)  # field 5
+        self._born = 0
+        self._tail = b""  # field 7 of `_born`
+        self._parts: list[bytes] = []
+
+    def add(self, topic: str, queue_id: int, elements: list[bytes], size: int,
+            born_timestamp: int) -> None:
+        """One SendBatchRequest: `elements` (MessageBatch elements, `size` bytes in all)
+        to `queue_id` of `topic`."""
+        topic_field = _TOPIC_FIELDS.get(topic)
+        if topic_field is None:
+            if len(_TOPIC_FIELDS) >= _MAX_TOPIC_FIELDS:
+                _TOPIC_FIELDS.clear()
+            topic_field = _TOPIC_FIELDS[topic] = _length_delimited(0x12, topic.encode())
+        if born_timestamp != self._born:
+            self._born, self._tail = born_timestamp, _int_field(0x38, born_timestamp)
+        head = b"".join((self._group, topic_field,  # fields 1, 2
+                         _int_field(0x18, queue_id), self._queue_nums,  # fields 3, 5
+                         b"\x32" + _varint(size) if size else b""))  # field 6's head
+        tail = self._tail
+        parts = self._parts
+        parts += (b"\x0a", _varint(len(head) + size + len(tail)), head)  # batches: field 1
+        parts += elements
+        parts.append(tail)
+
+    def parts(self) -> list[bytes]:
+        """The payload in parts (SendChannel.request joins them with the frame's header)."""
+        return self._parts
+
+    def payload(self) -> bytes:
+        return b"".join(self._parts)
+
+
 def encode_frame(request_id: int, kind: int, payload: bytes) -> bytes:
     return FRAME_HEADER.pack(len(payload) + 5, request_id, kind) + payload
 

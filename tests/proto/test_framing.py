@@ -10,6 +10,7 @@ import struct
 
 import pytest
 
+from mqproto import messaging_pb2
 from mqproto.framing import (
     ELEMENT_FIXED_BYTES,
     KIND_SEND_BATCH,
@@ -17,6 +18,7 @@ from mqproto.framing import (
     MIN_READ_ROOM,
     FrameError,
     FrameReader,
+    SendBatchesWriter,
     decode_batch,
     encode_batch_message,
     encode_frame,
@@ -276,3 +278,24 @@ def test_inconsistent_batches_are_refused(element: bytes) -> None:
         decode_batch(good + element)
     with pytest.raises(ValueError):
         decode_batch(element + good)
+
+
+@pytest.mark.parametrize("group, queue_nums", [("PG", 8), ("", 0), ("组-é", 1 << 20)])
+def test_send_batches_writer_gives_what_protobuf_serializes(group: str, queue_nums: int
+                                                             ) -> None:
+    batches = [("TopicA", 0, [b"x" * 3], 1764000000000),
+               ("话题", 7, [b"a" * 200, b"b" * 10], 1),
+               ("TopicB", -1, [b"y" * 70000], 0),  # the broker picks; a 3-byte length
+               ("TopicC", 127, [b"z" * 16370], 128),  # varints at 1 / 2 / 3 bytes' edges
+               ("TopicD", 128, [b"w" * 16384], 16383),
+               ("TopicE", 16384, [b"v" * 127], 16384),
+               ("T" * 255, 2**31 - 1, [], 2**63 - 1)]  # empty: field 6 left out
+    writer = SendBatchesWriter(group, queue_nums)
+    for topic, queue_id, elements, born in batches:
+        writer.add(topic, queue_id, elements, sum(map(len, elements)), born)
+    expected = messaging_pb2.SendBatchesRequest(batches=[messaging_pb2.SendBatchRequest(
+        producer_group=group, topic=topic, queue_id=queue_id,
+        default_topic_queue_nums=queue_nums, encoded_messages=b"".join(elements),
+        born_timestamp=born) for topic, queue_id, elements, born in batches])
+    assert writer.payload() == expected.SerializeToString()
+    assert SendBatchesWriter(group, queue_nums).payload() == b""
