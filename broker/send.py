@@ -31,7 +31,7 @@ from broker.status import STORED_STATUSES, RequestError, ok, put_status, unexpec
 from broker.topic_config import TopicConfig, send_topic_problem
 from mqproto import common_pb2, messaging_pb2
 from store.codec import encode_offset_msg_id
-from store.constants import MessageProperty
+from store.constants import MessageProperty, PutMessageStatus
 from store.message import Message, topic_problem
 
 if TYPE_CHECKING:
@@ -47,15 +47,23 @@ R = TypeVar("R")
 
 
 @functools.lru_cache(maxsize=16)  # asked at every send
+@functools.lru_cache(maxsize=16)
 def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
     """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
     return encode_offset_msg_id(store_host, 0)[:-16]
+
+
+# The answer status of a plain stored put, made once (a message passed to a constructor
+# is copied into it; never changed).
+_PUT_OK_STATUS = put_status(PutMessageStatus.PUT_OK)
 
 
 def _outcome(result: PutMessageResult, first: Message
              ) -> tuple[common_pb2.Status, AppendResult | None]:
     """A put's answer status and its append (None when nothing was stored; logged)."""
     append = result.append
+    if result.status is PutMessageStatus.PUT_OK and append is not None:
+        return _PUT_OK_STATUS, append
     if result.status in STORED_STATUSES and append is not None:
         return put_status(result.status), append
     detail = append.error if append is not None else ""
@@ -135,24 +143,27 @@ class SendProcessor:
         configs: dict[str, TopicConfig | None] = {}
         now = broker.clock_ms()
         uniq_key = functools.partial(broker.uniq_key, now)
+        max_size = broker.store_config.max_message_size
         taken: list[tuple[int, list[Message]]] = []
         for i, request in enumerate(requests):
             topic = request.topic
             config = configs.get(topic, False)
             if config is False:
-                config = configs[topic] = (topics.get(topic) if request.encoded_messages
-                                           and send_topic_problem(topic) is None else None)
-            if config is None or request.messages:
+                config = configs[topic] = (topics.get(topic) if send_topic_problem(topic) is None
+                                           else None)
+            encoded = request.encoded_messages  # each read of a bytes field copies it
+            if config is None or not encoded or request.messages:
                 continue
             try:
                 self._check_writeable(config)
                 host = parse_born_host(request.born_host) if request.born_host else born_host
-                msgs = decode_messages(request.encoded_messages, topic=topic,
+                msgs = decode_messages(encoded, topic=topic,
                                        queue_id=self._queue_id(config, request.queue_id),
                                        born_host=host,
                                        born_timestamp=request.born_timestamp or now,
                                        uniq_key=uniq_key)
-                self._check_batch_size(sum(len(m.body) for m in msgs))
+                if len(encoded) > max_size:  # the bodies are less than their encoding
+                    self._check_batch_size(sum(len(m.body) for m in msgs))
                 taken.append((i, msgs))
             except RequestError as e:
                 responses[i] = messaging_pb2.SendBatchResponse(status=e.status())
@@ -170,11 +181,8 @@ class SendProcessor:
         results = await broker.put_message_groups(groups) if groups else []
         for (i, msgs), result in zip(stored, results, strict=True):
             responses[i] = self._encoded_answer(msgs, *_outcome(result, msgs[0]))
-        elapsed = time.perf_counter() - started
-        observe = broker.stats.send_latency.observe
-        for response in responses:
-            if response is not None:
-                observe(elapsed)
+        broker.stats.send_latency.observe(time.perf_counter() - started,
+                                          len(responses) - responses.count(None))
         return responses
 
     async def _send_encoded(self, request: messaging_pb2.SendBatchRequest,

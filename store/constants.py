@@ -70,6 +70,11 @@ class MessageProperty:
 
 
 class PutMessageStatus(enum.Enum):
+    # Enum's own __hash__ is Python code (hash of the name): every set or dict lookup of a
+    # put's status ran it, four times a batch on the broker's send path. Members are
+    # singletons compared by identity, so identity's hash (C) agrees with equality.
+    __hash__ = object.__hash__
+
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
     FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"

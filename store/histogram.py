@@ -55,11 +55,11 @@ class LatencyHistogram:
         self._counts = [0] * (len(ordered) + 1)
         self._sum = 0.0
 
-    def observe(self, seconds: float) -> None:
-        """One duration; a negative one (a clock step) counts as 0."""
+    def observe(self, seconds: float, count: int = 1) -> None:
+        """`count` durations of `seconds` each; a negative one (a clock step) counts as 0."""
         seconds = max(0.0, seconds)
-        self._counts[bisect.bisect_left(self.bounds, seconds)] += 1
-        self._sum += seconds
+        self._counts[bisect.bisect_left(self.bounds, seconds)] += count
+        self._sum += seconds * count
 
     def snapshot(self) -> HistogramSnapshot:
         counts = self._counts.copy()
