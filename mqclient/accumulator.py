@@ -162,7 +162,9 @@ class BatchAccumulator:
                 self._ready.setdefault(key, collections.deque()).append(batch)
         if full:
             self._call_on_loop(self._pump, key)
-        elif first:
+        if first and (not full or self.multi_sender is not None):
+            # With a multi-sender `first` took the one linger timer: armed even when this
+            # message filled its batch at once, else later batches waited for no timer.
             self._call_on_loop(self._arm_linger, batch)
 
     def _call_on_loop(self, fn: Callable[..., None], arg: object) -> None:

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from mqproto import common_pb2, namesrv_pb2
 
 # TopicValidator: the characters and length of a topic name (as the broker checks them).
-TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_NAME_RE = re.compile(r"^[%|a-zA-Z0-9_-]+\Z")  # "$" also matches before a final newline
 MAX_TOPIC_LENGTH = 127
 MAX_NAME_LENGTH = 255
 MAX_PERM = 0xF  # PermName: PRIORITY 8 | READ 4 | WRITE 2 | INHERIT 1

@@ -12,7 +12,7 @@ CQ_ENTRIES_PER_FILE = 300_000
 
 MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32_767
-TOPIC_PATTERN = r"^[%|a-zA-Z0-9_-]+$"
+TOPIC_PATTERN = r"^[%|a-zA-Z0-9_-]+\Z"  # \Z: "$" also matches before a final newline
 
 # Reserved system topics: only the broker itself writes to them.
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

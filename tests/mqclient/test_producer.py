@@ -131,6 +131,22 @@ def test_a_retry_topic_no_broker_has_yet_is_routed_to_its_one_queue(
     assert {r.message_queue.queue_id for r in results} == {0}
 
 
+def test_an_async_send_that_fills_its_batch_alone_leaves_later_sends_their_timer(
+        cluster: Cluster) -> None:
+    """A first async send of a linger window that filled its batch by itself (256 KiB) took
+    the producer's one linger timer without arming it: every later small async send waited,
+    unsent and never timed out, until shutdown. And a topic name ending in a newline is
+    refused ("$" matched before it)."""
+    cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr, send_timeout_s=5) as producer:
+        assert producer.send_async(Message("TopicBig", b"b" * 262_144)).result(10)
+        small = [producer.send_async(Message(t, b"s")) for t in ("TopicBig", "TopicSmall")]
+        assert all(f.result(10).status is SendStatus.SEND_OK for f in small)
+        with pytest.raises(MQClientError) as e:
+            producer.send(Message("TopicNl\n", b"x"))
+        assert e.value.code == "MESSAGE_ILLEGAL"
+
+
 def test_no_route_is_an_error_not_a_hang(cluster: Cluster) -> None:
     with Producer("PG", cluster.namesrv_addr) as producer:  # no broker at all
         started = time.monotonic()
