@@ -43,6 +43,7 @@ from store.message import topic_problem
 
 _OFFSET_NAME = re.compile(r"^\d{20}$")
 _MAX_LISTED = 50
+_SLOT = struct.Struct(">i")
 _MAX_GEOMETRY_TRIES = 2_000_000
 Buffer = mmap.mmap | bytes
 
@@ -357,9 +358,10 @@ def _entry_problem(rep: Report, rec: Record | None, topic: str, qid: int, n: int
     return ""
 
 
-def _geometry_fits(buf: Buffer, s: int, n: int) -> bool:
+def _geometry_fits(buf: Buffer, s: int, n: int, heads: bool = True) -> bool:
     """Whether the file reads sensibly with s slots: header phy offsets match the first and
-    last entries, phy offsets never decrease, every chain link goes back within its slot."""
+    last entries, phy offsets never decrease, every chain link goes back within its slot;
+    with `heads`, no entry is newer than the one its slot points at."""
     _, _, begin_phy, end_phy, _, count = INDEX_HEADER.unpack_from(buf, 0)
     if n < 2 or not 1 <= count <= n or len(buf) != index_file_size(s, n):
         return False
@@ -369,8 +371,14 @@ def _geometry_fits(buf: Buffer, s: int, n: int) -> bool:
         return False  # cheap test first: most candidates fail here
     ents = list(INDEX_ENTRY.iter_unpack(buf[base + INDEX_SIZE : base + count * INDEX_SIZE]))
     phys = [e[1] for e in ents]
+    # A slot points at the newest entry of its chain (or past indexCount). A wrong s shifts
+    # the entries onto the slots' zeros, whose begin phy 0 and repeated end phy (a message's
+    # keys) pass the other tests in a first file with few entries.
     return (all(e[0] >= 0 for e in ents) and phys == sorted(phys)
-            and all(_chain_ok(ents, i, s) for i in range(1, len(ents) + 1)))
+            and all(_chain_ok(ents, i, s) for i in range(1, len(ents) + 1))
+            and (not heads or all(
+                _SLOT.unpack_from(buf, INDEX_HEADER_SIZE + h % s * HASH_SLOT_SIZE)[0] >= i
+                for i, (h, _, _, _) in enumerate(ents, 1))))
 
 
 def infer_index_geometry(bufs: list[Buffer]) -> tuple[int, int]:
@@ -381,11 +389,14 @@ def infer_index_geometry(bufs: list[Buffer]) -> tuple[int, int]:
     candidates += range(q % 5 or 5, q, 5)[:_MAX_GEOMETRY_TRIES]
     fullest = sorted((b for b in bufs if len(b) == size),
                      key=lambda b: -INDEX_HEADER.unpack_from(b, 0)[5])
-    for buf in fullest[:3] if not r and q > 0 else []:
-        for s in candidates:
-            n, rest = divmod((q - s) * HASH_SLOT_SIZE, INDEX_SIZE)
-            if s > 0 and not rest and _geometry_fits(buf, s, n):
-                return s, n
+    # Sound slot heads first; then without (a damaged key hash breaks them, and inspect is
+    # to report the damage, not give up on the geometry).
+    for heads in (True, False):
+        for buf in fullest[:3] if not r and q > 0 else []:
+            for s in candidates:
+                n, rest = divmod((q - s) * HASH_SLOT_SIZE, INDEX_SIZE)
+                if s > 0 and not rest and _geometry_fits(buf, s, n, heads):
+                    return s, n
     raise UsageError("cannot infer the index geometry: pass --index-slots and --index-num")
 
 

@@ -444,3 +444,23 @@ def test_empty_file_after_a_full_consume_queue_file(tmp_path: Path) -> None:
         assert r.ok and r.append is not None and r.append.queue_offsets[0] == per_file
     finally:
         store.shutdown()
+
+
+def test_crash_store_keeps_its_files_on_a_full_disk(tmp_path: Path) -> None:
+    """The host's disk must not decide what the sigkill rounds can read: over 85 % full, a
+    store with the default ratios deletes its oldest commitlog files at its first clean step
+    (at start), and round 0's first entries read MESSAGE_WAS_REMOVING."""
+    store = DefaultMessageStore(crash_config(tmp_path / "store"), disk_usage=lambda _: 0.88)
+    store.load()
+    store.start()
+    try:
+        n = 0
+        while len(store.commitlog.queue.files) < 3:
+            msg, _, _ = message_for(f"full-disk-{n}", n)
+            assert store.put_message(msg).ok
+            n += 1
+        assert store.clean_expired_files() == 0 and store.commitlog.min_offset == 0
+        got = store.get_message("g", "CrashA", 0, 0, 1)
+        assert got.status is GetMessageStatus.FOUND, got
+    finally:
+        store.shutdown()

@@ -15,7 +15,7 @@ import pytest
 
 from store.config import StoreConfig
 from store.constants import CQ_STORE_UNIT_SIZE, SysFlag
-from store.inspect import inspect_store
+from store.inspect import infer_index_geometry, inspect_store
 from store.message import Message
 from store.message_store import DefaultMessageStore
 
@@ -328,3 +328,23 @@ def test_mqstore_script_works_from_a_directory_holding_store(tmp_path: Path) -> 
     assert p.returncode == 2 and "mqstore inspect" not in p.stdout
     p = subprocess.run([str(script)], cwd=work, capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "inspect" in p.stderr
+
+
+def test_index_geometry_of_a_first_file_with_a_few_entries(tmp_path: Path) -> None:
+    """The sigkill rounds killed a writer after 3 records (3 keys each): with 4001 slots the
+    first index file also read as 3991 slots (its entries shifted onto zero slots: begin phy
+    0, the last message's keys all at the end phy), and inspect reported its chains broken."""
+    root = tmp_path / "store"
+    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE_SIZE,
+                      max_hash_slot_num=4001, max_index_num=8000)
+    store = DefaultMessageStore(cfg)
+    store.load()
+    store.start()
+    for i in range(3):
+        props = {"KEYS": f"key{i} alt-key{i}", "UNIQ_KEY": f"Ukey{i}"}
+        assert store.put_message(Message("CrashA", b"x" * (i + 1), props, queue_id=0)).ok
+    store.shutdown()
+    [index] = (root / "index").iterdir()
+    assert infer_index_geometry([index.read_bytes()]) == (4001, 8000)
+    code, rep = run_json(root)
+    assert code == 0 and rep["problem_count"] == 0 and not rep["warnings"], rep["problems"][:3]
