@@ -333,11 +333,10 @@ def compare(rounds: dict[str, list[dict[str, float]]]) -> dict[str, float]:
     base_prefix, *others = rounds
     base = rounds[base_prefix]
     for prefix in others:
+        pairs = list(zip(base, rounds[prefix], strict=True))
         for _, rate_key, cpu_key in PHASES:
-            pairs = list(zip(base, rounds[prefix], strict=True))
             name = f"{prefix}vs_{base_prefix}{cpu_key}"
-            out[name] = statistics.median(m[rate_key] / b[rate_key] for b, m in pairs)
-            out[name + "_q1"], _, out[name + "_q3"] = _quartiles(
+            out[name + "_q1"], out[name], out[name + "_q3"] = _quartiles(
                 [m[rate_key] / b[rate_key] for b, m in pairs])
             out[name + "_cpu"] = statistics.median(
                 _both_cpu(b, cpu_key) / _both_cpu(m, cpu_key) for b, m in pairs)
@@ -345,6 +344,7 @@ def compare(rounds: dict[str, list[dict[str, float]]]) -> dict[str, float]:
 
 
 def _quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile)."""
     if len(values) < 2:
         return values[0], values[0], values[0]
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")

@@ -47,7 +47,6 @@ R = TypeVar("R")
 
 
 @functools.lru_cache(maxsize=16)  # asked at every send
-@functools.lru_cache(maxsize=16)
 def _offset_msg_id_host(store_host: tuple[str, int]) -> str:
     """offsetMsgId = store host bytes + offset (8 bytes), in hex: the host part."""
     return encode_offset_msg_id(store_host, 0)[:-16]

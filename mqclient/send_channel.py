@@ -91,12 +91,9 @@ class SendChannel(asyncio.Protocol):
         out = self._out
         if not out:
             asyncio.get_running_loop().call_soon(self._flush)
-        if isinstance(payload, list):
-            out.append(FRAME_HEADER.pack(sum(map(len, payload)) + 5, request_id, kind))
-            out += payload
-        else:
-            out.append(FRAME_HEADER.pack(len(payload) + 5, request_id, kind))
-            out.append(payload)
+        parts = payload if isinstance(payload, list) else [payload]
+        out.append(FRAME_HEADER.pack(sum(map(len, parts)) + 5, request_id, kind))
+        out += parts
         try:
             async with asyncio.timeout(timeout):
                 return await future

@@ -112,9 +112,6 @@ class SendBatchesWriter:
         """The payload in parts (SendChannel.request joins them with the frame's header)."""
         return self._parts
 
-    def payload(self) -> bytes:
-        return b"".join(self._parts)
-
 
 def encode_frame(request_id: int, kind: int, payload: bytes) -> bytes:
     return FRAME_HEADER.pack(len(payload) + 5, request_id, kind) + payload

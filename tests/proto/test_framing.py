@@ -297,5 +297,5 @@ def test_send_batches_writer_gives_what_protobuf_serializes(group: str, queue_nu
         producer_group=group, topic=topic, queue_id=queue_id,
         default_topic_queue_nums=queue_nums, encoded_messages=b"".join(elements),
         born_timestamp=born) for topic, queue_id, elements, born in batches])
-    assert writer.payload() == expected.SerializeToString()
-    assert SendBatchesWriter(group, queue_nums).payload() == b""
+    assert b"".join(writer.parts()) == expected.SerializeToString()
+    assert b"".join(SendBatchesWriter(group, queue_nums).parts()) == b""
