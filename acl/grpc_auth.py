@@ -36,8 +36,8 @@ from acl.signing import (
     credentials,
 )
 from acl.store import AclStore
-from mqproto.framing import SEND_CHANNEL_AUTH_METHOD
-from mqproto.serving import RateLimitedLog, Undecodable
+from remoting.framing import SEND_CHANNEL_AUTH_METHOD
+from remoting.serving import RateLimitedLog, Undecodable
 
 log = logging.getLogger(__name__)
 
@@ -176,7 +176,7 @@ class ServerAuth(grpc.aio.ServerInterceptor):
         if handler is None or (self.protected is not None and method not in self.protected):
             return handler
         if handler.request_streaming:
-            return handler  # no request-streaming RPC is served (see mqproto.serving)
+            return handler  # no request-streaming RPC is served (see remoting.serving)
         metadata = {k: v for k, v in (details.invocation_metadata or ())  # type: ignore[attr-defined]
                     if isinstance(v, str)}
         check, log_refusal = self.check, self.log_refusal
@@ -253,7 +253,7 @@ class ClientAuth:
         return [_AioUnaryUnary(self), _AioUnaryStream(self)]
 
     def send_channel_auth(self) -> bytes:
-        """The payload of the send channel's AUTH frame (mqproto/framing.py)."""
+        """The payload of the send channel's AUTH frame (remoting/framing.py)."""
         md = dict(credentials(self.access_key, self.secret_key, SEND_CHANNEL_AUTH_METHOD, ""))
         return json.dumps({"accessKey": md[ACCESS_KEY_MD], "timestamp": md[TIMESTAMP_MD],
                            "nonce": md[NONCE_MD], "signature": md[SIGNATURE_MD]}).encode()

@@ -1,6 +1,6 @@
 """The send channel floor: what the channel's transport allows on this machine.
 
-`python -m bench.channel_floor` serves the send channel's frames (mqproto/framing.py) and
+`python -m bench.channel_floor` serves the send channel's frames (remoting/framing.py) and
 answers every SendBatch at once, storing nothing, with as many offsets as the broker would;
 `measure()` drives it the way a producer's sync `send_batch` does (blocking connections,
 `threads` threads), so `bench.e2e` can print how far the broker is from doing no work.
@@ -16,7 +16,7 @@ from bench.grpc_floor import READY_PREFIX, calls_per_second
 from mqclient.message import Message
 from mqclient.send_channel import BlockingSendConnections
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import KIND_SEND_BATCH, FrameReader, encode_frame
+from remoting.framing import KIND_SEND_BATCH, FrameReader, encode_frame
 
 BATCH = 32
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import grpc
 
 from mqproto import messaging_pb2, messaging_pb2_grpc
-from mqproto.framing import KIND_SEND_BATCH, encode_batch_message, encode_frame
+from remoting.framing import KIND_SEND_BATCH, encode_batch_message, encode_frame
 
 
 def rss_kib(pid: int) -> int:

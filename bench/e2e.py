@@ -38,8 +38,8 @@ from bench import channel_floor, grpc_floor
 from broker.constants import BOOT_SUCCESS_PREFIX
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
 from mqclient.message import MessageExt, MQClientError
-from mqproto.tls import make_local_ca
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
+from remoting.tls import make_local_ca
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BODY = os.urandom(1024)

@@ -62,8 +62,8 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
-from mqproto.framing import KIND_SEND_BATCHES, encode_batch_message
-from mqproto.serving import LOOP_STALL_ENV
+from remoting.framing import KIND_SEND_BATCHES, encode_batch_message
+from remoting.serving import LOOP_STALL_ENV
 
 BODY = os.urandom(1024)
 QUEUES = 8
@@ -73,7 +73,7 @@ FILL_DISPATCH_TIMEOUT_S = 3600.0
 STALL_LINE = re.compile(r"event loop stalled ([0-9.]+) ms")
 STALL_CPU = re.compile(r"event loop stalled [0-9.]+ ms \(CPU meanwhile: loop thread [0-9.]+ ms, "
                        r"process ([0-9.]+) ms\)")
-# Both processes log each event-loop stall longer than this (mqproto.serving).
+# Both processes log each event-loop stall longer than this (remoting.serving).
 STALL_LOG_MS = 5
 
 

@@ -311,7 +311,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 common_pb2.SUBSCRIPTION_GROUP_NOT_EXIST,
                 f"the consumer group[{group}] not exist"), snapshot_timestamp=now)
         plans = consume_stats.plan(broker, group, request.topic)
-        # Built and serialized in a worker thread (see mqproto.serving: bytes pass as they
+        # Built and serialized in a worker thread (see remoting.serving: bytes pass as they
         # are): a topic's reply may be megabytes.
         return await asyncio.to_thread(consume_stats.serialized_response, broker.store,
                                        broker.config.broker_name, plans, now)

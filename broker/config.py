@@ -40,7 +40,7 @@ from ha.constants import (
     HA_MAX_TIME_SLAVE_NOT_CATCHUP,
     HA_SLAVE_FALLBEHIND_MAX,
 )
-from mqproto.local_address import local_ip  # noqa: F401  (brokerIP1's default)
+from remoting.local_address import local_ip  # noqa: F401  (brokerIP1's default)
 from store.config import StoreConfig, snake_case
 from store.constants import BrokerRole
 
@@ -128,7 +128,7 @@ class BrokerConfig:
     # absent): registrations with the name servers and slaves' HA links must prove it, and
     # with aclEnable a slave calls its master's admin service with it. Empty: none.
     cluster_key: str = ""
-    # TLS (mqproto/tls.py) on the gRPC and HA ports; the broker then dials name servers and
+    # TLS (remoting/tls.py) on the gRPC and HA ports; the broker then dials name servers and
     # its master with TLS too (verified against tlsCaPath; empty: the system's CAs). With
     # tlsMutual, clients must show a certificate signed by tlsCaPath. The send channel is
     # served with TLS too (the same certificate).

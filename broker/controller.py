@@ -56,8 +56,8 @@ from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
 from ha.master import HAService
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
-from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
-from mqproto.tls import ClientTls, ServerTls, TlsError
+from remoting.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
+from remoting.tls import ClientTls, ServerTls, TlsError
 from store.config import StoreConfig
 from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
 from store.message import Message

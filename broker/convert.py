@@ -19,7 +19,7 @@ from broker.constants import (
 )
 from broker.status import RequestError
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import decode_batch
+from remoting.framing import decode_batch
 from store import native
 from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
 from store.constants import TRANSACTION_TYPE_MASK, MessageProperty, SysFlag

@@ -2,7 +2,7 @@
 apache/rocketmq-exporter names them where it has the metric, so its Grafana dashboards
 work; the rest is ours, in the same style (see the README's Metrics section for the list).
 
-A scrape is two steps (mqproto.metrics_http): `take_snapshot` copies the broker's tables on
+A scrape is two steps (remoting.metrics_http): `take_snapshot` copies the broker's tables on
 the event loop (counters, per-(group, topic) plans as GetConsumeStats copies them, the HA
 slaves; nothing per queue), and `broker_families` reads the store for every queue and
 builds the metric families in the metrics worker thread, as GetConsumeStats does.
@@ -28,7 +28,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from broker import consume_stats
 from broker.constants import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
-from mqproto.metrics_http import (
+from remoting.metrics_http import (
     GIL_YIELD_LINES,
     MetricsEndpoint,
     Render,

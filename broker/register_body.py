@@ -21,7 +21,7 @@ from broker.admin import topic_config_to_proto
 from broker.constants import PERM_READ_WRITE
 from broker.topic_config import TopicConfig
 from mqproto import namesrv_pb2
-from mqproto.serving import run_steps_on_loop
+from remoting.serving import run_steps_on_loop
 
 REGISTER_BODY_COMPRESS_LEVEL = 1  # zlib: topic tables shrink ~5x already at the fastest level
 ENCODE_SLICE = 1000  # topics per loop turn (~0.3 ms when kept, ~2 ms when all new)

@@ -24,7 +24,7 @@ import grpc
 
 from acl.grpc_auth import ClientAuth
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from mqproto.tls import ClientTls, aio_channel
+from remoting.tls import ClientTls, aio_channel
 
 log = logging.getLogger(__name__)
 

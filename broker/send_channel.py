@@ -1,4 +1,4 @@
-"""The broker's send channel: SendBatch requests as frames on plain TCP (mqproto/framing.py).
+"""The broker's send channel: SendBatch requests as frames on plain TCP (remoting/framing.py).
 
 Each request is handled as the gRPC SendBatch is (send.py), concurrently with the others of
 its connection, and answered by id as soon as it is done: those done as one read is handled
@@ -45,7 +45,7 @@ from broker.convert import format_host
 from broker.send import SEVERAL
 from broker.status import RequestError, answer, unexpected
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import (
+from remoting.framing import (
     KIND_AUTH,
     KIND_SEND_BATCH,
     KIND_SEND_BATCHES,
@@ -54,8 +54,8 @@ from mqproto.framing import (
     FrameReader,
     encode_frame,
 )
-from mqproto.serving import RateLimitedLog
-from mqproto.tls_server import TlsServerProtocol
+from remoting.serving import RateLimitedLog
+from remoting.tls_server import TlsServerProtocol
 
 if TYPE_CHECKING:
     from broker.send import SendProcessor
@@ -176,7 +176,7 @@ class SendChannelServer:
                         self.limits.max_connections, soft)
         connection = functools.partial(_Connection, self)
         factory: Callable[[], asyncio.BaseProtocol] = connection
-        if ssl_context is not None:  # TLS in mqproto.tls_server, not asyncio's: see there
+        if ssl_context is not None:  # TLS in remoting.tls_server, not asyncio's: see there
             factory = functools.partial(TlsServerProtocol, ssl_context, connection,
                                         TLS_HANDSHAKE_TIMEOUT_S)
         self._server = await loop.create_server(factory, host, port,

@@ -29,7 +29,7 @@ import grpc
 from broker.admin import topic_config_from_proto
 from broker.topic_config import DataVersion
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
-from mqproto.tls import aio_channel
+from remoting.tls import aio_channel
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController

@@ -28,8 +28,8 @@ from broker.constants import BOOT_SUCCESS_PREFIX, GC_YOUNG_THRESHOLD
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
 from broker.registration import RegistrationRefused
-from mqproto.serving import raise_nofile_limit
 from proxy.server import GrpcProxy
+from remoting.serving import raise_nofile_limit
 from store.cq_files import limits_report
 
 log = logging.getLogger("broker")

@@ -25,7 +25,7 @@ from broker.constants import (
     PERM_WRITE,
 )
 from broker.persistence import ConfigManager, encode_json
-from mqproto.serving import run_steps, run_steps_on_loop
+from remoting.serving import run_steps, run_steps_on_loop
 from store.constants import DELAY_LEVELS_MS, SCHEDULE_TOPIC
 from store.message import is_system_topic, topic_problem
 

@@ -55,7 +55,7 @@ class Batch:
         self.key = key
         self.topic = key[0]
         self.ids: list[str] = []  # UNIQ_KEYs
-        self.elements: list[bytes] = []  # MessageBatch elements (mqproto/framing.py)
+        self.elements: list[bytes] = []  # MessageBatch elements (remoting/framing.py)
         self.futures: list[SendFuture | None] = []  # None: one-way
         # time.monotonic() of each message's, packed doubles: a bytearray is no object the
         # garbage collector walks (see SendFuture)

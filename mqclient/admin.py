@@ -50,8 +50,8 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
-from mqproto.tls import ClientTls, grpc_channel, plaintext_hint
 from nameserver.routeinfo import QueueData
+from remoting.tls import ClientTls, grpc_channel, plaintext_hint
 from store import codec as store_codec
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"  # used when no address is given, as RocketMQ's tools do

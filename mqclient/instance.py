@@ -27,8 +27,8 @@ from mqclient.loop import ACCESS_REFUSED, Channels, ClientLoop, cancel_and_wait
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
-from mqproto.local_address import local_ip
-from mqproto.tls import ClientTls
+from remoting.local_address import local_ip
+from remoting.tls import ClientTls
 
 log = logging.getLogger(__name__)
 _instance_counter = itertools.count()

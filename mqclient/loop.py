@@ -23,7 +23,7 @@ from acl.grpc_auth import ClientAuth
 from mqclient.message import MQClientError
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc, namesrv_pb2_grpc
-from mqproto.tls import ClientTls, aio_channel, grpc_channel
+from remoting.tls import ClientTls, aio_channel, grpc_channel
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from collections.abc import Generator, Sequence
 from typing import Any
 
 from mqproto import common_pb2
-from mqproto.framing import MAX_PROPERTIES_BYTES, encode_batch_message
+from remoting.framing import MAX_PROPERTIES_BYTES, encode_batch_message
 from store import native
 
 # Properties the broker owns; a user property by one of these names is refused.
@@ -109,7 +109,7 @@ class Message:
             _check_text(f"user property {name}", value)
 
     def encode(self, message_id: str, sharding_key: str = "") -> bytes:
-        """This message as a MessageBatch element (mqproto/framing.py), with its UNIQ_KEY
+        """This message as a MessageBatch element (remoting/framing.py), with its UNIQ_KEY
         (and SHARDING_KEY); MQClientError when its properties are too long."""
         parts = [f"UNIQ_KEY\x01{message_id}\x02"]
         if self.tags:

@@ -55,7 +55,7 @@ from mqclient.message import (
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, SendBatchesWriter
+from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, SendBatchesWriter
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""A producer's connections to a broker's send channel (mqproto/framing.py).
+"""A producer's connections to a broker's send channel (remoting/framing.py).
 
 SendChannel lives on the client loop: requests go out as frames (those made in one loop turn
 in one write), many in flight, answered by id. A lost connection fails every request in
@@ -22,7 +22,7 @@ import time
 from acl.grpc_auth import ClientAuth
 from mqclient.message import MQClientError
 from mqproto import common_pb2
-from mqproto.framing import (
+from remoting.framing import (
     FRAME_HEADER,
     KIND_AUTH,
     MAX_FRAME_BYTES,

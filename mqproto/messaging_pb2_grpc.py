@@ -154,7 +154,7 @@ class MessagingServiceServicer:
 
     def GetSendChannel(self, request, context):
         """Where this broker's send channel listens: SendBatch requests as frames on one
-        TCP connection, many in flight, without gRPC's per-call cost (mqproto/framing.py).
+        TCP connection, many in flight, without gRPC's per-call cost (remoting/framing.py).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -12,8 +12,6 @@ import grpc
 
 from acl.grpc_auth import NAMESRV_BROKER_METHODS, ServerAuth
 from mqproto import namesrv_pb2_grpc
-from mqproto.serving import add_servicer, watch_loop_stalls
-from mqproto.tls import ServerTls
 from nameserver.constants import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
@@ -26,6 +24,8 @@ from nameserver.links import broker_links
 from nameserver.metrics import NamesrvMetrics
 from nameserver.processor import NamesrvServicer
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
+from remoting.serving import add_servicer, watch_loop_stalls
+from remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 

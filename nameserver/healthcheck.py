@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from mqproto.tls import ClientTls, grpc_channel
+from remoting.tls import ClientTls, grpc_channel
 
 DEFAULT_ADDR = "127.0.0.1:9876"
 DEFAULT_TIMEOUT_S = 3.0

@@ -12,7 +12,7 @@ apache/rocketmq-exporter has no name server metrics, so these are ours, in its s
   have counts as `unknown`, so a stranger cannot grow the label set).
 
 A scrape copies the tables on the event loop (O(brokers)) and formats in the metrics
-worker thread (mqproto.metrics_http).
+worker thread (remoting.metrics_http).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import grpc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mqproto import namesrv_pb2
-from mqproto.metrics_http import MetricsEndpoint, Render
 from nameserver.routeinfo import RouteInfoManager
+from remoting.metrics_http import MetricsEndpoint, Render
 
 _SERVICE = namesrv_pb2.DESCRIPTOR.services_by_name["NamesrvService"]
 KNOWN_METHODS = {f"/{_SERVICE.full_name}/{m.name}": m.name for m in _SERVICE.methods}

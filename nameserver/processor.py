@@ -24,7 +24,6 @@ from collections.abc import AsyncIterator, Generator, Sequence
 import grpc
 
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from mqproto.serving import run_steps, run_steps_on_loop
 from nameserver.constants import (
     DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
@@ -42,6 +41,7 @@ from nameserver.routeinfo import (
     TopicRouteData,
 )
 from nameserver.validation import first_topic_problem, header_problem
+from remoting.serving import run_steps, run_steps_on_loop
 
 log = logging.getLogger(__name__)
 APPLY_CHUNK = 2000  # queue data changes applied per loop turn

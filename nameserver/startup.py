@@ -20,8 +20,6 @@ import sys
 from collections.abc import Sequence
 
 from acl.grpc_auth import CLUSTER_KEY_ENV
-from mqproto.serving import raise_nofile_limit
-from mqproto.tls import ServerTls, TlsError
 from nameserver.constants import (
     BOOT_SUCCESS_MESSAGE,
     DEFAULT_LISTEN,
@@ -30,6 +28,8 @@ from nameserver.constants import (
     DEFAULT_MAX_TOPIC_QUEUE_NUMS,
 )
 from nameserver.controller import NamesrvController, split_host_port
+from remoting.serving import raise_nofile_limit
+from remoting.tls import ServerTls, TlsError
 
 log = logging.getLogger("nameserver")
 

@@ -11,13 +11,13 @@ import grpc
 from broker.constants import GRPC_PROXY_PORT_OFFSET
 from broker.controller import BrokerController
 from broker.convert import format_host
-from mqproto.serving import add_servicer
 from mqproto.v2 import service_pb2_grpc
 from proxy.consume import PopService
 from proxy.pop import PopStateStore
 from proxy.route import RouteService
 from proxy.service import MessagingServiceV2
 from proxy.timer import TimerService
+from remoting.serving import add_servicer
 
 log = logging.getLogger(__name__)
 

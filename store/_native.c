@@ -1005,7 +1005,7 @@ fail:
     return NULL;
 }
 
-/* -- decode_batch_messages: broker.convert.messages_from_batch(mqproto.framing.decode_batch) */
+/* -- decode_batch_messages: broker.convert.messages_from_batch(remoting.framing.decode_batch) */
 #define BATCH_FIXED 22 /* TOTALSIZE MAGIC BODYCRC FLAG, body length, properties length */
 #define BATCH_HEAD 20  /* ... up to and including the body length */
 
@@ -1489,7 +1489,7 @@ static PyMethodDef methods[] = {
     {"decode_batch_messages", decode_batch_messages, METH_VARARGS,
      "decode_batch_messages(data, topic, queue_id, born_host, born_timestamp, message_cls, "
      "reserved, client_allowed, uniq_key): as broker.convert.messages_from_batch("
-     "mqproto.framing.decode_batch(data), ...), or None."},
+     "remoting.framing.decode_batch(data), ...), or None."},
     {"client_elements", client_elements, METH_VARARGS,
      "client_elements(msgs, ids, sharding_key, max_size, max_props, reserved): the "
      "MessageBatch elements of mqclient Messages joined, as Message.check and "

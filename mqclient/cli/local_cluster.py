@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mqproto.tls import ClientTls, make_local_ca
+from remoting.tls import ClientTls, make_local_ca
 
 LOOPBACK = "127.0.0.1"
 LAYOUT_FILE = "mqcluster.layout.json"

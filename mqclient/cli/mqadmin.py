@@ -32,7 +32,7 @@ from mqclient.cli.output import (
     table,
 )
 from mqclient.constants import PERM_READ, PERM_WRITE
-from mqproto.tls import ClientTls, TlsError
+from remoting.tls import ClientTls, TlsError
 
 PROG = "mqadmin"
 EXIT_FAILURE = 1

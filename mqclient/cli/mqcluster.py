@@ -63,8 +63,8 @@ from mqclient.cli.local_cluster import (
     write_tls,
 )
 from mqclient.cli.output import dumps, table
-from mqproto.tls import TlsError
 from nameserver.constants import BOOT_SUCCESS_MESSAGE
+from remoting.tls import TlsError
 
 PROG = "mqcluster"
 DEFAULT_DIR = "mqcluster-local"

@@ -166,7 +166,7 @@ def test_send_channel_authenticates_connections(acl_broker: Callable[..., Broker
                                                 ) -> None:
     from mqclient.message import MQClientError
     from mqclient.send_channel import BlockingSendConnections
-    from mqproto.framing import KIND_SEND_BATCH
+    from remoting.framing import KIND_SEND_BATCH
 
     broker = acl_broker()
     admin = Client(broker.address, "admin")
@@ -180,7 +180,7 @@ def test_send_channel_authenticates_connections(acl_broker: Callable[..., Broker
     assert channel
 
     def batch(topic: str) -> bytes:
-        from mqproto.framing import encode_batch_message
+        from remoting.framing import encode_batch_message
         return M.SendBatchRequest(producer_group="PG", topic=topic, queue_id=0,
                                   encoded_messages=encode_batch_message(0, b"x", b""),
                                   born_timestamp=int(time.time() * 1000)
@@ -215,7 +215,7 @@ def test_send_channel_rights_follow_the_reloaded_file(
     it is now: PUB taken away, or the account removed, refuses its next batch; PUB given
     back allows it again (the connection's kept decisions follow the table)."""
     from mqclient.send_channel import BlockingSendConnections
-    from mqproto.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, encode_batch_message
+    from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, encode_batch_message
 
     broker = acl_broker()
     store = broker.controller.acl

@@ -14,7 +14,7 @@ import pytest
 from ha.codec import SlaveHello
 from mqclient.admin import AdminError, MQAdmin
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
-from mqproto.tls import ClientTls, ServerTls, grpc_channel, make_local_ca
+from remoting.tls import ClientTls, ServerTls, grpc_channel, make_local_ca
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props
 from tests.ha.conftest import MemoryStore, master, slave
 
@@ -69,7 +69,7 @@ def test_clients_verify_the_broker(tls_broker: BrokerThread, ca: CaFiles,
 def test_send_channel_over_tls(tls_broker: BrokerThread, ca: CaFiles) -> None:
     from mqclient.send_channel import BlockingSendConnections, SendChannelClosed
     from mqproto import messaging_pb2
-    from mqproto.framing import KIND_SEND_BATCH, encode_batch_message
+    from remoting.framing import KIND_SEND_BATCH, encode_batch_message
 
     channel = tls_broker.controller.send_channel_addr
     assert channel
@@ -139,7 +139,7 @@ import {package}  # an entry point's first import
 from concurrent import futures
 import grpc
 from mqproto import admin_pb2, admin_pb2_grpc
-from mqproto.tls import ClientTls, grpc_channel
+from remoting.tls import ClientTls, grpc_channel
 cert, key, wrong_ca = sys.argv[1:4]
 server = grpc.server(futures.ThreadPoolExecutor(2))
 port = server.add_secure_port("127.0.0.1:0", grpc.ssl_server_credentials(

@@ -1,4 +1,4 @@
-"""mqproto.tls_server (the send channel's TLS layer) on its own: frames of any size both
+"""remoting.tls_server (the send channel's TLS layer) on its own: frames of any size both
 ways, reads paused and resumed with records waiting, clients refused (plaintext, untrusted,
 no certificate under mutual TLS, silent past the handshake timeout) while the server keeps
 serving, and the application told when a client closes."""
@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from mqclient.send_channel import BlockingSendConnections, SendChannelClosed
-from mqproto.framing import KIND_SEND_BATCH, FrameReader, encode_frame
-from mqproto.tls import ClientTls, ServerTls, make_local_ca
-from mqproto.tls_server import TlsServerProtocol
+from remoting.framing import KIND_SEND_BATCH, FrameReader, encode_frame
+from remoting.tls import ClientTls, ServerTls, make_local_ca
+from remoting.tls_server import TlsServerProtocol
 
 CaFiles = tuple[Path, Path, Path]
 TIMEOUT_S = 10.0

@@ -21,7 +21,7 @@ from broker.convert import (
 )
 from broker.status import RequestError
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import decode_batch, encode_batch_message
+from remoting.framing import decode_batch, encode_batch_message
 from store import native
 from store.message import Message
 from tests.broker.conftest import BrokerThread

@@ -13,7 +13,7 @@ import pytest
 
 from mqclient.instance import CLIENT_IP_ENV, ClientInstance
 from mqclient.producer import Producer
-from mqproto.local_address import local_ip
+from remoting.local_address import local_ip
 from tests.broker.conftest import BrokerThread
 
 Start = Callable[..., BrokerThread]

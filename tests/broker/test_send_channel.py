@@ -20,7 +20,7 @@ from broker.topic_config import TopicConfig
 from mqclient import Message, Producer, SendStatus
 from mqclient.send_channel import split_address
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import (
+from remoting.framing import (
     KIND_SEND_BATCH,
     KIND_SEND_BATCHES,
     FrameReader,

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from mqclient.send_channel import split_address
-from mqproto.framing import KIND_SEND_BATCH, encode_frame
+from remoting.framing import KIND_SEND_BATCH, encode_frame
 from tests.broker.conftest import REPO_ROOT, BrokerThread, broker_props, child_env, write_conf
 from tests.broker.test_send_channel import Raw, answer, batch_request, raw, send_channel_address
 from tests.processes import stop_process
@@ -143,7 +143,7 @@ def test_listen_backlog_takes_a_burst(start_broker: Start) -> None:
 
 
 def test_accept_failures_log_one_line(caplog: pytest.LogCaptureFixture) -> None:
-    from mqproto.serving import log_accept_errors_briefly
+    from remoting.serving import log_accept_errors_briefly
 
     loop = asyncio.new_event_loop()
     try:

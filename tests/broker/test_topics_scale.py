@@ -19,8 +19,8 @@ from broker.register_body import TopicTableEncoder, encode_topic_table
 from broker.registration import RegistrationRefused
 from broker.topic_config import DataVersion, TopicConfig, TopicConfigManager, topics_file
 from mqproto import admin_pb2, common_pb2, namesrv_pb2
-from mqproto.serving import run_steps_on_loop
 from nameserver.controller import NamesrvController
+from remoting.serving import run_steps_on_loop
 from tests.broker.conftest import BrokerThread, wait_until
 from tests.broker.test_registration import NamesrvThread
 

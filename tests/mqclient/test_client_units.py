@@ -21,7 +21,7 @@ from mqclient.producer import STICKY_QUEUE_MS, Producer, select_by_hash
 from mqclient.puller import PullService
 from mqclient.route import BrokerGroup, TopicRoute
 from mqproto import common_pb2, messaging_pb2
-from mqproto.framing import decode_batch, encode_batch_message
+from remoting.framing import decode_batch, encode_batch_message
 
 QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
 CIDS = ["c0", "c1", "c2"]

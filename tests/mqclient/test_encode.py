@@ -8,7 +8,7 @@ import random
 import pytest
 
 from mqclient.message import Message, MQClientError, encode_messages
-from mqproto.framing import decode_batch
+from remoting.framing import decode_batch
 from store import native
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the store's C fast paths are not "

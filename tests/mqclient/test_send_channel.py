@@ -21,7 +21,7 @@ import mqclient.loop as mqclient_loop
 from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc
-from mqproto.framing import KIND_SEND_BATCH, encode_frame
+from remoting.framing import KIND_SEND_BATCH, encode_frame
 from tests.broker.conftest import Process, pull_everything
 from tests.mqclient.conftest import Cluster, wait_until
 

@@ -35,7 +35,7 @@ from prometheus_client import (
 from prometheus_client.core import HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from mqproto.serving import RateLimitedLog
+from remoting.serving import RateLimitedLog
 
 log = logging.getLogger(__name__)
 

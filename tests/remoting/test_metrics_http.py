@@ -1,4 +1,4 @@
-"""mqproto.metrics_http without a server: request heads, the exposition text (the same
+"""remoting.metrics_http without a server: request heads, the exposition text (the same
 samples as prometheus_client's generate_latest) and the latency histogram."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 
-from mqproto.metrics_http import (
+from remoting.metrics_http import (
     ExpositionRenderer,
     HttpError,
     HttpLimits,

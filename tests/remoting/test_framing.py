@@ -1,4 +1,4 @@
-"""The send channel's frames and RocketMQ's MessageBatch encoding (mqproto/framing.py), pure:
+"""The send channel's frames and RocketMQ's MessageBatch encoding (remoting/framing.py), pure:
 FrameReader gives the same frames however the stream is cut and whichever API receives it,
 refuses bytes that are not frames, and decode_batch undoes encode_batch_message and refuses
 cut or inconsistent batches."""
@@ -11,7 +11,7 @@ import struct
 import pytest
 
 from mqproto import messaging_pb2
-from mqproto.framing import (
+from remoting.framing import (
     ELEMENT_FIXED_BYTES,
     KIND_SEND_BATCH,
     MAX_FRAME_BYTES,
