@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test bench bench-lag clean
 
-$(STAMP): pyproject.toml setup.py store/_native.c
+$(STAMP): pyproject.toml setup.py common/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
@@ -29,4 +29,4 @@ bench-lag: $(STAMP)
 	$(PY) -m bench.lag
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build store/_native*.so
+	rm -rf $(VENV) .pytest_cache .ruff_cache build common/_native*.so

@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from bench import channel_floor, grpc_floor
-from broker.constants import BOOT_SUCCESS_PREFIX
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqclient import ConsumeFromWhere, Message, Producer, PushConsumer
 from mqclient.message import MessageExt, MQClientError
-from nameserver.constants import BOOT_SUCCESS_MESSAGE
 from remoting.tls import make_local_ca
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -71,7 +70,7 @@ def start_namesrv(work: Path, ns_args: list[str] | None = None
                   ) -> tuple[subprocess.Popen[str], str]:
     """A name server on a free loopback port, logging to work/ns.log: (process, address)."""
     ns, line = _spawn(["-m", "nameserver", "--listen", "127.0.0.1:0", *(ns_args or [])],
-                      work / "ns.log", BOOT_SUCCESS_MESSAGE)
+                      work / "ns.log", NAMESRV_BOOT_SUCCESS_MESSAGE)
     return ns, line.rpartition("listen=")[2]
 
 
@@ -113,7 +112,7 @@ def cluster_processes(work: Path, broker_extra: dict[str, str],
         processes.append(ns)
         conf = write_broker_conf(work, namesrv, broker_extra)
         broker, _ = _spawn(["-m", "broker", "-c", str(conf)], work / "broker.log",
-                           BOOT_SUCCESS_PREFIX)
+                           BROKER_BOOT_SUCCESS_PREFIX)
         processes.append(broker)
         yield namesrv, broker
     finally:

@@ -33,7 +33,7 @@ from pathlib import Path
 import grpc
 
 from broker.message_filter import FilterRegistry, MessageFilter
-from store import native
+from common import native
 from store.config import StoreConfig
 from store.constants import FlushDiskType
 from store.message import Message

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import grpc
 
-from broker.constants import BOOT_SUCCESS_PREFIX
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 
 M = messaging_pb2
@@ -74,7 +74,7 @@ class BrokerProcess:
             line = self.process.stdout.readline() if readable else ""
             if not line:
                 break
-            if line.startswith(BOOT_SUCCESS_PREFIX):
+            if line.startswith(BROKER_BOOT_SUCCESS_PREFIX):
                 return line.split(", ", 1)[1].split("]", 1)[0]
         self.stop()
         raise RuntimeError(f"broker did not boot:\n{self.log_path.read_text()}")

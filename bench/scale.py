@@ -46,9 +46,9 @@ from typing import Any
 import grpc
 
 from bench.e2e import _spawn, percentile, start_namesrv, stop, write_broker_conf
-from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.register_body import encode_topic_table
 from broker.topic_config import TopicConfig
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX
 from mqclient import Message, Producer
 from mqclient.admin import MQAdmin
 from mqclient.loop import CHANNEL_OPTIONS
@@ -106,7 +106,7 @@ class ScaleCluster:
         if self.boots > 1:  # a restart logs beside the first run's log
             self.broker_log = self.work / f"broker-{self.boots}.log"
         self.broker_process, line = _spawn(["-m", "broker", "-c", str(self.conf)],
-                                           self.broker_log, BOOT_SUCCESS_PREFIX)
+                                           self.broker_log, BROKER_BOOT_SUCCESS_PREFIX)
         self.broker = line.split(", ", 1)[1].split("]", 1)[0]
         return time.monotonic() - started
 

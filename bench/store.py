@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-from store import native
+from common import native
 from store.config import StoreConfig
 from store.constants import FlushDiskType
 from store.message import Message

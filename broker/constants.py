@@ -2,22 +2,11 @@
 
 from __future__ import annotations
 
-from store.constants import MessageProperty
+from common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, MessageProperty
 
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
 DEFAULT_LISTEN_PORT = 10911
-MASTER_ID = 0  # MixAll.MASTER_ID
 
-# Permission bits of the broker and of topics (PermName).
-PERM_PRIORITY = 0x8
-PERM_READ = 0x4
-PERM_WRITE = 0x2
-PERM_INHERIT = 0x1
-PERM_READ_WRITE = PERM_READ | PERM_WRITE
-
-# TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: producers of an unknown topic route by it
-# when the broker has autoCreateTopicEnable; nobody may send to it.
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 NOT_ALLOWED_SEND_TOPICS = frozenset({AUTO_CREATE_TOPIC_KEY_TOPIC})
 DEFAULT_TOPIC_QUEUE_NUMS = 8
 # A topic may have at most this many read or write queues on a broker (maxTopicQueueNums):
@@ -82,8 +71,6 @@ DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS = MAX_RECONSUME_TIMES + 1
 DEFAULT_SEND_CHANNEL_MAX_CONNECTIONS = 10_000
 DEFAULT_SEND_CHANNEL_IDLE_MS = 120_000
 DEFAULT_SEND_CHANNEL_FRAME_TIMEOUT_MS = 30_000
-# Printed on stdout once the broker serves; tests and scripts wait for it.
-BOOT_SUCCESS_PREFIX = "The broker["
 
 # Message properties the broker or the store owns (MessageConst.STRING_HASH_SET): a client
 # must not send them as user properties; on the way out they travel in SystemProperties.

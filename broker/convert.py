@@ -18,11 +18,11 @@ from broker.constants import (
     RESERVED_PROPERTIES,
 )
 from broker.status import RequestError
+from common import native
+from common.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
+from common.constants import TRANSACTION_TYPE_MASK, MessageProperty, SysFlag
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import decode_batch
-from store import native
-from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
-from store.constants import TRANSACTION_TYPE_MASK, MessageProperty, SysFlag
 from store.message import Message
 
 _TRANSACTION_TYPES = {
@@ -233,7 +233,7 @@ def messages_from_batch(elements: list[tuple[int, bytes, bytes]], *, topic: str,
 
 
 def _fits_native_batch(cls: type) -> bool:
-    """Whether store/_native.c decode_batch_messages may build `cls` as it does, positionally:
+    """Whether common/_native.c decode_batch_messages may build `cls` as it does, positionally:
     cls(topic, body, properties, queue_id, flag, 0, born_timestamp, born_host)."""
     fields = dataclasses.fields(cls)
     return (tuple(f.name for f in fields[:8]) == (
@@ -248,7 +248,7 @@ def decode_messages(data: bytes, *, topic: str, queue_id: int, born_host: tuple[
                     born_timestamp: int, uniq_key: Callable[[], str]) -> list[Message]:
     """Store messages from a batch in RocketMQ's MessageBatch encoding, as
     `messages_from_batch(decode_batch(data), ...)`; RequestError(MESSAGE_ILLEGAL) when it is
-    not one or a message cannot be stored. The store's C twin (store/_native.c
+    not one or a message cannot be stored. The store's C twin (common/_native.c
     decode_batch_messages) does the common case and hands anything unusual back to Python."""
     lib = native.lib
     if lib is not None and _NATIVE_BATCH:

@@ -16,6 +16,7 @@ import logging
 from collections.abc import Callable
 
 from broker.status import RequestError
+from common import codec, native
 from filter import (
     EXPRESSION_TYPE_SQL92,
     EXPRESSION_TYPE_TAG,
@@ -24,7 +25,6 @@ from filter import (
     compile_sql,
 )
 from mqproto import common_pb2
-from store import codec, native
 from store.reading import TagFilter
 
 log = logging.getLogger(__name__)

@@ -17,15 +17,14 @@ from typing import TYPE_CHECKING
 from broker.constants import (
     DEADLINE_MARGIN_S,
     DEFAULT_PULL_BATCH_SIZE,
-    MASTER_ID,
     MAX_SUSPEND_MILLIS,
-    PERM_READ,
     WHICH_BROKER_WHEN_CONSUME_SLOWLY,
 )
 from broker.convert import message_to_proto
 from broker.status import GET_STATUS_PROTO, RequestError, pull_code, status
+from common.codec import decode_record
+from common.constants import MASTER_ID, PERM_READ
 from mqproto import common_pb2, messaging_pb2
-from store.codec import decode_record
 from store.constants import GetMessageStatus
 from store.reading import GetMessageResult, MessageFilter
 

@@ -18,8 +18,8 @@ import zlib
 from collections.abc import Generator
 
 from broker.admin import topic_config_to_proto
-from broker.constants import PERM_READ_WRITE
 from broker.topic_config import TopicConfig
+from common.constants import PERM_READ_WRITE
 from mqproto import namesrv_pb2
 from remoting.serving import run_steps_on_loop
 

@@ -19,8 +19,9 @@ from collections.abc import Awaitable, Callable
 from broker.consumer_offsets import DelayOffsetManager
 from broker.convert import message_from_ext
 from broker.status import STORED_STATUSES
-from store.codec import MessageExt
-from store.constants import SCHEDULE_TOPIC, MessageProperty, PutMessageStatus
+from common.codec import MessageExt
+from common.constants import SCHEDULE_TOPIC, MessageProperty
+from store.constants import PutMessageStatus
 from store.message import Message
 from store.message_store import DefaultMessageStore
 

@@ -17,8 +17,6 @@ from broker.constants import (
     DLQ_GROUP_TOPIC_PREFIX,
     DLQ_QUEUE_NUMS,
     MAX_RECONSUME_TIMES,
-    PERM_READ_WRITE,
-    PERM_WRITE,
     PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_RETRY_TOPIC,
     RETRY_FIRST_DELAY_LEVEL,
@@ -29,9 +27,10 @@ from broker.convert import decode_messages, message_from_ext, message_from_proto
 from broker.schedule import to_schedule_topic
 from broker.status import STORED_STATUSES, RequestError, ok, put_status, unexpected
 from broker.topic_config import TopicConfig, send_topic_problem
+from common.codec import encode_offset_msg_id
+from common.constants import PERM_READ_WRITE, PERM_WRITE, MessageProperty
 from mqproto import common_pb2, messaging_pb2
-from store.codec import encode_offset_msg_id
-from store.constants import MessageProperty, PutMessageStatus
+from store.constants import PutMessageStatus
 from store.message import Message, topic_problem
 
 if TYPE_CHECKING:

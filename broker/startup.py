@@ -24,10 +24,11 @@ import sys
 from collections.abc import Sequence
 
 from broker.config import ConfigError, LoadedConfig, load_config_file
-from broker.constants import BOOT_SUCCESS_PREFIX, GC_YOUNG_THRESHOLD
+from broker.constants import GC_YOUNG_THRESHOLD
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
 from broker.registration import RegistrationRefused
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX
 from proxy.server import GrpcProxy
 from remoting.serving import raise_nofile_limit
 from store.cq_files import limits_report
@@ -69,8 +70,9 @@ def config_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 def boot_message(controller: BrokerController) -> str:
     namesrv = ";".join(controller.config.namesrv_addr_list) or "(none)"
-    return (f"{BOOT_SUCCESS_PREFIX}{controller.config.broker_name}, {controller.broker_addr}] "
-            f"boot success. serializeType=PROTOBUF and name server is {namesrv}")
+    return (f"{BROKER_BOOT_SUCCESS_PREFIX}{controller.config.broker_name}, "
+            f"{controller.broker_addr}] boot success. serializeType=PROTOBUF and name server "
+            f"is {namesrv}")
 
 
 async def serve(loaded: LoadedConfig) -> None:

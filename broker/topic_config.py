@@ -16,17 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig
-from broker.constants import (
+from broker.constants import NOT_ALLOWED_SEND_TOPICS
+from broker.persistence import ConfigManager, encode_json
+from common.constants import (
     AUTO_CREATE_TOPIC_KEY_TOPIC,
-    NOT_ALLOWED_SEND_TOPICS,
+    DELAY_LEVELS_MS,
     PERM_INHERIT,
     PERM_READ,
     PERM_READ_WRITE,
     PERM_WRITE,
+    SCHEDULE_TOPIC,
 )
-from broker.persistence import ConfigManager, encode_json
 from remoting.serving import run_steps, run_steps_on_loop
-from store.constants import DELAY_LEVELS_MS, SCHEDULE_TOPIC
 from store.message import is_system_topic, topic_problem
 
 log = logging.getLogger(__name__)

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker.constants import BOOT_SUCCESS_PREFIX
 from chaos.constants import ADMIN_TIMEOUT_S, POLL_S, RESTART_TIMEOUT_S
 from chaos.faults import Detail, FaultError, FaultInjector
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli.local_cluster import (
     BROKER,
@@ -25,7 +25,6 @@ from mqclient.cli.local_cluster import (
     spawn,
 )
 from mqclient.cli.mqcluster import load_state, save_state
-from nameserver.constants import BOOT_SUCCESS_MESSAGE
 
 STOP_TIMEOUT_S = 30.0
 SIGNAL_WAIT_S = 10.0
@@ -110,7 +109,8 @@ class LocalInjector(FaultInjector):
 
     def _wait_booted(self, record: ProcessRecord, offset: int, spec: Node,
                      deadline: float) -> None:
-        boot_line = BOOT_SUCCESS_PREFIX if spec.kind == BROKER else BOOT_SUCCESS_MESSAGE
+        boot_line = (BROKER_BOOT_SUCCESS_PREFIX if spec.kind == BROKER
+                     else NAMESRV_BOOT_SUCCESS_MESSAGE)
         log_path = self.directory / record.log
 
         def booted() -> bool:

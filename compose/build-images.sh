@@ -14,7 +14,7 @@
 #    with pip (inside a container HTTPS to the index may fail certificate checks).
 # 3. Project image pyrocketmq-cluster:<hash of its sources, wheelhouse and base>, also tagged
 #    pyrocketmq-cluster:latest; skipped when that tag exists. Built from compose/Dockerfile
-#    (its build stage compiles store/_native.c; the image checks store._native imports).
+#    (its build stage compiles common/_native.c; the image checks common._native imports).
 #    Older project images beyond the newest MQ_KEEP_IMAGES (3) are removed.
 #
 # The last line on stdout is the project image's tag; progress goes to stderr.
@@ -103,7 +103,7 @@ with open(sys.argv[1], "rb") as f:
     project = tomllib.load(f)
 for requirement in project["project"]["dependencies"]:
     print(requirement)
-# The build stage builds the project (setup.py, store/_native.c) without an index.
+# The build stage builds the project (setup.py, common/_native.c) without an index.
 print("setuptools>=68")
 print("wheel")
 PY

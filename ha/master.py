@@ -22,6 +22,8 @@ import time
 from collections.abc import Callable
 
 from acl.signing import AuthError, NonceCache
+from common.codec import STORE_TIMESTAMP_HEAD, record_store_timestamp
+from common.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from ha.auth import verify_hello
 from ha.codec import (
     AckParser,
@@ -43,8 +45,6 @@ from ha.constants import (
 from ha.interface import HAStore
 from ha.proof import tail_crc
 from ha.rate import TransferRate
-from store.codec import STORE_TIMESTAMP_HEAD, record_store_timestamp
-from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 log = logging.getLogger(__name__)
 

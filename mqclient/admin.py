@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 import grpc
 
 from acl.grpc_auth import ClientAuth
+from common import codec as message_codec
+from common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
+from common.route import QueueData
 from mqclient.admin_types import (
     AdminError,
     BrokerGroup,
@@ -37,7 +40,6 @@ from mqclient.admin_types import (
     TopicRoute,
 )
 from mqclient.codec import format_host
-from mqclient.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
 from mqclient.loop import CHANNEL_OPTIONS
 from mqclient.message import SEND_STATUS_BY_CODE, code_name
 from mqclient.route import split_addresses
@@ -50,9 +52,7 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
-from nameserver.routeinfo import QueueData
 from remoting.tls import ClientTls, grpc_channel, plaintext_hint
-from store import codec as store_codec
 
 NAMESRV_ADDR_ENV = "NAMESRV_ADDR"  # used when no address is given, as RocketMQ's tools do
 TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"  # MixAll.TOOLS_CONSUMER_GROUP: raw pulls of tools
@@ -81,7 +81,7 @@ def decode_offset_msg_id(offset_msg_id: str) -> tuple[str, int]:
     """offsetMsgId (SPEC §2.2: store host IP, port, commitlog offset in hex) ->
     (broker address, commitlog offset)."""
     try:
-        store_host, offset = store_codec.decode_offset_msg_id(offset_msg_id)
+        store_host, offset = message_codec.decode_offset_msg_id(offset_msg_id)
     except ValueError:
         raise AdminError(f"{offset_msg_id!r} is not an offsetMsgId (32 or 56 hex digits)"
                          ) from None

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from common.route import QueueData
 from mqclient.route import BrokerGroup
-from nameserver.routeinfo import QueueData  # the name server's own (pure) route entry
 
 
 class AdminError(Exception):

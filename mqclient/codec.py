@@ -1,13 +1,13 @@
 """Decoding the commitlog records of a raw pull (SPEC 2.2) into MessageExt, lean: the layout,
-properties and hosts come from store.codec (pure); no CRC check, hosts are formatted once per
+properties and hosts come from common.codec (pure); no CRC check, hosts are formatted once per
 distinct raw address, offsetMsgId is the hex of the raw store host and the commitlog offset."""
 
 from __future__ import annotations
 
+from common import native
+from common.codec import decode_host, decode_properties, header_struct
+from common.constants import MESSAGE_MAGIC_CODE
 from mqclient.message import MessageExt, MQClientError
-from store import native
-from store.codec import decode_host, decode_properties, header_struct
-from store.constants import MESSAGE_MAGIC_CODE
 
 _HOST_CACHE: dict[bytes, str] = {}
 

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-MASTER_ID = 0  # MixAll.MASTER_ID
-PERM_READ = 0x4
-PERM_WRITE = 0x2
-# TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC: an unknown topic is routed by this one's
-# queues when the brokers auto-create topics.
-AUTO_CREATE_TOPIC_KEY_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 RETRY_QUEUE_NUMS = 1  # the queues a broker creates a retry topic with (retryQueueNums)

@@ -13,9 +13,9 @@ from collections.abc import Callable
 import grpc
 
 from acl.grpc_auth import ClientAuth
+from common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC
 from mqclient.constants import (
     ADMIN_CALL_TIMEOUT_S,
-    AUTO_CREATE_TOPIC_KEY_TOPIC,
     HEARTBEAT_BROKER_INTERVAL_S,
     POLL_NAME_SERVER_INTERVAL_S,
     RETRY_GROUP_TOPIC_PREFIX,

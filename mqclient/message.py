@@ -18,9 +18,9 @@ import time
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from common import native
 from mqproto import common_pb2
 from remoting.framing import MAX_PROPERTIES_BYTES, encode_batch_message
-from store import native
 
 # Properties the broker owns; a user property by one of these names is refused.
 RESERVED_PROPERTY_NAMES = frozenset({
@@ -134,7 +134,7 @@ class Message:
 def encode_messages(msgs: list[Message], ids: list[str], max_size: int,
                     sharding_key: str = "") -> bytes:
     """Each message checked (Message.check) and encoded with its id (Message.encode), the
-    MessageBatch elements joined. The store's C twin (store/_native.c client_elements) does
+    MessageBatch elements joined. The store's C twin (common/_native.c client_elements) does
     the common case and hands anything it would not take to the loop below."""
     lib = native.lib
     if lib is not None:

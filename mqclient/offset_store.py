@@ -16,7 +16,8 @@ from typing import IO, Protocol
 
 import grpc
 
-from mqclient.constants import ADMIN_CALL_TIMEOUT_S, MASTER_ID
+from common.constants import MASTER_ID
+from mqclient.constants import ADMIN_CALL_TIMEOUT_S
 from mqclient.instance import ClientInstance
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqproto import common_pb2, messaging_pb2

@@ -12,11 +12,11 @@ from collections.abc import Callable
 
 import grpc
 
+from common.constants import MASTER_ID
 from mqclient.codec import decode_records
 from mqclient.constants import (
     BROKER_SUSPEND_MAX_TIME_MS,
     CONSUMER_TIMEOUT_WHEN_SUSPEND_S,
-    MASTER_ID,
     PULL_ADDRESS_DOWN_S,
     PULL_THRESHOLD_SIZE_FOR_QUEUE_MIB,
     PULL_TIME_DELAY_WHEN_EXCEPTION_S,

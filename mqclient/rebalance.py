@@ -11,8 +11,9 @@ from collections.abc import Callable
 
 import grpc
 
+from common.constants import MASTER_ID
 from mqclient.allocate import AllocateStrategy
-from mqclient.constants import ADMIN_CALL_TIMEOUT_S, MASTER_ID
+from mqclient.constants import ADMIN_CALL_TIMEOUT_S
 from mqclient.instance import ClientInstance
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.offset_store import OffsetStore

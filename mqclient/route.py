@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 import grpc
 
-from mqclient.constants import MASTER_ID, NAMESRV_CALL_TIMEOUT_S, PERM_READ, PERM_WRITE
+from common.constants import MASTER_ID, PERM_READ, PERM_WRITE
+from mqclient.constants import NAMESRV_CALL_TIMEOUT_S
 from mqclient.loop import Channels
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqproto import common_pb2, namesrv_pb2

@@ -5,8 +5,6 @@ from __future__ import annotations
 DEFAULT_LISTEN = "0.0.0.0:9876"  # RocketMQ's default name server port
 DEFAULT_LOG_LEVEL = "INFO"
 
-MASTER_ID = 0  # MixAll.MASTER_ID: brokerId 0 is a group's master
-
 # A broker whose last registration is older than this is removed by the scan.
 BROKER_CHANNEL_EXPIRED_TIME_MS = 120_000
 # The scan of not-active brokers: first run after 5 s, then every 10 s.
@@ -23,11 +21,5 @@ DEFAULT_MAX_TOPIC_QUEUE_NUMS = 1024
 DEFAULT_MAX_RECEIVE_MIB = 128
 DEFAULT_MAX_RECEIVE_MESSAGE_BYTES = DEFAULT_MAX_RECEIVE_MIB * 1024 * 1024
 
-# Permission bits of topics and queues (PermName).
-PERM_READ = 0x4
-PERM_WRITE = 0x2
-
 # Seconds a stopping name server lets in-flight RPCs finish.
 SHUTDOWN_GRACE_S = 1.0
-# Printed on stdout once the server listens; tests and scripts wait for it.
-BOOT_SUCCESS_MESSAGE = "The Name Server boot success."

@@ -23,23 +23,12 @@ from collections.abc import AsyncIterator, Generator, Sequence
 
 import grpc
 
+from common.constants import MASTER_ID, PERM_WRITE
+from common.route import BrokerData, QueueData, TopicRouteData
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import (
-    DEFAULT_MAX_RECEIVE_MESSAGE_BYTES,
-    DEFAULT_MAX_TOPIC_QUEUE_NUMS,
-    MASTER_ID,
-    PERM_WRITE,
-)
+from nameserver.constants import DEFAULT_MAX_RECEIVE_MESSAGE_BYTES, DEFAULT_MAX_TOPIC_QUEUE_NUMS
 from nameserver.links import broker_links
-from nameserver.routeinfo import (
-    BrokerData,
-    DataVersion,
-    QueueData,
-    QueueDataDiff,
-    RouteInfoManager,
-    TopicConfig,
-    TopicRouteData,
-)
+from nameserver.routeinfo import DataVersion, QueueDataDiff, RouteInfoManager, TopicConfig
 from nameserver.validation import first_topic_problem, header_problem
 from remoting.serving import run_steps, run_steps_on_loop
 

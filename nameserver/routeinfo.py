@@ -26,7 +26,9 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 
-from nameserver.constants import BROKER_CHANNEL_EXPIRED_TIME_MS, MASTER_ID, PERM_WRITE
+from common.constants import MASTER_ID, PERM_WRITE
+from common.route import BrokerData, QueueData, TopicRouteData
+from nameserver.constants import BROKER_CHANNEL_EXPIRED_TIME_MS
 
 log = logging.getLogger(__name__)
 
@@ -57,29 +59,6 @@ class TopicConfig:
     topic_sys_flag: int = 0
 
 
-@dataclasses.dataclass(frozen=True)
-class QueueData:
-    broker_name: str
-    read_queue_nums: int
-    write_queue_nums: int
-    perm: int
-    topic_sys_flag: int = 0
-
-
-@dataclasses.dataclass
-class BrokerData:
-    cluster: str
-    broker_name: str
-    broker_addrs: dict[int, str] = dataclasses.field(default_factory=dict)
-
-    def master_addr(self) -> str | None:
-        """The live master's address, None when the group has no master (no writes)."""
-        return self.broker_addrs.get(MASTER_ID)
-
-    def copy(self) -> BrokerData:
-        return BrokerData(self.cluster, self.broker_name, dict(self.broker_addrs))
-
-
 @dataclasses.dataclass
 class BrokerLiveInfo:
     last_update_timestamp: int
@@ -94,12 +73,6 @@ class RegisterBrokerResult:
 
     master_addr: str = ""
     ha_server_addr: str = ""
-
-
-@dataclasses.dataclass(frozen=True)
-class TopicRouteData:
-    queue_datas: list[QueueData]
-    broker_datas: list[BrokerData]
 
 
 @dataclasses.dataclass(frozen=True)

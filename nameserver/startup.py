@@ -20,8 +20,8 @@ import sys
 from collections.abc import Sequence
 
 from acl.grpc_auth import CLUSTER_KEY_ENV
+from common.constants import NAMESRV_BOOT_SUCCESS_MESSAGE
 from nameserver.constants import (
-    BOOT_SUCCESS_MESSAGE,
     DEFAULT_LISTEN,
     DEFAULT_LOG_LEVEL,
     DEFAULT_MAX_RECEIVE_MIB,
@@ -122,7 +122,7 @@ async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE
                                    tls=tls)
     try:
         address = await controller.start()
-        print(f"{BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
+        print(f"{NAMESRV_BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
         await stop.wait()
     finally:
         await controller.shutdown()

@@ -10,14 +10,15 @@ import logging
 import random
 from typing import TYPE_CHECKING, Any
 
-from broker.constants import DEADLINE_MARGIN_S, PERM_READ, PROPERTY_SHARDING_KEY
+from broker.constants import DEADLINE_MARGIN_S, PROPERTY_SHARDING_KEY
 from broker.status import RequestError
+from common.codec import MessageExt, decode_record
+from common.constants import PERM_READ
 from filter import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import ReceiptHandle, V2Error, message_to_v2
 from proxy.pop import InFlight, PopStateStore, QueueKey
-from store.codec import MessageExt, decode_record
 from store.reading import MessageFilter
 
 if TYPE_CHECKING:

@@ -18,10 +18,10 @@ from google.protobuf import duration_pb2, timestamp_pb2
 from broker.constants import PROPERTY_SHARDING_KEY, RESERVED_PROPERTIES
 from broker.convert import format_host
 from broker.transaction.messages import PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS
+from common.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
+from common.constants import MessageProperty
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
-from store.codec import PROPERTIES_SEPARATOR, PROPERTY_SEPARATOR, MessageExt
-from store.constants import MessageProperty
 
 # RocketMQ 5's MessageConst.PROPERTY_TIMER_DELIVER_MS: when a delayed message is due.
 PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 
 import grpc
 
-from broker.constants import MASTER_ID, PERM_READ, PERM_WRITE
 from broker.registration import CHANNEL_OPTIONS
+from common.constants import MASTER_ID, PERM_READ, PERM_WRITE
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import V2Error

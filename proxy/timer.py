@@ -22,15 +22,14 @@ import logging
 import random
 from typing import TYPE_CHECKING
 
-from broker.constants import PERM_WRITE
 from broker.convert import message_from_ext, message_from_proto
 from broker.schedule import to_schedule_topic
 from broker.status import STORED_STATUSES, put_status
+from common.codec import MessageExt, decode_record
+from common.constants import PERM_WRITE, MessageProperty
 from mqproto import messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import PROPERTY_TIMER_DELIVER_MS, V2Error, v2_status
-from store.codec import MessageExt, decode_record
-from store.constants import MessageProperty
 from store.message import Message
 from store.reading import TagFilter
 

@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from common.constants import MASTER_ID
 from mqclient.admin import NAMESRV_ADDR_ENV, AdminError, MQAdmin
 from mqclient.admin_types import BrokerRuntime, ClusterInfo, ConsumerProgress
 from spark_analytics.schema import (
@@ -46,7 +47,6 @@ log = logging.getLogger("spark_analytics.collect")
 DEFAULT_INTERVAL_S = 10.0
 DEFAULT_TIMEOUT_S = 5.0
 FORGET_UNLISTED_MS = 3_600_000  # a broker gone from the name servers is asked for an hour
-MASTER_ID = 0
 Row = dict[str, Any]
 
 

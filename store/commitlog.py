@@ -12,25 +12,12 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from store import native
-from store.codec import (
-    _HEADER_BY_FLAGS,
-    DispatchRequest,
-    delay_level_ms,
-    encode_blank,
-    encode_host,
-    parse_dispatch,
-    tags_code,
-)
+from common import native
+from common.codec import HEADER_BY_FLAGS, encode_blank, encode_host, tags_code
+from common.constants import MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC, SysFlag
 from store.config import StoreConfig
-from store.constants import (
-    END_FILE_MIN_BLANK_LENGTH,
-    MAX_PROPERTIES_LENGTH,
-    MESSAGE_MAGIC_CODE,
-    SCHEDULE_TOPIC,
-    PutMessageStatus,
-    SysFlag,
-)
+from store.constants import END_FILE_MIN_BLANK_LENGTH, PutMessageStatus
+from store.dispatch import DispatchRequest, delay_level_ms, parse_dispatch
 from store.mapped_file import AllocateMappedFileService, MappedFile, MappedFileQueue
 from store.message import IllegalMessage, Message, check_sizes, topic_problem
 
@@ -77,7 +64,7 @@ AppendedBatch = tuple[int, int, int, list[EncodedMessage], list[int], list[int]]
 
 # born host (ip, port) -> its record bytes; a broker sees a bounded set of client addresses.
 _HOSTS: dict[tuple[str, int], bytes] = {}
-_HEADER_SIZE_BY_FLAGS = {flags: h.size for flags, h in _HEADER_BY_FLAGS.items()}
+_HEADER_SIZE_BY_FLAGS = {flags: h.size for flags, h in HEADER_BY_FLAGS.items()}
 _MAX_CACHED = 100_000
 
 
@@ -435,7 +422,7 @@ def _pack_records(encoded: list[EncodedMessage], start: int, table: dict[tuple[s
     """The records of encoded[start:] that fit in `room` bytes from commitlog offset `phys`,
     joined; hands out their queue offsets and adds each one's offsets to the two lists.
     Returns (bytes, index of the first message left out, offset after the last record)."""
-    headers = _HEADER_BY_FLAGS
+    headers = HEADER_BY_FLAGS
     add_phys = phys_offsets.append
     add_qoff = queue_offsets.append
     parts: list[bytes] = []

@@ -7,14 +7,8 @@ import os
 import re
 from typing import Any
 
-from store.constants import (
-    CQ_ENTRIES_PER_FILE,
-    CQ_STORE_UNIT_SIZE,
-    MESSAGE_DELAY_LEVEL,
-    BrokerRole,
-    FlushDiskType,
-    parse_delay_levels,
-)
+from common.constants import MESSAGE_DELAY_LEVEL, parse_delay_levels
+from store.constants import CQ_ENTRIES_PER_FILE, CQ_STORE_UNIT_SIZE, BrokerRole, FlushDiskType
 
 _CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])([A-Z])")
 

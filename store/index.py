@@ -38,7 +38,7 @@ from pathlib import Path
 
 from crc32c import crc32c as _crc32c
 
-from store import native
+from common import native
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4

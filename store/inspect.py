@@ -23,10 +23,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from store.codec import INT, CorruptRecord, DispatchRequest, parse_dispatch
+from common.codec import INT, CorruptRecord
 from store.commitlog import NO_QUEUE_OFFSET_BIT
 from store.constants import CQ_STORE_UNIT_SIZE
 from store.consume_queue import BLANK_SIZE, ENTRY
+from store.dispatch import DispatchRequest, parse_dispatch
 from store.index import (
     HASH_SLOT_SIZE,
     INDEX_DIR_NAME,

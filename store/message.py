@@ -5,15 +5,15 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from store.constants import (
+from common.constants import (
     MAX_PROPERTIES_LENGTH,
     MAX_TOPIC_LENGTH,
     SYSTEM_TOPIC_PREFIX,
     SYSTEM_TOPICS,
     TOPIC_PATTERN,
     MessageProperty,
-    PutMessageStatus,
 )
+from store.constants import PutMessageStatus
 
 _TOPIC_RE = re.compile(TOPIC_PATTERN)
 

@@ -8,8 +8,8 @@ import os
 import struct
 from typing import TYPE_CHECKING, Protocol
 
-from store import native
-from store.codec import (
+from common import native
+from common.codec import (
     INT,
     STORE_TIMESTAMP_HEAD,
     CorruptRecord,

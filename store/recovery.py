@@ -10,10 +10,10 @@ import os
 import struct
 from typing import TYPE_CHECKING
 
-from store.codec import DispatchRequest, parse_dispatch
 from store.commitlog import NO_QUEUE_OFFSET_BIT, CommitLog
 from store.constants import CQ_STORE_UNIT_SIZE
 from store.consume_queue import BLANK_SIZE, ConsumeQueue
+from store.dispatch import DispatchRequest, parse_dispatch
 from store.reput import MAX_GATHERED, Gathered
 from store.scanning import CommitLogScan
 

@@ -16,10 +16,11 @@ import mmap
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from store.codec import SIZE_MAGIC, DispatchRequest, parse_dispatch
+from common.codec import SIZE_MAGIC
+from common.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from store.commitlog import NO_QUEUE_OFFSET_BIT, AppendedBatch, EncodedMessage
-from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from store.consume_queue import ConsumeQueue
+from store.dispatch import DispatchRequest, parse_dispatch
 from store.scanning import ScannedRecord
 from store.scanning import dispatch_request as scanned_request
 

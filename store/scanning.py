@@ -10,15 +10,10 @@ from typing import TYPE_CHECKING
 
 from crc32c import crc32c
 
-from store.codec import (
-    KNOWN_TOPICS,
-    CorruptRecord,
-    DispatchRequest,
-    check_record,
-    header_struct,
-)
-from store.codec import dispatch_request as codec_dispatch_request
-from store.constants import MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC_CODE
+from common.codec import CorruptRecord, header_struct
+from common.constants import MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC_CODE
+from store.dispatch import KNOWN_TOPICS, DispatchRequest, check_record
+from store.dispatch import dispatch_request as codec_dispatch_request
 
 if TYPE_CHECKING:
     from store.commitlog import CommitLog
@@ -41,7 +36,7 @@ class CommitLogScan:
     clean end of data.
 
     Plain IPv4 records are checked by scan_plain_records (or its C twin); anything else
-    (IPv6 hosts, blanks, the end, damage) goes through codec.check_record, so the verdict is
+    (IPv6 hosts, blanks, the end, damage) goes through dispatch.check_record, so the verdict is
     always check_record's.
     """
 

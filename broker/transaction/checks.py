@@ -15,8 +15,8 @@ from typing import Generic, TypeVar
 
 from broker.convert import message_to_proto
 from broker.transaction.messages import LocalTransactionState
+from common.codec import MessageExt
 from mqproto import messaging_pb2
-from store.codec import MessageExt
 
 log = logging.getLogger(__name__)
 

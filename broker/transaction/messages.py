@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from store.codec import MessageExt
-from store.constants import (
+from common.codec import MessageExt
+from common.constants import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANSACTION_TYPE_MASK,

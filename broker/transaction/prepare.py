@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from broker.constants import PERM_READ_WRITE
 from broker.status import RequestError
 from broker.transaction.messages import (
     PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS,
@@ -14,8 +13,13 @@ from broker.transaction.messages import (
     immunity_seconds,
     to_half_message,
 )
+from common.constants import (
+    PERM_READ_WRITE,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    MessageProperty,
+)
 from mqproto import common_pb2, messaging_pb2
-from store.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC, MessageProperty
 from store.message import Message
 
 if TYPE_CHECKING:

@@ -38,14 +38,14 @@ from broker.transaction.messages import (
     renewed_half,
 )
 from broker.transaction.table import PendingHalf, PendingTable
-from mqproto import common_pb2
-from store.codec import MessageExt
-from store.constants import (
+from common.codec import MessageExt
+from common.constants import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANSACTION_TYPE_MASK,
     SysFlag,
 )
+from mqproto import common_pb2
 
 if TYPE_CHECKING:
     from broker.controller import BrokerController

@@ -18,7 +18,7 @@ import collections
 import dataclasses
 import heapq
 
-from store.codec import MessageExt
+from common.codec import MessageExt
 
 
 @dataclasses.dataclass

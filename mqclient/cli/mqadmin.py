@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+from common.constants import PERM_READ, PERM_WRITE
 from mqclient.admin import (
     NAMESRV_ADDR_ENV,
     RESET_EARLIEST,
@@ -31,7 +32,6 @@ from mqclient.cli.output import (
     perm_name,
     table,
 )
-from mqclient.constants import PERM_READ, PERM_WRITE
 from remoting.tls import ClientTls, TlsError
 
 PROG = "mqadmin"

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from broker.constants import BOOT_SUCCESS_PREFIX
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli.local_cluster import (
     BROKER,
@@ -63,7 +63,6 @@ from mqclient.cli.local_cluster import (
     write_tls,
 )
 from mqclient.cli.output import dumps, table
-from nameserver.constants import BOOT_SUCCESS_MESSAGE
 from remoting.tls import TlsError
 
 PROG = "mqcluster"
@@ -253,8 +252,8 @@ def up(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     try:
         for kind_nodes, boot_line in (
-                ([n for n in layout.nodes if n.kind != BROKER], BOOT_SUCCESS_MESSAGE),
-                (layout.brokers, BOOT_SUCCESS_PREFIX)):
+                ([n for n in layout.nodes if n.kind != BROKER], NAMESRV_BOOT_SUCCESS_MESSAGE),
+                (layout.brokers, BROKER_BOOT_SUCCESS_PREFIX)):
             started = []
             for node in kind_nodes:
                 record, offset = spawn(node, directory, layout)
@@ -304,9 +303,9 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
     _out(f"{PROG}: restarting {', '.join(r.name for r in dead)} of the cluster in {directory}")
     deadline = time.monotonic() + args.timeout
     for group, boot_line in (([r for r in dead if nodes[r.name].kind != BROKER],
-                              BOOT_SUCCESS_MESSAGE),
+                              NAMESRV_BOOT_SUCCESS_MESSAGE),
                              ([r for r in dead if nodes[r.name].kind == BROKER],
-                              BOOT_SUCCESS_PREFIX)):
+                              BROKER_BOOT_SUCCESS_PREFIX)):
         started = []
         for old in group:
             record, offset = spawn(nodes[old.name], directory, layout)

@@ -9,8 +9,8 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from common.constants import PERM_READ, PERM_WRITE
 from mqclient.admin_types import StoredMessage
-from mqclient.constants import PERM_READ, PERM_WRITE
 
 TABLE_BODY_CHARS = 120  # longer bodies are cut in tables (--json has them whole)
 COLUMN_GAP = "  "

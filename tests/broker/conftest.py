@@ -25,10 +25,9 @@ import grpc
 import pytest
 
 from broker.config import parse_config
-from broker.constants import BOOT_SUCCESS_PREFIX
 from broker.controller import BrokerController
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
-from nameserver.constants import BOOT_SUCCESS_MESSAGE
 from tests.processes import stop_process
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -189,12 +188,12 @@ class Processes:
     def namesrv(self, *args: str) -> Process:
         process, log_path = self._spawn(["-m", "nameserver", "--listen", "127.0.0.1:0",
                                          *args], "namesrv")
-        line = _wait_for_line(process, BOOT_SUCCESS_MESSAGE, log_path)
+        line = _wait_for_line(process, NAMESRV_BOOT_SUCCESS_MESSAGE, log_path)
         return Process(process, line.rpartition("listen=")[2], log_path)
 
     def broker(self, conf: Path) -> Process:
         process, log_path = self._spawn(["-m", "broker", "-c", str(conf)], "broker")
-        line = _wait_for_line(process, BOOT_SUCCESS_PREFIX, log_path)
+        line = _wait_for_line(process, BROKER_BOOT_SUCCESS_PREFIX, log_path)
         match = _BROKER_BOOT.match(line)
         assert match is not None, line
         return Process(process, match["addr"], log_path)

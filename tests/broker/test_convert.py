@@ -13,13 +13,13 @@ from broker.convert import (
     peer_host,
 )
 from broker.status import RequestError
-from mqproto import common_pb2, messaging_pb2
-from store.codec import (
+from common.codec import (
     decode_record,
     encode_host,
     encode_properties,
     encode_record,
 )
+from mqproto import common_pb2, messaging_pb2
 
 M = messaging_pb2
 

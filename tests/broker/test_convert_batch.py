@@ -1,5 +1,5 @@
 """Decoding encoded send batches (RocketMQ's MessageBatch encoding) into store messages: the
-store's C twin (store/_native.c decode_batch_messages) against the pure-Python
+store's C twin (common/_native.c decode_batch_messages) against the pure-Python
 messages_from_batch(decode_batch(...)), on well-formed and on damaged input, and the broker's
 send path that uses it (broker.convert.decode_messages)."""
 
@@ -20,9 +20,9 @@ from broker.convert import (
     messages_from_batch,
 )
 from broker.status import RequestError
+from common import native
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import decode_batch, encode_batch_message
-from store import native
 from store.message import Message
 from tests.broker.conftest import BrokerThread
 from tests.broker.test_send_pull import pull_all

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from broker.constants import PERM_READ
 from broker.topic_config import TopicConfig
+from common.constants import PERM_READ
 from mqclient import Message, Producer, SendStatus
 from mqclient.send_channel import split_address
 from mqproto import common_pb2, messaging_pb2

@@ -14,10 +14,10 @@ import pytest
 
 from broker.admin import AdminServicer
 from broker.config import BrokerConfig
-from broker.constants import PERM_READ, PERM_READ_WRITE
 from broker.register_body import TopicTableEncoder, encode_topic_table
 from broker.registration import RegistrationRefused
 from broker.topic_config import DataVersion, TopicConfig, TopicConfigManager, topics_file
+from common.constants import PERM_READ, PERM_READ_WRITE
 from mqproto import admin_pb2, common_pb2, namesrv_pb2
 from nameserver.controller import NamesrvController
 from remoting.serving import run_steps_on_loop

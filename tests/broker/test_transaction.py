@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from broker.transaction.messages import CID_RMQ_SYS_TRANS
+from common.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from mqproto import common_pb2, messaging_pb2
-from store.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, pull_everything, wait_until
 
 M = messaging_pb2

@@ -4,7 +4,7 @@ before or after their half, and the progress offsets a restart rescans from."""
 from __future__ import annotations
 
 from broker.transaction.table import PendingTable
-from store.codec import MessageExt
+from common.codec import MessageExt
 
 
 def copy(tid: str, queue_offset: int, checks: int = 0) -> MessageExt:

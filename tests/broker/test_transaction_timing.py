@@ -12,8 +12,8 @@ from typing import Any
 
 import grpc
 
+from common.constants import RMQ_SYS_TRANS_HALF_TOPIC
 from mqproto import common_pb2, messaging_pb2
-from store.constants import RMQ_SYS_TRANS_HALF_TOPIC
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props, wait_until
 
 M = messaging_pb2

@@ -78,8 +78,8 @@ def mqadmin(cluster: ComposeCluster, *args: str) -> str:
 def test_image_runs_the_c_fast_path_as_a_non_root_user(docker_client: docker.DockerClient,
                                                        compose_image: str) -> None:
     out = docker_client.containers.run(
-        compose_image, ["python", "-c", "import os, store._native, store.native; "
-                        "print(os.getuid(), store.native.lib is not None)"], remove=True)
+        compose_image, ["python", "-c", "import os, common._native, common.native; "
+                        "print(os.getuid(), common.native.lib is not None)"], remove=True)
     assert out.decode().split() == ["10001", "True"]
 
 

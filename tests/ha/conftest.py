@@ -11,13 +11,13 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from common.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 from ha.codec import SlaveHello, encode_hello
 from ha.constants import HA_PROOF_TAIL_SIZE
 from ha.interface import HAStore
 from ha.master import HAService
 from ha.proof import tail_crc
 from ha.slave import HAClient
-from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
 
 # TOTALSIZE, MAGICCODE, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET
 RECORD_HEAD = struct.Struct(">iiiiiqq")

@@ -1,4 +1,4 @@
-"""Decoding raw pulled records: the store's C twin (store/_native.c decode_pulled) against the
+"""Decoding raw pulled records: the store's C twin (common/_native.c decode_pulled) against the
 pure-Python loop of mqclient.codec, on good and on damaged input."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ import random
 
 import pytest
 
+from common import native
+from common.codec import encode_host, encode_properties, encode_record
 from mqclient import codec
 from mqclient.message import MessageExt
-from store import native
-from store.codec import encode_host, encode_properties, encode_record
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the store's C fast paths are not "
                                 "built (no C compiler) or are off (STORE_NATIVE=0)")

@@ -1,4 +1,4 @@
-"""Encoding messages to send: the store's C twin (store/_native.c client_elements) against
+"""Encoding messages to send: the store's C twin (common/_native.c client_elements) against
 mqclient's Message.check + Message.encode, on good messages and on every kind it must refuse."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import random
 
 import pytest
 
+from common import native
 from mqclient.message import Message, MQClientError, encode_messages
 from remoting.framing import decode_batch
-from store import native
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the store's C fast paths are not "
                                 "built (no C compiler) or are off (STORE_NATIVE=0)")

@@ -16,6 +16,7 @@ from typing import Any
 import grpc
 import pytest
 
+from common.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from mqclient import (
     ConsumeFromWhere,
     LocalTransactionState,
@@ -25,7 +26,6 @@ from mqclient import (
     TransactionProducer,
 )
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
-from store.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from tests.broker.conftest import REPO_ROOT, RPC_TIMEOUT_S, Process, child_env
 from tests.mqclient.conftest import Cluster, wait_until
 from tests.mqclient.test_transaction import Seen, pending

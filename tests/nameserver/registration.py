@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from common.constants import PERM_READ, PERM_WRITE
 from mqproto import common_pb2, namesrv_pb2
-from nameserver.constants import PERM_READ, PERM_WRITE
 
 CLUSTER = "DefaultCluster"
 TOPIC = "TopicTest"

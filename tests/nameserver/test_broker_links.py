@@ -13,8 +13,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from common.constants import MASTER_ID
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID
 from nameserver.routeinfo import DataVersion, RouteInfoManager
 from tests.broker.conftest import Processes, broker_props, write_conf
 from tests.nameserver.registration import MASTER_A, register_request

@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
+from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID
 from nameserver.controller import NamesrvController, split_host_port
 from nameserver.routeinfo import DataVersion
 from tests.nameserver.fake_time import FakeTime

@@ -11,8 +11,8 @@ import sys
 import grpc
 import pytest
 
+from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID
 from tests.broker.conftest import REPO_ROOT, Process, Processes, child_env, wait_until
 from tests.nameserver.registration import CLUSTER, MASTER_A, SLAVE_A, TOPIC, register_request
 from tests.prom import raw_http, scrape, status_of

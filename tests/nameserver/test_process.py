@@ -9,8 +9,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID
 from tests.broker.conftest import Process, Processes
 from tests.nameserver.registration import (
     CLUSTER,

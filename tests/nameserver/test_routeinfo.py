@@ -8,16 +8,15 @@ from types import SimpleNamespace
 
 import pytest
 
+from common.constants import MASTER_ID, PERM_READ, PERM_WRITE
+from common.route import QueueData, TopicRouteData
 from mqproto import common_pb2, namesrv_pb2
-from nameserver.constants import MASTER_ID, PERM_READ, PERM_WRITE
 from nameserver.processor import NamesrvServicer
 from nameserver.routeinfo import (
     DataVersion,
-    QueueData,
     RegisterBrokerResult,
     RouteInfoManager,
     TopicConfig,
-    TopicRouteData,
     is_writeable,
 )
 from tests.nameserver.fake_time import FakeClock

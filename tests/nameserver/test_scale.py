@@ -10,10 +10,11 @@ from collections.abc import AsyncIterator
 
 import grpc
 
+from common.constants import MASTER_ID, PERM_READ, PERM_WRITE
+from common.route import QueueData
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID, PERM_READ, PERM_WRITE
 from nameserver.controller import NamesrvController
-from nameserver.routeinfo import DataVersion, QueueData, RouteInfoManager, TopicConfig
+from nameserver.routeinfo import DataVersion, RouteInfoManager, TopicConfig
 from tests.nameserver.fake_time import FakeTime
 from tests.nameserver.registration import CLUSTER, MASTER_A, ha_addr
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import grpc
 import pytest
 
+from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from nameserver.constants import MASTER_ID
 from nameserver.controller import NamesrvController
 from nameserver.validation import address_problem
 from tests.nameserver.fake_time import FakeTime

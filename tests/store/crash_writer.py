@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from store.codec import encode_offset_msg_id  # noqa: E402
+from common.codec import encode_offset_msg_id  # noqa: E402
 from store.config import StoreConfig  # noqa: E402
 from store.constants import FlushDiskType  # noqa: E402
 from store.message import Message  # noqa: E402

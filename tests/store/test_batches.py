@@ -11,14 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from store.codec import decode_record
-from store.constants import (
-    CQ_STORE_UNIT_SIZE,
-    FlushDiskType,
-    GetMessageStatus,
-    PutMessageStatus,
-    SysFlag,
-)
+from common.codec import decode_record
+from common.constants import SysFlag
+from store.constants import CQ_STORE_UNIT_SIZE, FlushDiskType, GetMessageStatus, PutMessageStatus
 from store.consume_queue import ENTRY
 from store.mapped_file import AllocateMappedFileService
 from store.message import Message

@@ -5,8 +5,8 @@ import struct
 import crc32c
 import pytest
 
-from store import native
-from store.codec import (
+from common import native
+from common.codec import (
     CorruptRecord,
     decode_offset_msg_id,
     decode_properties,
@@ -16,12 +16,12 @@ from store.codec import (
     encode_properties,
     encode_record,
     java_string_hash,
-    parse_dispatch,
     record_properties,
     record_property_values,
     tags_code,
 )
-from store.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from common.constants import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE
+from store.dispatch import parse_dispatch
 
 
 def test_record_bytes_written_out_by_hand() -> None:

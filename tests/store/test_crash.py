@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from store.codec import decode_offset_msg_id
+from common.codec import decode_offset_msg_id
 from store.config import StoreConfig
 from store.constants import FlushDiskType, GetMessageStatus
 from store.consume_queue import BLANK_SIZE

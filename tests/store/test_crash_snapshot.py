@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from common.codec import decode_offset_msg_id
 from store import cq_snapshot
-from store.codec import decode_offset_msg_id
 from store.constants import GetMessageStatus
 from store.consume_queue import ConsumeQueue
 from store.message import Message

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from common.constants import SysFlag
 from store.config import StoreConfig
-from store.constants import CQ_STORE_UNIT_SIZE, SysFlag
+from store.constants import CQ_STORE_UNIT_SIZE
 from store.inspect import infer_index_geometry, inspect_store
 from store.message import Message
 from store.message_store import DefaultMessageStore

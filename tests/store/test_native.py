@@ -1,6 +1,6 @@
-"""The C fast paths (store/_native.c) against the pure-Python store they stand in for.
+"""The C fast paths (common/_native.c) against the pure-Python store they stand in for.
 
-Two stores, one with store.native.lib and one without, are fed the same messages with the same
+Two stores, one with common.native.lib and one without, are fed the same messages with the same
 clock: every byte of their commitlogs, consume queues and index files must be equal. The
 recovery scan is compared on damaged copies of one commitlog. (`make test` also runs the whole
 store suite once more with STORE_NATIVE=0.)
@@ -17,10 +17,10 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from store import native
+from common import native
+from common.constants import SCHEDULE_TOPIC, SysFlag
 from store.commitlog import CommitLog
 from store.config import StoreConfig
-from store.constants import SCHEDULE_TOPIC, SysFlag
 from store.message import Message
 from store.message_store import DefaultMessageStore
 from store.scanning import CommitLogScan
@@ -31,7 +31,7 @@ if native.lib is None:
     if os.environ.get("STORE_NATIVE") == "0":
         pytest.skip("STORE_NATIVE=0: the C fast paths are switched off", allow_module_level=True)
     if shutil.which("cc") or shutil.which("gcc"):
-        pytest.fail("store._native was not built although a C compiler is here: "
+        pytest.fail("common._native was not built although a C compiler is here: "
                     "run `pip install -e .` again and read its output", pytrace=False)
     pytest.skip("no C compiler: the store runs its pure-Python paths", allow_module_level=True)
 

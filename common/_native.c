@@ -1,4 +1,4 @@
-/* Native fast paths of the store's per-message loops (see store/native.py).
+/* Native fast paths of the record format's per-message loops (see common/native.py).
  *
  * Each function does exactly what a pure-Python function of the store does, on the common
  * inputs only: whenever an input is unusual (a type, a range, a cache miss, a record that is not
@@ -1500,7 +1500,7 @@ static PyMethodDef methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "store._native", NULL, -1, methods,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "common._native", NULL, -1, methods,
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__native(void) {

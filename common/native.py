@@ -1,4 +1,6 @@
-"""The store's optional C fast paths (store/_native.c), or None.
+"""The optional C fast paths of the record format's per-message loops (common/_native.c):
+the store's encoding, packing, gathering, index keys and recovery scan, the broker's batch
+decoding and the client's pull decoding and batch elements. None when not built.
 
 `lib` is the extension module when it was built and STORE_NATIVE is not "0"; the store's
 objects take it when they are made, so a test can compare both paths. Each native function
@@ -12,7 +14,7 @@ import logging
 import os
 from types import ModuleType
 
-from store.constants import MESSAGE_MAGIC_CODE, SysFlag
+from common.constants import MESSAGE_MAGIC_CODE, SysFlag
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ def _load() -> ModuleType | None:
     if os.environ.get("STORE_NATIVE", "1") == "0":
         return None
     try:
-        from store import _native
+        from common import _native
     except ImportError as e:
         log.info("store: no C fast path (%s); pure Python", e)
         return None
