@@ -18,7 +18,7 @@ from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
 from store.message import is_system_topic, topic_problem
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 A = admin_pb2
@@ -41,7 +41,7 @@ def data_version_to_proto(v: DataVersion) -> common_pb2.DataVersion:
     return common_pb2.DataVersion(timestamp=v.timestamp, counter=v.counter)
 
 
-def earliest_message_store_timestamp(broker: BrokerController) -> int:
+def earliest_message_store_timestamp(broker: BrokerContext) -> int:
     store = broker.store
     if store.min_phy_offset >= store.max_phy_offset:
         return 0
@@ -49,7 +49,7 @@ def earliest_message_store_timestamp(broker: BrokerController) -> int:
     return ext.store_timestamp if ext is not None else 0
 
 
-def slave_ack_offsets(broker: BrokerController) -> dict[str, int]:
+def slave_ack_offsets(broker: BrokerContext) -> dict[str, int]:
     """Per live slave link (by the slave's address): the slave's last ack offset."""
     service = broker.ha_service
     if service is None:
@@ -58,7 +58,7 @@ def slave_ack_offsets(broker: BrokerController) -> dict[str, int]:
             for c in service.connections if c.listed}
 
 
-def ha_connection_infos(broker: BrokerController) -> list[A.HAConnectionRuntimeInfo]:
+def ha_connection_infos(broker: BrokerContext) -> list[A.HAConnectionRuntimeInfo]:
     """A master's slaves: live links, absent slaves of the group (fall-behind growing), then
     recently closed links of slaves that never said who they are (state says why)."""
     service = broker.ha_service
@@ -74,7 +74,7 @@ def ha_connection_infos(broker: BrokerController) -> list[A.HAConnectionRuntimeI
         for s in service.slave_statuses()]
 
 
-def ha_client_info(broker: BrokerController) -> A.HAClientRuntimeInfo | None:
+def ha_client_info(broker: BrokerContext) -> A.HAClientRuntimeInfo | None:
     """A slave's link to its master; None on a master."""
     client = broker.ha_client
     if client is None:
@@ -95,7 +95,7 @@ def ha_client_info(broker: BrokerController) -> A.HAClientRuntimeInfo | None:
         connect_count=st.connect_count)
 
 
-def ha_runtime_entries(broker: BrokerController) -> dict[str, str]:
+def ha_runtime_entries(broker: BrokerContext) -> dict[str, str]:
     """HA figures of the runtime table (text, for tools that print the table); fall-behind
     counts every slave of the group, connected or not."""
     slaves = [c for c in ha_connection_infos(broker) if c.connected or c.slave_broker_id > 0]
@@ -120,19 +120,19 @@ def ha_runtime_entries(broker: BrokerController) -> dict[str, str]:
     }
 
 
-def runtime_table(broker: BrokerController) -> dict[str, str]:
+def runtime_table(broker: BrokerContext) -> dict[str, str]:
     """Every runtime value by its RocketMQ name, as text (GetRuntimeInfo.table)."""
     stats = broker.stats
     table = dict(broker.store.runtime_info())
     table.update({
         "brokerName": broker.config.broker_name,
         "brokerId": str(broker.config.broker_id),
-        "brokerAddr": broker.broker_addr,
+        "brokerAddr": broker.addresses.broker_addr,
         "brokerRole": broker.config.broker_role.value,
         "clusterName": broker.config.broker_cluster_name,
-        "haServerAddr": broker.ha_server_addr,
-        "grpcProxyAddr": broker.grpc_proxy_addr,
-        "metricsAddr": broker.metrics_addr,
+        "haServerAddr": broker.addresses.ha_server_addr,
+        "grpcProxyAddr": broker.addresses.grpc_proxy_addr,
+        "metricsAddr": broker.addresses.metrics_addr,
         "bootTimestamp": str(broker.boot_timestamp),
         "putTps": f"{stats.put_tps():.2f}",
         "getTotalTps": f"{stats.get_total_tps():.2f}",
@@ -163,7 +163,7 @@ def _all_consumer_offsets(table: dict[str, dict[int, int]], version: common_pb2.
 RESET_TARGETS = (A.RESET_TO_TIMESTAMP, A.RESET_TO_EARLIEST, A.RESET_TO_LATEST)
 
 
-def _reset_offsets(broker: BrokerController, topic: str, committed: dict[int, int],
+def _reset_offsets(broker: BrokerContext, topic: str, committed: dict[int, int],
                    read_queue_nums: int, target: int, timestamp: int) -> dict[int, int]:
     """The offset each queue (committed on, or 0 .. read_queue_nums - 1) is reset to
     (reads the store: run in a worker thread)."""
@@ -220,7 +220,7 @@ def _topic_list(configs: list[TopicConfig], version: DataVersion) -> bytes:
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     # -- topics ----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from broker.consumer_offsets import offset_key, split_offset_key
 from mqproto import admin_pb2, common_pb2
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
     from store.message_store import DefaultMessageStore
 
 
@@ -56,7 +56,7 @@ class GroupPlan:
     topics: list[TopicPlan]
 
 
-def plan(broker: BrokerController, group: str, topic: str) -> list[GroupPlan]:
+def plan(broker: BrokerContext, group: str, topic: str) -> list[GroupPlan]:
     """The groups (`group`, or every group with offsets or online consumers) and the topics
     to report: each topic the group committed on or its online consumers subscribe (nothing
     committed yet: all of it is lag), or only `topic`. Runs on the loop: copies per (group,

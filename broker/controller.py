@@ -1,5 +1,6 @@
 """BrokerController: wires the store, the gRPC services, the name server registration and
-the periodic persistence of one broker (RocketMQ's BrokerController).
+the periodic persistence of one broker (RocketMQ's BrokerController). Only the startup code
+uses it: processors and services get the broker's context (broker/context.py).
 
 Everything but the store's own service threads runs on one asyncio loop: handlers, long
 polling, registration, persistence. Blocking work (store load and shutdown, config file
@@ -35,33 +36,32 @@ from broker.constants import (
     STATS_SAMPLE_INTERVAL_S,
 )
 from broker.consumer_offsets import ConsumerOffsetManager, DelayOffsetManager
+from broker.context import BrokerAddresses, BrokerContext
 from broker.convert import UniqKeyFactory, format_host
 from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
 from broker.metrics import BrokerMetrics
 from broker.pull import PullRequestHoldService
+from broker.putting import MessagePutter
 from broker.register_body import TopicTableEncoder
 from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
-from broker.status import STORED_STATUSES, RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
 from broker.transaction import ProducerCheckStreams, TransactionalMessageService
 from broker.transaction.checks import check_request
 from broker.transaction.prepare import HalfMessages
 from ha.codec import SlaveHello
-from ha.constants import HA_LISTEN_PORT_OFFSET, SLAVE_TIMEOUT
+from ha.constants import HA_LISTEN_PORT_OFFSET
 from ha.master import HAService
 from ha.slave import HAClient
-from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto import admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from remoting.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
 from remoting.tls import ClientTls, ServerTls, TlsError
 from store.config import StoreConfig
-from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
-from store.message import Message
-from store.message_store import DefaultMessageStore, PutMessageResult
+from store.message_store import DefaultMessageStore
 from store.waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
@@ -110,36 +110,24 @@ class BrokerController:
         self.auth: ServerAuth | None = None
         self.store: DefaultMessageStore = None  # type: ignore[assignment]  # set by start()
         self.pull_hold: PullRequestHoldService = None  # type: ignore[assignment]
+        self.putter: MessagePutter = None  # type: ignore[assignment]
         self.store_host: tuple[str, int] = ("127.0.0.1", 0)
-        self.broker_addr = ""
-        self.ha_server_addr = ""
-        self.master_addr = ""  # a slave's master, as the name servers answer
+        self.addresses = BrokerAddresses()
+        # What the processors and services see of this broker, once the store is loaded.
+        self.context: BrokerContext | None = None
         # HA (SPEC §5): a master serves slaves, a slave pulls from its master. SYNC_MASTER
         # sends wait on ha_waiters, advanced by the best slave ack.
-        self.ha_service: HAService | None = None
-        self.ha_client: HAClient | None = None
         self.ha_waiters = OffsetWaiters(time.monotonic)
         # A slave copies its master's tables (SPEC §4) and reports offsets committed on it.
         self.slave_sync: SlaveSynchronizer | None = None
-        if self.config.is_slave:
-            self.slave_sync = SlaveSynchronizer(
-                self, self.config.slave_synchronize_interval / 1000,
-                self.config.register_broker_timeout_mills / 1000)
-        self.schedule: ScheduleMessageService | None = None  # a master's, once started
         # Transactions (broker/transaction): producers' check streams; a master's service.
         self.check_streams: ProducerCheckStreams[messaging_pb2.CheckTransactionStateRequest] = (
             ProducerCheckStreams())
-        self.transactions: TransactionalMessageService | None = None
-        self.boot_timestamp = 0
         self.uniq_key = UniqKeyFactory("127.0.0.1")
         self._server: grpc.aio.Server | None = None
         self.messaging: MessagingServicer | None = None
         self.send_channel: SendChannelServer | None = None
-        self.send_channel_addr = ""  # empty: none (sendChannelEnable=false)
         self.metrics: BrokerMetrics | None = None
-        self.metrics_addr = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
-        # RocketMQ 5's gRPC endpoint, once proxy/ serves it (broker/startup.py); empty: none.
-        self.grpc_proxy_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
         # (data version, broker permission) -> the compressed topic table it registers
@@ -149,13 +137,61 @@ class BrokerController:
         self._started = False
         self._stopped = False
 
+    # -- what tests and the startup code read of a running broker ------------------------
+    @property
+    def broker_addr(self) -> str:
+        return self.addresses.broker_addr
+
+    @property
+    def ha_server_addr(self) -> str:
+        return self.addresses.ha_server_addr
+
+    @property
+    def master_addr(self) -> str:
+        return self.addresses.master_addr
+
+    @master_addr.setter
+    def master_addr(self, addr: str) -> None:  # tests point a slave at its master
+        self.addresses.master_addr = addr
+
+    @property
+    def send_channel_addr(self) -> str:
+        return self.addresses.send_channel_addr
+
+    @property
+    def metrics_addr(self) -> str:
+        return self.addresses.metrics_addr
+
+    @property
+    def grpc_proxy_addr(self) -> str:
+        return self.addresses.grpc_proxy_addr
+
+    @property
+    def ha_service(self) -> HAService | None:
+        return self.context.ha_service if self.context is not None else None
+
+    @property
+    def ha_client(self) -> HAClient | None:
+        return self.context.ha_client if self.context is not None else None
+
+    @property
+    def schedule(self) -> ScheduleMessageService | None:
+        return self.context.schedule if self.context is not None else None
+
+    @property
+    def transactions(self) -> TransactionalMessageService | None:
+        return self.context.transactions if self.context is not None else None
+
+    def master_available(self) -> bool:
+        return self.context is not None and self.context.master_available()
+
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> str:
         """Binds, loads the store and config files, serves, registers; returns brokerAddr."""
         self._lock_store_dir()
         log_accept_errors_briefly(asyncio.get_running_loop(), log)
         self._start_acl()
-        server = self._build_server()
+        server = self._new_server()
         self._server = server
         # brokerIP1, else the local address of a socket connected to a name server.
         host = self.config.broker_ip1 or await asyncio.to_thread(
@@ -171,12 +207,12 @@ class BrokerController:
         if port == 0:
             raise OSError(f"cannot listen on port {self.config.listen_port}")
         self.store_host = (resolve_ip(host), port)
-        self.broker_addr = format_host((host, port))
+        self.addresses.broker_addr = format_host((host, port))
         ha_port = self.config.ha_listen_port
         if ha_port < 0:  # unset: listenPort + 1, or any free port when listenPort is
             ha_port = port + HA_LISTEN_PORT_OFFSET if self.config.listen_port else 0
         ha_host = self.config.broker_ip2 or host  # slaves may reach us by another address
-        self.ha_server_addr = format_host((ha_host, ha_port))
+        self.addresses.ha_server_addr = format_host((ha_host, ha_port))
         self.uniq_key = UniqKeyFactory(self.store_host[0])
         self.store_config.store_host = self.store_host
 
@@ -190,13 +226,28 @@ class BrokerController:
         loop = asyncio.get_running_loop()
         self.pull_hold = PullRequestHoldService(loop, store.get_max_offset_in_queue)
         store.arriving_listeners.append(self.pull_hold.on_message_arriving)
+        self.putter = MessagePutter(store, self.stats, self.config.broker_role,
+                                    self.store_config.flush_disk_type, self.ha_waiters)
+        self.context = context = BrokerContext(
+            config=self.config, store_config=self.store_config, clock_ms=self.clock_ms,
+            store=store, topics=self.topics, offsets=self.offsets,
+            delay_offsets=self.delay_offsets, stats=self.stats, clients=self.clients,
+            filters=self.filters, pull_hold=self.pull_hold, putter=self.putter,
+            topics_changed=self.topics_changed, check_streams=self.check_streams,
+            store_host=self.store_host, uniq_key=self.uniq_key, addresses=self.addresses)
+        self._add_services(server, context)
+        if self.config.is_slave:
+            self.slave_sync = SlaveSynchronizer(
+                context, self.config.slave_synchronize_interval / 1000,
+                self.config.register_broker_timeout_mills / 1000,
+                auth=self.cluster_auth, tls=self.peer_tls)
         await self._start_ha(ha_host, ha_port)
         await self._start_send_channel(host, port)
         await self._start_metrics(host)
 
         await server.start()
         self._started = True
-        self.boot_timestamp = self.clock_ms()
+        context.boot_timestamp = self.clock_ms()
         log.info("broker %s (%s, id %d, %s) serving on %s, store %s", self.config.broker_name,
                  self.config.broker_cluster_name, self.config.broker_id,
                  self.config.broker_role.value, self.broker_addr, self.root)
@@ -222,29 +273,31 @@ class BrokerController:
         if self.slave_sync is not None:
             self._tasks.append(asyncio.create_task(self.slave_sync.run(), name="slaveSynchronize"))
         else:
-            self.schedule = ScheduleMessageService(store, self.delay_offsets, self._put_one,
-                                                   self.clock_ms)
-            self.schedule.start()
-            self.transactions = TransactionalMessageService(
-                self, lambda group, half: self.check_streams.send(group, check_request(half)),
+            context.schedule = ScheduleMessageService(store, self.delay_offsets,
+                                                      self.putter.put_one, self.clock_ms)
+            context.schedule.start()
+            context.transactions = TransactionalMessageService(
+                context, lambda group, half: self.check_streams.send(group, check_request(half)),
                 self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
-            self.transactions.start()
+            context.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
                 self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
         return self.broker_addr
 
     async def _start_ha(self, host: str, ha_port: int) -> None:
+        assert self.context is not None
         if self.config.is_slave:
             assert self.slave_sync is not None
             c = self.config
-            self.ha_client = HAClient(
+            client = HAClient(
                 self.store, c.ha_master_address, on_connected=self.slave_sync.wake,
                 hello=SlaveHello(c.broker_id, c.broker_name, self.broker_addr),
                 housekeeping_interval=c.ha_housekeeping_interval / 1000,
                 cluster_key=c.cluster_key,
                 ssl_context=self._ssl(self.peer_tls))
-            self.ha_client.start()
+            self.context.ha_client = client
+            client.start()
             return
         service = HAService(self.store, host=self.config.bind_address, port=ha_port,
                             on_ack=self.ha_waiters.advance,
@@ -258,10 +311,11 @@ class BrokerController:
             bound = await service.start()
         except OSError as e:
             raise OSError(f"cannot listen on haListenPort {ha_port}: {e}") from e
-        self.ha_service = service
+        self.context.ha_service = service
+        self.putter.replicator = service
         # With a write buffer, a put becomes readable only when committed: wake HA then too.
         self.store.commit_listeners.append(lambda _: service.notify_data_arrived())
-        self.ha_server_addr = format_host((host, bound))
+        self.addresses.ha_server_addr = format_host((host, bound))
 
     @staticmethod
     def _ssl(tls: ServerTls | ClientTls | None) -> ssl.SSLContext | None:
@@ -292,85 +346,32 @@ class BrokerController:
         except OSError as e:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel
-        self.send_channel_addr = format_host((host, bound))
+        self.addresses.send_channel_addr = format_host((host, bound))
 
     async def _start_metrics(self, host: str) -> None:
         port = self.config.metrics_port
         if port == 0:
             return
-        metrics = BrokerMetrics(self)
+        assert self.context is not None
+        metrics = BrokerMetrics(self.context)
         try:
             bound = await metrics.start(self.config.bind_address, port)
         except OSError as e:
             raise OSError(f"cannot listen on metricsPort {port}: {e}") from e
         self.metrics = metrics
-        self.metrics_addr = format_host((host, bound))
+        self.addresses.metrics_addr = format_host((host, bound))
         log.info("metrics served on http://%s/metrics", self.metrics_addr)
 
     async def _stop_ha(self) -> None:
-        if self.ha_client is not None:
-            await self.ha_client.stop()
-            self.ha_client = None
-        if self.ha_service is not None:
-            await self.ha_service.stop()
-            self.ha_service = None
+        context = self.context
+        if context is not None and context.ha_client is not None:
+            await context.ha_client.stop()
+            context.ha_client = None
+        if context is not None and context.ha_service is not None:
+            self.putter.replicator = None
+            await context.ha_service.stop()
+            context.ha_service = None
         self.ha_waiters.fail_all()
-
-    async def after_put(self, end_offset: int) -> PutMessageStatus | None:
-        """After a stored put: wakes the slave links; a SYNC_MASTER waits until a slave
-        acked `end_offset`. Returns the status to answer instead, None when replicated
-        (or no wait is due)."""
-        service = self.ha_service
-        if service is None:
-            return None
-        service.notify_data_arrived()
-        if self.config.broker_role is not BrokerRole.SYNC_MASTER:
-            return None
-        if not service.slave_ok():
-            return PutMessageStatus.SLAVE_NOT_AVAILABLE
-        if not await self.ha_waiters.wait_async(end_offset, SLAVE_TIMEOUT / 1000):
-            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
-        return None
-
-    async def put_messages(self, msgs: list[Message]) -> PutMessageResult:
-        """Stores messages in one append, waits for the flush / slave the role asks and
-        counts them. The status is the store's, or the replication's when that failed."""
-        result = await self.store.put_messages_async(msgs)
-        return (await self._count_and_replicate([msgs], [result]))[0]
-
-    async def put_message_groups(self, groups: list[list[Message]]
-                                 ) -> list[PutMessageResult]:
-        """put_messages for several message lists in one store append (each still stored
-        in one piece or not at all, with its own result); one wait for the flush / slave
-        the role asks, for the last of them."""
-        if self.store_config.flush_disk_type is FlushDiskType.ASYNC_FLUSH:
-            results = self.store.append_groups(groups)
-        else:  # a SYNC_FLUSH put waits for its flush: those of one loop turn share it
-            results = list(await asyncio.gather(*(self.store.put_messages_async(msgs)
-                                                  for msgs in groups)))
-        return await self._count_and_replicate(groups, results)
-
-    async def _count_and_replicate(self, groups: list[list[Message]],
-                                   results: list[PutMessageResult]) -> list[PutMessageResult]:
-        """Counts the stored puts and waits for the slave the role asks, once, for the
-        last of them; a replication failure becomes the status of every stored one."""
-        end = 0
-        for msgs, result in zip(groups, results, strict=True):
-            append = result.append
-            if result.status in STORED_STATUSES and append is not None:
-                self.stats.record_put(msgs[0].topic, len(msgs))
-                end = max(end, append.end_offset)
-        if not end:
-            return results
-        ha_status = await self.after_put(end)
-        if ha_status is None:
-            return results
-        return [PutMessageResult(ha_status, r.append)
-                if r.status in STORED_STATUSES and r.append is not None else r
-                for r in results]
-
-    async def _put_one(self, msg: Message) -> PutMessageStatus:
-        return (await self.put_messages([msg])).status
 
     def _load_config_files(self) -> None:
         """topics.json, consumerOffset.json and delayOffset.json (each from its .bak when
@@ -395,21 +396,23 @@ class BrokerController:
             log.warning("aclEnable without clusterKey: this slave cannot sign its calls to "
                         "its master's admin service (set clusterKey on both)")
 
-    def _build_server(self) -> grpc.aio.Server:
+    def _new_server(self) -> grpc.aio.Server:
         max_receive = 2 * self.store_config.max_message_size + (1 << 20)
-        server = grpc.aio.server(options=[
+        return grpc.aio.server(options=[
             ("grpc.so_reuseport", 0),
             ("grpc.max_receive_message_length", max_receive),
             ("grpc.max_send_message_length", -1),
         ], interceptors=[self.auth] if self.auth is not None else None)
-        self.messaging = MessagingServicer(self)
-        self.messaging.send.half_messages = HalfMessages(self)  # transactions
+
+    def _add_services(self, server: grpc.aio.Server, context: BrokerContext) -> None:
+        """The messaging and admin services, on the loaded store (before the server starts)."""
+        self.messaging = MessagingServicer(context)
+        self.messaging.send.half_messages = HalfMessages(context)  # transactions
         # Requests that do not decode answer INVALID_ARGUMENT (one log line), not UNKNOWN.
         add_servicer(server, messaging_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.messaging, log)
         add_servicer(server, admin_pb2_grpc.add_AdminServiceServicer_to_server,
-                     AdminServicer(self), log)
-        return server
+                     AdminServicer(context), log)
 
     def _lock_store_dir(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -538,7 +541,7 @@ class BrokerController:
         answers = await self.outer_api.register_broker_all(await self.register_request())
         for answer in answers:
             if answer.master_addr and answer.master_addr != self.master_addr:
-                self.master_addr = answer.master_addr
+                self.addresses.master_addr = answer.master_addr
                 log.info("master of %s is %s (HA %s)", self.config.broker_name,
                          answer.master_addr, answer.ha_server_addr)
                 if self.slave_sync is not None:
@@ -561,41 +564,6 @@ class BrokerController:
         one write), register again soon (likewise one registration)."""
         self._register_now.set()
         await self.topics.persist_coalesced()
-
-    def master_available(self) -> bool:
-        """A slave's view: its HA link to the master is up (a master is its own master)."""
-        if not self.config.is_slave:
-            return True
-        return self.ha_client is not None and self.ha_client.status.connected
-
-    def slave_read_allowed(self) -> bool:
-        """A slave serves pulls when slaveReadEnable, or when its master is gone."""
-        return (not self.config.is_slave or self.config.slave_read_enable
-                or not self.master_available())
-
-    # -- shared request checks -------------------------------------------------------------
-    def check_queue(self, topic: str, queue_id: int) -> TopicConfig:
-        config = self.topics.get(topic)
-        if config is None:
-            raise RequestError(common_pb2.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
-        if not 0 <= queue_id < config.queue_nums:
-            raise RequestError(common_pb2.INVALID_PARAMETER,
-                               f"queueId[{queue_id}] is illegal, topic {topic} has queues "
-                               f"0..{config.queue_nums - 1} on this broker")
-        return config
-
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Stores a consumer offset after checking it lies within the queue."""
-        if not group:
-            raise RequestError(common_pb2.INVALID_PARAMETER, "consumer_group is required")
-        self.check_queue(topic, queue_id)
-        max_offset = self.store.get_max_offset_in_queue(topic, queue_id)
-        if not 0 <= offset <= max_offset:
-            min_offset = self.store.get_min_offset_in_queue(topic, queue_id)
-            raise RequestError(common_pb2.INVALID_PARAMETER,
-                               f"offset {offset} out of range for {topic}-{queue_id}: the "
-                               f"queue holds [{min_offset}, {max_offset}]")
-        self.offsets.commit_offset(group, topic, queue_id, offset)
 
 
 __all__ = ["BrokerController", "ConfigError", "StoreDirLocked", "wall_clock_ms"]

@@ -24,7 +24,7 @@ from broker.transaction.checks import TRANSACTION_STATES
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 M = messaging_pb2
@@ -34,7 +34,7 @@ Context = grpc.aio.ServicerContext
 class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
     """Method names are the RPC names of messaging.proto."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.send = SendProcessor(broker)
         self.pull = PullProcessor(broker)
@@ -52,7 +52,8 @@ class MessagingServicer(messaging_pb2_grpc.MessagingServiceServicer):
 
     @rpc(M.GetSendChannelResponse)
     async def GetSendChannel(self, request: M.GetSendChannelRequest, context: Context) -> Any:
-        return M.GetSendChannelResponse(status=ok(), address=self.broker.send_channel_addr)
+        return M.GetSendChannelResponse(status=ok(),
+                                        address=self.broker.addresses.send_channel_addr)
 
     @rpc(M.PullMessageResponse)
     async def PullMessage(self, request: M.PullMessageRequest, context: Context) -> Any:

@@ -37,7 +37,7 @@ from remoting.metrics_http import (
 from store.histogram import HistogramSnapshot
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
     from store.message_store import DefaultMessageStore
 
 BROKER_LABELS = ("cluster", "brokerIP", "broker")
@@ -88,7 +88,7 @@ class BrokerSnapshot:
                 "broker": self.broker_name}
 
 
-def take_snapshot(broker: BrokerController) -> BrokerSnapshot:
+def take_snapshot(broker: BrokerContext) -> BrokerSnapshot:
     """On the event loop: O(topics + groups × their topics + slaves), never O(queues)."""
     stats, store = broker.stats, broker.store
     slaves = []
@@ -100,7 +100,7 @@ def take_snapshot(broker: BrokerController) -> BrokerSnapshot:
                                    s.fall_behind_seconds, s.in_sync))
     return BrokerSnapshot(
         cluster=broker.config.broker_cluster_name, broker_name=broker.config.broker_name,
-        broker_addr=broker.broker_addr, now_ms=broker.clock_ms(),
+        broker_addr=broker.addresses.broker_addr, now_ms=broker.clock_ms(),
         put_total=stats.put_total, get_total=stats.get_total, put_tps=stats.put_tps(),
         get_tps=stats.get_total_tps(), topic_put=dict(stats.topic_put),
         topic_put_tps=stats.topic_put_tps(), group_topic_get=dict(stats.group_topic_get),
@@ -315,9 +315,9 @@ def _slaves(s: BrokerSnapshot) -> Iterator[Metric]:
 
 
 class BrokerMetrics(MetricsEndpoint):
-    """The broker's `/metrics` server (BrokerController starts it when metricsPort != 0)."""
+    """The broker's `/metrics` server (the controller starts it when metricsPort != 0)."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         super().__init__("broker")
 

@@ -29,7 +29,7 @@ from store.constants import GetMessageStatus
 from store.reading import GetMessageResult, MessageFilter
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class PullRequestHoldService:
 
 
 class PullProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     async def pull(self, request: messaging_pb2.PullMessageRequest,

@@ -34,7 +34,7 @@ from store.constants import PutMessageStatus
 from store.message import Message, topic_problem
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
     from broker.transaction.prepare import HalfMessages
     from store.commitlog import AppendResult
     from store.message_store import PutMessageResult
@@ -85,7 +85,7 @@ def _observe_latency(send: Callable[Concatenate[SendProcessor, P], Awaitable[R]]
 
 
 class SendProcessor:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         # Prepared (transactional) messages: broker/transaction's hook, set by the
         # controller; without it they are refused.
@@ -176,7 +176,7 @@ class SendProcessor:
                 stored.append((i, msgs))
             except RequestError as e:
                 responses[i] = messaging_pb2.SendBatchResponse(status=e.status())
-        results = await broker.put_message_groups(groups) if groups else []
+        results = await broker.putter.put_message_groups(groups) if groups else []
         for (i, msgs), result in zip(stored, results, strict=True):
             responses[i] = self._encoded_answer(msgs, *_outcome(result, msgs[0]))
         broker.stats.send_latency.observe(time.perf_counter() - started,
@@ -256,7 +256,7 @@ class SendProcessor:
                                properties=props)
         msg.reconsume_times = ext.reconsume_times + 1
         msg.born_timestamp = broker.clock_ms()
-        result = await broker.put_messages(self._scheduled([msg]))
+        result = await broker.putter.put_messages(self._scheduled([msg]))
         if result.status not in STORED_STATUSES:
             detail = result.append.error if result.append is not None else ""
             return put_status(result.status, detail)
@@ -334,7 +334,7 @@ class SendProcessor:
         queue_id = self._queue_id(config, queue_id)
         now = broker.clock_ms()
         msgs = build(queue_id, now, functools.partial(broker.uniq_key, now))
-        put, append = _outcome(await broker.put_messages(self._scheduled(msgs)), msgs[0])
+        put, append = _outcome(await broker.putter.put_messages(self._scheduled(msgs)), msgs[0])
         return put, msgs, append
 
     def _scheduled(self, msgs: list[Message]) -> list[Message]:

@@ -29,10 +29,11 @@ import grpc
 from broker.admin import topic_config_from_proto
 from broker.topic_config import DataVersion
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
-from remoting.tls import aio_channel
+from remoting.tls import ClientTls, aio_channel
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from acl.grpc_auth import ClientAuth
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 A = admin_pb2
@@ -63,8 +64,11 @@ def _checked(response: object, call: str) -> None:
 class SlaveSynchronizer:
     """Runs on the broker's loop; `run` until cancelled, `wake` for a sync now."""
 
-    def __init__(self, broker: BrokerController, interval_s: float, timeout_s: float) -> None:
+    def __init__(self, broker: BrokerContext, interval_s: float, timeout_s: float, *,
+                 auth: ClientAuth | None = None, tls: ClientTls | None = None) -> None:
         self.broker = broker
+        self.auth = auth  # the cluster key's signer (aclEnable on the master)
+        self.tls = tls
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self.sync_count = 0  # successful rounds
@@ -96,9 +100,9 @@ class SlaveSynchronizer:
         """A stub on a channel to `addr`; the channel to a previous master is closed."""
         if self._channel is None or self._channel_addr != addr:
             await self.close()
-            auth = self.broker.cluster_auth
+            auth = self.auth
             self._channel = aio_channel(
-                addr, self.broker.peer_tls,
+                addr, self.tls,
                 interceptors=auth.aio_interceptors() if auth else None)
             self._channel_addr = addr
         return admin_pb2_grpc.AdminServiceStub(self._channel)
@@ -106,7 +110,7 @@ class SlaveSynchronizer:
     async def sync_all(self) -> bool:
         """One round; False when there is no master to copy from or a call failed."""
         ha_client = self.broker.ha_client
-        addr = master_admin_address(self.broker.master_addr,
+        addr = master_admin_address(self.broker.addresses.master_addr,
                                     ha_client.master_address if ha_client else "")
         if not addr:
             return False

@@ -92,7 +92,8 @@ async def serve(loaded: LoadedConfig) -> None:
     try:
         await controller.start()
         # RocketMQ 5's gRPC protocol for the official SDKs (grpcProxyPort; 0 = off).
-        v2 = await GrpcProxy.start_for(controller)
+        assert controller.context is not None and controller.messaging is not None
+        v2 = await GrpcProxy.start_for(controller.context, controller.messaging.send)
         print(boot_message(controller), flush=True)
         await stop.wait()
     finally:

@@ -22,7 +22,8 @@ from proxy.pop import InFlight, PopStateStore, QueueKey
 from store.reading import MessageFilter
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
+    from broker.send import SendProcessor
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,10 @@ class Delivery:
 
 
 class PopService:
-    def __init__(self, broker: BrokerController, state: PopStateStore,
+    def __init__(self, broker: BrokerContext, sender: SendProcessor, state: PopStateStore,
                  max_attempts: int) -> None:
         self.broker = broker
+        self.sender = sender  # dead letters go the way of a consumer's send-back
         self.state = state
         self.max_attempts = max_attempts
         self.broker_name = broker.config.broker_name
@@ -308,10 +310,8 @@ class PopService:
         request = messaging_pb2.ConsumerSendMsgBackRequest(
             consumer_group=group, commit_log_offset=flight.commit_log_offset,
             origin_topic=topic, delay_level=-1, max_reconsume_times=0)
-        messaging = self.broker.messaging
-        assert messaging is not None
         try:
-            status = await messaging.send.send_back(request)
+            status = await self.sender.send_back(request)
         except RequestError as e:
             status = e.status()
         if status.code != common_pb2.SUCCESS:

@@ -23,7 +23,7 @@ from mqproto.v2 import definition_pb2 as D
 from proxy.convert import V2Error
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def permission(perm: int, readable: bool, writable: bool) -> int:
 
 
 class RouteService:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._v2_addrs: dict[str, tuple[float, str]] = {}  # broker addr -> (when, v2 addr)
@@ -119,15 +119,15 @@ class RouteService:
         if config is None:
             raise V2Error(D.TOPIC_NOT_FOUND, f"topic {topic} does not exist on this broker")
         perm = config.perm & broker.config.broker_permission
-        return [BrokerQueues(broker.config.broker_name, broker.grpc_proxy_addr,
+        return [BrokerQueues(broker.config.broker_name, broker.addresses.grpc_proxy_addr,
                              config.read_queue_nums, config.write_queue_nums, perm)]
 
     async def _v2_addr(self, broker_addr: str) -> str:
         """A master's v2 address ('' when it has none or does not answer)."""
         if not broker_addr:
             return ""
-        if broker_addr == self.broker.broker_addr:
-            return self.broker.grpc_proxy_addr
+        if broker_addr == self.broker.addresses.broker_addr:
+            return self.broker.addresses.grpc_proxy_addr
         now = time.monotonic()
         cached = self._v2_addrs.get(broker_addr)
         if cached is not None and now - cached[0] < ENDPOINT_TTL_S:

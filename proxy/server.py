@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 
 import grpc
 
 from broker.constants import GRPC_PROXY_PORT_OFFSET
-from broker.controller import BrokerController
+from broker.context import BrokerContext
 from broker.convert import format_host
+from broker.send import SendProcessor
 from mqproto.v2 import service_pb2_grpc
 from proxy.consume import PopService
 from proxy.pop import PopStateStore
@@ -25,13 +27,15 @@ STOP_GRACE_S = 1.0
 
 
 class GrpcProxy:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext, sender: SendProcessor) -> None:
         self.broker = broker
-        self.state = PopStateStore(broker.root / "config", self._commit)
-        self.pop = PopService(broker, self.state, broker.config.grpc_proxy_max_delivery_attempts)
+        root = Path(broker.store_config.store_path_root_dir)
+        self.state = PopStateStore(root / "config", self._commit)
+        self.pop = PopService(broker, sender, self.state,
+                              broker.config.grpc_proxy_max_delivery_attempts)
         self.route = RouteService(broker)
         self.timer = TimerService(broker)
-        self.service = MessagingServiceV2(broker, self.route, self.pop, self.timer)
+        self.service = MessagingServiceV2(broker, sender, self.route, self.pop, self.timer)
         self.server: grpc.aio.Server | None = None
         self.addr = ""
 
@@ -40,8 +44,9 @@ class GrpcProxy:
         self.broker.offsets.commit_offset(group, topic, queue_id, offset)
 
     @classmethod
-    async def start_for(cls, broker: BrokerController) -> GrpcProxy | None:
-        """Serves v2 for a started broker; None when grpcProxyPort is 0 (off)."""
+    async def start_for(cls, broker: BrokerContext, sender: SendProcessor) -> GrpcProxy | None:
+        """Serves v2 for a started broker, sending through its send processor; None when
+        grpcProxyPort is 0 (off)."""
         port = broker.config.grpc_proxy_port
         if port == 0:
             return None
@@ -53,9 +58,9 @@ class GrpcProxy:
             return None
         if port < 0:  # unset: listenPort + 3, or any free port when listenPort is
             listen = broker.config.listen_port
-            port = int(broker.broker_addr.rpartition(":")[2]) + GRPC_PROXY_PORT_OFFSET \
+            port = int(broker.addresses.broker_addr.rpartition(":")[2]) + GRPC_PROXY_PORT_OFFSET \
                 if listen else 0
-        proxy = cls(broker)
+        proxy = cls(broker, sender)
         await proxy.start(port)
         return proxy
 
@@ -83,9 +88,9 @@ class GrpcProxy:
             raise OSError(f"cannot listen on grpcProxyPort {port}")
         await server.start()
         self.server = server
-        host = broker.broker_addr.rpartition(":")[0].removeprefix("[").removesuffix("]")
+        host = broker.addresses.broker_addr.rpartition(":")[0].removeprefix("[").removesuffix("]")
         self.addr = format_host((host, bound))
-        broker.grpc_proxy_addr = self.addr
+        broker.addresses.grpc_proxy_addr = self.addr
         self.pop.start()
         self.timer.start()
         log.info("broker %s serves apache.rocketmq.v2 (RocketMQ 5 SDKs) on %s",
@@ -101,4 +106,4 @@ class GrpcProxy:
             self.server = None
         await self.route.close()
         self.state.close()
-        self.broker.grpc_proxy_addr = ""
+        self.broker.addresses.grpc_proxy_addr = ""

@@ -46,7 +46,8 @@ from proxy.route import RouteService, permission
 from proxy.timer import TimerService
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
+    from broker.send import SendProcessor
 
 log = logging.getLogger(__name__)
 Context = grpc.aio.ServicerContext
@@ -141,7 +142,7 @@ class _CheckSubscriptions:
     """A v2 producer's subscriptions to the broker's transaction checks: one per topic it
     publishes to (a v2 half's producer group is its topic), forwarded into `outbox`."""
 
-    def __init__(self, broker: BrokerController, client_id: str) -> None:
+    def __init__(self, broker: BrokerContext, client_id: str) -> None:
         self.broker = broker
         self.client_id = client_id
         self.outbox: asyncio.Queue[messaging_pb2.CheckTransactionStateRequest] = (
@@ -170,9 +171,10 @@ class _CheckSubscriptions:
 
 
 class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: BrokerController, route: RouteService, pop: PopService,
-                 timer: TimerService) -> None:
+    def __init__(self, broker: BrokerContext, sender: SendProcessor, route: RouteService,
+                 pop: PopService, timer: TimerService) -> None:
         self.broker = broker
+        self.sender = sender
         self.route = route
         self.pop = pop
         self.timer = timer
@@ -355,8 +357,6 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     async def SendMessage(self, request: S.SendMessageRequest, context: Context) -> Any:
         if not request.messages:
             raise V2Error(D.BAD_REQUEST, "a send needs at least one message")
-        messaging = self.broker.messaging
-        assert messaging is not None
         born_host = peer_host(context.peer())
         limit = self.broker.store_config.max_message_size
         entries = []
@@ -375,7 +375,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                                                      offset=offset))
                     continue
                 queue_id = self._queue_for(message)
-                answer = await messaging.send.send_message(messaging_pb2.SendMessageRequest(
+                answer = await self.sender.send_message(messaging_pb2.SendMessageRequest(
                     producer_group=message.system_properties.producer_group,
                     message=message, queue_id=queue_id), born_host)
                 status = v2_status(answer.status)

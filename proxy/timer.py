@@ -34,7 +34,7 @@ from store.message import Message
 from store.reading import TagFilter
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ def _unscheduled_properties(ext: MessageExt) -> dict[str, str]:
 
 
 class TimerService:
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.levels_ms = list(broker.store_config.delay_levels_ms)
         self._task: asyncio.Task[None] | None = None
@@ -97,7 +97,7 @@ class TimerService:
         msg.properties[PROPERTY_TIMER_REAL_TOPIC] = pb.topic
         msg.properties[PROPERTY_TIMER_REAL_QID] = str(random.randrange(config.write_queue_nums))
         msg = self._hop(msg, deliver_ms - now)
-        result = await broker.put_messages([msg])
+        result = await broker.putter.put_messages([msg])
         if result.status not in STORED_STATUSES or result.append is None:
             detail = result.append.error if result.append is not None else ""
             status = v2_status(put_status(result.status, detail))
@@ -192,7 +192,7 @@ class TimerService:
         if not msg.topic:
             log.error("delayed message without a real topic dropped")
             return True
-        result = await self.broker.put_messages([msg])
+        result = await self.broker.putter.put_messages([msg])
         if result.status in STORED_STATUSES:
             return True
         log.warning("delayed message for %s not stored (%s); trying again in %ss", msg.topic,

@@ -23,7 +23,7 @@ from mqproto import common_pb2, messaging_pb2
 from store.message import Message
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 SYSTEM_TOPIC_QUEUE_NUMS = 1  # the half and op topics have queue 0 only
 MAX_GROUP_LENGTH = 255  # Validators.CHARACTER_MAX_LENGTH
@@ -87,7 +87,7 @@ def is_prepared(msg: Message) -> bool:
     return msg.properties.get(MessageProperty.TRAN_MSG) == TRAN_MSG_TRUE
 
 
-async def ensure_system_topics(broker: BrokerController) -> None:
+async def ensure_system_topics(broker: BrokerContext) -> None:
     """The half and op topics exist from the first half message on (one queue each, as
     RocketMQ creates them)."""
     created = False
@@ -103,7 +103,7 @@ class HalfMessages:
     """The send path's hook for prepared messages (SendProcessor.half_messages, set by the
     controller): which sends are halves, and what the store gets for them."""
 
-    def __init__(self, broker: BrokerController) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def producer_group(self, pbs: Sequence[messaging_pb2.Message], request_group: str, *,

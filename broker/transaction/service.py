@@ -48,7 +48,7 @@ from common.constants import (
 from mqproto import common_pb2
 
 if TYPE_CHECKING:
-    from broker.controller import BrokerController
+    from broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ class TransactionalMessageService:
     """A master's transactions. `start()` loads the halves without outcome and runs the
     check every transactionCheckInterval (`sleep` paces it, `clock_ms` ages halves)."""
 
-    def __init__(self, broker: BrokerController, send_check: SendCheck,
+    def __init__(self, broker: BrokerContext, send_check: SendCheck,
                  online_producers: Callable[[], dict[str, int]], *,
                  clock_ms: Callable[[], int], sleep: Sleep = asyncio.sleep) -> None:
         self.broker = broker
@@ -294,7 +294,7 @@ class TransactionalMessageService:
                 log.error("transaction %s cannot be committed (%s): rolled back", tid, e)
                 commit = False
             else:
-                result = await broker.put_messages([final])
+                result = await broker.putter.put_messages([final])
                 if result.status not in STORED_STATUSES:
                     detail = result.append.error if result.append is not None else ""
                     log.warning("transaction %s: commit put failed (%s %s); the check will "
@@ -305,7 +305,7 @@ class TransactionalMessageService:
                     log.error("%s=after_final_put: killing this broker", FAULT_ENV)
                     os.kill(os.getpid(), signal.SIGKILL)
         op = op_message(entry.queue_offset, self.clock_ms(), broker.store_host)
-        result = await broker.put_messages([op])
+        result = await broker.putter.put_messages([op])
         if result.status not in STORED_STATUSES:
             log.error("transaction %s: op record not stored (%s); it stays pending%s", tid,
                       result.status.value, " (committed)" if entry.committed else "")
@@ -386,7 +386,7 @@ class TransactionalMessageService:
 
     async def _renew(self, entry: PendingHalf, ext: MessageExt) -> MessageExt | None:
         times = entry.check_times + 1
-        result = await self.broker.put_messages([renewed_half(ext, times)])
+        result = await self.broker.putter.put_messages([renewed_half(ext, times)])
         append = result.append
         if result.status not in STORED_STATUSES or append is None:
             log.warning("transaction %s: renewing the half for a check failed (%s)",

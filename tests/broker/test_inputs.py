@@ -149,11 +149,11 @@ def test_consume_stats_plans_no_queue_on_the_loop(start_broker: Start) -> None:
 
     def timed_plan() -> float:
         t0 = time.perf_counter()
-        consume_stats.plan(b.controller, "G", "Huge")
+        consume_stats.plan(b.controller.context, "G", "Huge")
         return time.perf_counter() - t0
 
     assert b.call(timed_plan) < 0.05
-    plans = b.call(lambda: consume_stats.plan(b.controller, "", ""))
+    plans = b.call(lambda: consume_stats.plan(b.controller.context, "", ""))
     [topic] = [t for p in plans if p.group == "G" for t in p.topics]
     queue_plans = topic.queues()
     assert len(queue_plans) == queues and queue_plans[7].committed == 0

@@ -82,7 +82,7 @@ def test_concurrent_creates_share_writes(start_broker: Start) -> None:
     writes = topics.file.writes
 
     async def create_many() -> None:  # 50 creates at once, on the broker's loop
-        admin = AdminServicer(b.controller)
+        admin = AdminServicer(b.controller.context)
         await asyncio.gather(*(admin.CreateOrUpdateTopic(
             admin_pb2.CreateOrUpdateTopicRequest(topic_config=c), None)  # type: ignore[arg-type]
             for c in configs(50, "Burst")))

@@ -16,4 +16,4 @@ from proxy.server import GrpcProxy
 def test_no_v2_endpoint_when_off_or_with_acl_or_tls(port: int, acl: bool, tls: bool) -> None:
     broker: Any = SimpleNamespace(config=SimpleNamespace(
         grpc_proxy_port=port, acl_enable=acl, tls_enable=tls, listen_port=0))
-    assert asyncio.run(GrpcProxy.start_for(broker)) is None
+    assert asyncio.run(GrpcProxy.start_for(broker, sender=None)) is None  # type: ignore[arg-type]
