@@ -20,6 +20,7 @@ from acl.grpc_auth import ClientAuth
 from common import codec as message_codec
 from common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
 from common.route import QueueData
+from mqclient.admin_queries import TRANSACTION_STATUS, BrokerQuery, Row
 from mqclient.admin_types import (
     AdminError,
     BrokerGroup,
@@ -488,25 +489,35 @@ class MQAdmin:
                                    ) -> list[BrokerRuntime | BrokerUnreachable]:
         return self.each_broker(self.cluster_brokers(cluster), self.broker_runtime)
 
-    def pending_transactions(self, addr: str, producer_group: str = "",
-                             broker_name: str = "") -> list[PendingTransactions]:
-        """Halves without an outcome on the master at `addr`, per producer group."""
-        r = self._admin_rpc(addr, "GetPendingTransactions",
-                            admin_pb2.GetPendingTransactionsRequest(
-                                producer_group=producer_group))
-        self._check(r.status, f"pending transactions of {addr}")
-        return [PendingTransactions(broker_name, addr, g.producer_group, g.pending,
-                                    g.oldest_born_timestamp, g.max_check_times,
-                                    g.online_producers) for g in r.groups]
+    def query_brokers(self, query: BrokerQuery, params: dict[str, object], *,
+                      cluster: str | None = None, addrs: Sequence[str] = ()
+                      ) -> list[list[Row] | BrokerUnreachable]:
+        """`query` of the brokers at `addrs`, else of every master (or broker, as the query
+        says) of the cluster (of every cluster): one list of rows per broker, or its
+        BrokerUnreachable. `params` sets the request fields of the query's options."""
+        if addrs:
+            brokers = [("", addr, -1) for addr in addrs]
+        else:
+            brokers = [b for b in self.cluster_brokers(cluster)
+                       if b[2] == 0 or not query.masters_only]
+        names = {addr: name for name, addr, _ in brokers}
+        request = query.request_of(params)
+
+        def ask(addr: str) -> list[Row]:
+            r = self._admin_rpc(addr, query.rpc, request)
+            self._check(r.status, f"{query.command} of {addr}")
+            return query.rows_of(r, names[addr], addr)
+        return self.each_broker(brokers, ask)
 
     def pending_transactions_of_cluster(self, cluster: str | None = None,
                                         producer_group: str = ""
                                         ) -> list[list[PendingTransactions] | BrokerUnreachable]:
-        """Every master of the cluster (of every cluster), one list per master."""
-        masters = [b for b in self.cluster_brokers(cluster) if b[2] == 0]
-        names = {addr: name for name, addr, _ in masters}
-        return self.each_broker(masters, lambda addr: self.pending_transactions(
-            addr, producer_group, names[addr]))
+        """Halves without an outcome on every master of the cluster (of every cluster), per
+        producer group: one list per master."""
+        return [r if isinstance(r, BrokerUnreachable) else [PendingTransactions(**row)
+                                                            for row in r]
+                for r in self.query_brokers(TRANSACTION_STATUS,
+                                            {"producer_group": producer_group}, cluster=cluster)]
 
     def remove_slave(self, master_addr: str, broker_id: int) -> None:
         """The master forgets an absent slave that left its group for good."""

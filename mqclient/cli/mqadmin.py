@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -21,6 +22,7 @@ from mqclient.admin import (
     MQAdmin,
     parse_addresses,
 )
+from mqclient.admin_queries import BROKER_QUERIES, BrokerQuery
 from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage
 from mqclient.cli.output import (
     TABLE_BODY_CHARS,
@@ -379,25 +381,23 @@ def reset_offset_by_time(admin: MQAdmin, args: argparse.Namespace) -> None:
                 for r in resets]))
 
 
-def transaction_status(admin: MQAdmin, args: argparse.Namespace) -> None:
-    """Half messages without an outcome per master and producer group."""
-    group = args.group or ""
-    if args.broker_addr is not None:
-        results: list = [admin.pending_transactions(a, group) for a in
-                         parse_addresses(args.broker_addr)]
-    else:
-        results = admin.pending_transactions_of_cluster(args.cluster, group)
+def broker_query(query: BrokerQuery, admin: MQAdmin, args: argparse.Namespace) -> None:
+    """A declared broker query (mqclient/admin_queries.py): its rows per broker, as a table
+    or JSON; a line per broker that did not answer."""
+    results = admin.query_brokers(query, vars(args), cluster=args.cluster,
+                                  addrs=parse_addresses(args.broker_addr)
+                                  if args.broker_addr is not None else ())
     _warn_unreachable(results)
-    rows = [p for r in results if not isinstance(r, BrokerUnreachable) for p in r]
+    rows = [row for r in results if not isinstance(r, BrokerUnreachable) for row in r]
     if args.json:
         _out(dumps(rows))
         return
-    _out(table(["Broker Name", "Broker Addr", "Producer Group", "Pending", "Oldest Born",
-                "Max Checks", "Online Producers"],
-               [[p.broker_name or "-", p.broker_addr, p.producer_group, p.pending,
-                 human_time(p.oldest_born_timestamp_ms) if p.pending else "-",
-                 p.max_check_times, p.online_producers] for p in rows]))
-    _out(f"\n{sum(p.pending for p in rows)} half message(s) without an outcome")
+    _out(table(["Broker Name", "Broker Addr", *(c.header for c in query.columns)],
+               [[row["broker_name"] or "-", row["broker_addr"],
+                 *(c.cell(row) if c.cell else row[c.key] for c in query.columns)]
+                for row in rows]))
+    if query.summary is not None:
+        _out(f"\n{query.summary(rows)}")
 
 
 def remove_slave(admin: MQAdmin, args: argparse.Namespace) -> None:
@@ -564,13 +564,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True,
                    help="the master's address")
     p.add_argument("-i", "--brokerId", dest="broker_id", type=_positive, required=True)
-    p = command("transactionStatus", transaction_status,
-                "half messages without a commit or rollback, per master and producer group")
-    where = p.add_mutually_exclusive_group()
-    where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="this master only")
-    where.add_argument("-c", "--clusterName", dest="cluster",
-                       help="every master of this cluster (default: every master)")
-    p.add_argument("-g", "--group", help="this producer group only")
+    for query in BROKER_QUERIES:
+        p = command(query.command, functools.partial(broker_query, query), query.help)
+        kind = "master" if query.masters_only else "broker"
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("-b", "--brokerAddr", dest="broker_addr", help=f"this {kind} only")
+        where.add_argument("-c", "--clusterName", dest="cluster",
+                           help=f"every {kind} of this cluster (default: every {kind})")
+        for option in query.options:
+            p.add_argument(*option.flags, dest=option.field, help=option.help,
+                           metavar=option.flags[-1].lstrip("-").upper())
     return parser
 
 
