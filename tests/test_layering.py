@@ -1,0 +1,69 @@
+"""The rooms of the code: which package may import which (read from the sources, as text).
+
+- Only the broker's startup code uses the controller; processors and services get a
+  BrokerContext (broker/context.py).
+- The clients build on `common/` and `remoting/`, never on the store, the name server or the
+  broker.
+- `common/` builds on nothing of the cluster; the store knows nothing of the network.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONTROLLER_USERS = {"broker/controller.py", "broker/startup.py"}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every module `path` imports, at any depth (also inside functions and TYPE_CHECKING)."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def sources(package: str) -> list[Path]:
+    return sorted((REPO_ROOT / package).rglob("*.py"))
+
+
+def importers(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    """`file: module` for each import of a forbidden package (or module) under `package`."""
+    found = []
+    for path in sources(package):
+        rel = path.relative_to(REPO_ROOT).as_posix()
+        for name in sorted(imported_modules(path)):
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                found.append(f"{rel}: {name}")
+    return found
+
+
+def test_only_the_startup_code_imports_the_broker_controller() -> None:
+    offenders = [line for package in ("broker", "proxy")
+                 for line in importers(package, ("broker.controller",))
+                 if line.split(":")[0] not in CONTROLLER_USERS]
+    assert offenders == []
+
+
+@pytest.mark.parametrize(("package", "forbidden"), [
+    ("mqclient", ("store", "nameserver", "broker", "ha", "proxy")),
+    ("common", ("store", "nameserver", "broker", "ha", "proxy", "mqclient", "remoting", "acl")),
+    ("remoting", ("store", "nameserver", "broker", "ha", "proxy", "mqclient")),
+    ("store", ("grpc", "broker", "nameserver", "proxy", "mqclient", "remoting", "mqproto")),
+    ("ha", ("broker", "nameserver", "proxy", "mqclient")),
+])
+def test_packages_keep_to_their_rooms(package: str, forbidden: tuple[str, ...]) -> None:
+    assert importers(package, forbidden) == []
+
+
+def test_the_rule_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("def f():\n    from broker.controller import BrokerController\n")
+    assert "broker.controller" in imported_modules(module)
