@@ -1,6 +1,6 @@
 """The broker's Prometheus metrics (`/metrics` on metricsPort), named as
 apache/rocketmq-exporter names them where it has the metric, so its Grafana dashboards
-work; the rest is ours, in the same style (see the README's Metrics section for the list).
+work; the rest is ours, in the same style (docs/metrics.md lists them).
 
 A scrape is two steps (remoting.metrics_http): `take_snapshot` copies the broker's tables on
 the event loop (counters, per-(group, topic) plans as GetConsumeStats copies them, the HA

@@ -1,6 +1,6 @@
 """The Python client of the cluster: producer and push consumer (SPEC §6).
 
-See README "Client (mqclient)" for the API in short.
+docs/client.md describes the API.
 """
 
 from mqclient.allocate import AllocateAveragely, AllocateAveragelyByCircle

@@ -1,5 +1,5 @@
-"""Burrow-style statuses (SPEC §8; README "Statuses"): per queue over the last N snapshots
-of its broker, evaluated at the newest; per group the worst of its queues."""
+"""Burrow-style statuses (SPEC §8; docs/lag-analytics.md "Statuses"): per queue over the last
+N snapshots of its broker, evaluated at the newest; per group the worst of its queues."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ Workloads, 1 KiB messages: one at a time acknowledged (msgs/s, p50/p99 ms); many
 (async / pipelined / windowed); consume everything back; the many-in-flight load spread over
 256 topics instead of 1. Servers are started on 127.0.0.1 in a temporary directory and
 stopped by PID; a peer that is not installed is reported as skipped. Nothing is installed
-by the bench itself (see the README for the apt and pip lines).
+by the bench itself (docs/benchmarks.md has the apt and pip lines).
 """
 
 from __future__ import annotations
