@@ -5,7 +5,9 @@ cluster key that authenticates brokers to name servers and slaves to their maste
 - `acl.config`: the account file (YAML or JSON) and its validation.
 - `acl.decision`: what an account may do (pure).
 - `acl.signing`: request signatures, freshness and the replay cache.
-- `acl.resources`: what each gRPC method needs (resources and permissions).
+- `acl.requirements`: what each kind of request needs, from which of its fields: the one
+  table every protocol uses.
+- `acl.resources`: each gRPC method (ours, the send channel's frames, v2) as a request kind.
 - `acl.store`: the account file, reloaded when it changes.
 - `acl.grpc_auth`: the broker's server interceptor and the clients' interceptors.
 """

@@ -3,7 +3,9 @@
 A request needs a list of (kind, name, permission); kind "topic" or "group". A retry topic
 (`%RETRY%G`) is group G's resource, as in RocketMQ. For each: the account's entry for the
 name, else its default for that kind; DENY refuses, otherwise the entry must hold the
-permission needed. Admin requests need the admin flag; the admin flag grants nothing else.
+permission needed (either one, for a need of PUB|SUB). An empty name is refused: a request
+that names no topic (or group) where one is needed may not do anything. Admin requests need
+the admin flag; the admin flag grants nothing else.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def decide(account: Account, requirement: Requirement) -> None:
     for raw in requirement.needs:
         need = raw.normalized()
         if not need.name:
-            continue
+            raise Denied(f"account {account.access_key}: the request names no {need.kind} "
+                         f"({need.perm.label} on a {need.kind} needed)")
         have = owned(account, need)
         if have & Perm.DENY or not have & need.perm:
             raise Denied(f"account {account.access_key} lacks {need.perm.label} on "

@@ -197,3 +197,77 @@ def test_every_messaging_rpc_has_its_permissions() -> None:
 
     service = messaging_pb2.DESCRIPTOR.services_by_name["MessagingService"]
     assert sorted(m.name for m in service.methods) == sorted(MESSAGING_NEEDS)
+
+
+def test_every_v2_rpc_has_its_permissions() -> None:
+    """The v2 endpoint's methods map to the same table (Telemetry: per command)."""
+    from acl.resources import V2_NEEDS, V2_PER_COMMAND
+    from mqproto.v2 import service_pb2
+
+    service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+    assert sorted(m.name for m in service.methods) == sorted([*V2_NEEDS, *V2_PER_COMMAND])
+
+
+def _requests() -> list[tuple[str, object]]:
+    """Every mapped method with its request message, all fields empty."""
+    from acl.resources import MESSAGING_NEEDS, V2, V2_NEEDS
+    from mqproto.v2 import service_pb2
+
+    out: list[tuple[str, object]] = []
+    for prefix, table, descriptor in (
+            (MS, MESSAGING_NEEDS, messaging_pb2.DESCRIPTOR),
+            (V2, V2_NEEDS, service_pb2.DESCRIPTOR)):
+        for m in descriptor.services_by_name["MessagingService"].methods:
+            if m.name in table:
+                module = messaging_pb2 if descriptor is messaging_pb2.DESCRIPTOR else service_pb2
+                out.append((prefix + m.name, getattr(module, m.input_type.name)()))
+    return out
+
+
+@pytest.mark.parametrize("method, request_", _requests(), ids=lambda x: str(x)[:60])
+def test_an_empty_name_never_satisfies_a_requirement(method: str, request_: object) -> None:
+    """Even an account that may do anything on every topic and group: a request naming no
+    topic (or group) where one is needed is refused, never let through unchecked."""
+    everything = parse_acl({"accounts": [{
+        "accessKey": "ak", "secretKey": "12345678", "defaultTopicPerm": "PUB|SUB",
+        "defaultGroupPerm": "SUB"}]}).accounts["ak"]
+    need = requirement(method, request_)
+    if any(not n.name for n in need.needs):
+        with pytest.raises(Denied, match="names no"):
+            decide(everything, need)
+    else:  # a request whose fields may all be absent: it acts on nothing named
+        assert method.rpartition("/")[2] in (
+            "GetSendChannel", "EndTransaction", "SubscribeTransactionCheck",
+            "UnregisterClient", "Heartbeat", "NotifyClientTermination",
+            "LockBatchMQ", "UnlockBatchMQ", "SendMessage", "QueryMessageById"), need
+        if "QueryMessageById" not in method:
+            decide(everything, need)
+
+
+def test_v2_requests_need_what_v1_ones_do() -> None:
+    from acl.resources import V2
+    from mqproto.v2 import definition_pb2 as D
+    from mqproto.v2 import service_pb2 as S
+
+    def texts(method: str, request_: object) -> list[str]:
+        return sorted(n.text() for n in requirement(method, request_).needs)
+
+    send = S.SendMessageRequest(messages=[D.Message(topic=D.Resource(name="T")),
+                                          D.Message(topic=D.Resource(name="U")),
+                                          D.Message(topic=D.Resource(name="T"))])
+    assert texts(V2 + "SendMessage", send) == ["topic T PUB", "topic U PUB"]
+    receive = S.ReceiveMessageRequest(group=D.Resource(name="G"), message_queue=D.MessageQueue(
+        topic=D.Resource(name="T")))
+    assert texts(V2 + "ReceiveMessage", receive) == texts(MS + "PullMessage", M.PullMessageRequest(
+        consumer_group="G", topic="T")) == ["group G SUB", "topic T SUB"]
+    for name in ("AckMessage", "ChangeInvisibleDuration", "ForwardMessageToDeadLetterQueue"):
+        request_ = getattr(S, name + "Request")(group=D.Resource(name="G"),
+                                               topic=D.Resource(name="T"))
+        assert texts(V2 + name, request_) == ["group G SUB", "topic T SUB"], name
+    route = requirement(V2 + "QueryRoute", S.QueryRouteRequest(topic=D.Resource(name="T")))
+    pub_only = parse_acl({"accounts": [{"accessKey": "p", "secretKey": "12345678",
+                                        "topicPerms": ["T=PUB"]}]}).accounts["p"]
+    decide(pub_only, route)  # a route needs either right
+    assert texts(V2 + "Heartbeat", S.HeartbeatRequest()) == []  # a producer's
+    assert texts(V2 + "Heartbeat", S.HeartbeatRequest(group=D.Resource(name="G"))) == [
+        "group G SUB"]
