@@ -104,11 +104,17 @@ class SendProcessor:
     @_observe_latency
     async def send_batch(self, request: messaging_pb2.SendBatchRequest,
                          born_host: tuple[str, int]) -> messaging_pb2.SendBatchResponse:
+        # The batch's topic is the one its access was checked for (acl/resources.py): its
+        # messages name that one or none.
+        topic = request.topic
+        if not topic:
+            raise RequestError(common_pb2.INVALID_PARAMETER,
+                               "the batch names no topic (SendBatchRequest.topic): a batch "
+                               "has one topic, named there")
         if request.encoded_messages:
             return await self._send_encoded(request, born_host)
         if not request.messages:
             raise RequestError(common_pb2.INVALID_PARAMETER, "a batch needs at least one message")
-        topic = request.topic or request.messages[0].topic
         for i, m in enumerate(request.messages):
             if m.topic and m.topic != topic:
                 raise RequestError(common_pb2.MESSAGE_ILLEGAL,

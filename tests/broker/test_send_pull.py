@@ -106,6 +106,12 @@ def test_batch_is_one_append_in_one_queue(start_broker: Start) -> None:
     assert code(mixed) == "MESSAGE_ILLEGAL" and not mixed.results
     empty = b.messaging.SendBatch(M.SendBatchRequest(topic="TopicB"))
     assert code(empty) == "INVALID_PARAMETER"
+    # The batch's topic is the one named in the request (access is checked for it): a
+    # batch naming none is refused, whatever its messages name.
+    unnamed = b.messaging.SendBatch(M.SendBatchRequest(messages=[
+        M.Message(topic="TopicB", body=b"a"), M.Message(topic="TopicB", body=b"b")]))
+    assert code(unnamed) == "INVALID_PARAMETER" and "names no topic" in unnamed.status.remark
+    assert not unnamed.results
 
 
 def test_auto_create_topic_queue_count(start_broker: Start) -> None:
