@@ -8,6 +8,7 @@ cluster key that authenticates brokers to name servers and slaves to their maste
 - `acl.requirements`: what each kind of request needs, from which of its fields: the one
   table every protocol uses.
 - `acl.resources`: each gRPC method (ours, the send channel's frames, v2) as a request kind.
+- `acl.caller`: the account a handler serves, for what it finds (a message at an offset).
 - `acl.store`: the account file, reloaded when it changes.
 - `acl.grpc_auth`: the broker's server interceptor and the clients' interceptors.
 """

@@ -6,6 +6,8 @@ request changes nothing. UNAUTHENTICATED: no, unknown or bad credentials (stale,
 wrong signature); PERMISSION_DENIED: an address not allowed or a permission lacking (the
 message names the account, the resource and the permission). The cluster key signs as
 `@cluster` (brokers towards each other and towards the name servers) and may do anything.
+The handler then serves as the request's account (acl.caller), to check what it finds (a
+send-back's message, an EndTransaction's half).
 
 Client side (`ClientAuth`): the same signature added to every call of a channel
 (`aio_interceptors()` for grpc.aio channels, `intercept(channel)` for blocking ones).
@@ -22,6 +24,7 @@ from typing import Any
 
 import grpc
 
+from acl import caller
 from acl.config import Account
 from acl.decision import Denied, decide
 from acl.resources import NAMESRV, requirement, signed_fields
@@ -82,8 +85,10 @@ class ServerAuth(grpc.aio.ServerInterceptor):
         self._auth_log = RateLimitedLog(log, interval_s=10.0)
         self._logged: set[str] = set()
 
-    def check(self, method: str, request: Any, metadata: dict[str, str], peer: str) -> None:
-        """Raises Refusal when the request may not run."""
+    def check(self, method: str, request: Any, metadata: dict[str, str], peer: str
+              ) -> Account | None:
+        """The account the request may run as (None: the cluster key); raises Refusal when
+        it may not run."""
         host = peer_host(peer)
         self._check_address(host, host or peer)
         if not metadata.get(ACCESS_KEY_MD, ""):
@@ -101,6 +106,14 @@ class ServerAuth(grpc.aio.ServerInterceptor):
             except Denied as e:
                 raise Refusal(grpc.StatusCode.PERMISSION_DENIED,
                               f"{e} for {method.rpartition('/')[2]}") from None
+        return account
+
+    def caller_of(self, account: Account | None) -> caller.Caller | None:
+        """Whom a handler serves for `account` (None: unrestricted, the cluster key)."""
+        store = self.store
+        if account is None or store is None:
+            return None
+        return caller.Caller(account, lambda: store.config.accounts)
 
     def _check_address(self, host: str, shown_host: str) -> None:
         """Raises Refusal when the ACL's global white list leaves `host` out."""
@@ -179,13 +192,15 @@ class ServerAuth(grpc.aio.ServerInterceptor):
             return handler  # no request-streaming RPC is served (see remoting.serving)
         metadata = {k: v for k, v in (details.invocation_metadata or ())  # type: ignore[attr-defined]
                     if isinstance(v, str)}
-        check, log_refusal = self.check, self.log_refusal
+        check, log_refusal, caller_of = self.check, self.log_refusal, self.caller_of
 
         async def refuse_or_pass(request: Any, context: grpc.aio.ServicerContext) -> None:
+            """Aborts the call, or lets its task serve as the request's account (each call
+            has a task of its own)."""
             if type(request) is Undecodable:
                 return  # the handler answers INVALID_ARGUMENT
             try:
-                check(method, request, metadata, context.peer())
+                caller.serve_as(caller_of(check(method, request, metadata, context.peer())))
             except Refusal as r:
                 log_refusal(method, context.peer(), r)
                 await context.abort(r.code, str(r))

@@ -6,7 +6,8 @@ A protocol maps each of its requests to a kind and reads the fields the table na
 MessagingService). The handler must act on exactly those fields: the topic checked is the
 topic stored. A new protocol's server (4.x remoting: request code -> kind, fields from the
 header's extFields) does what acl/grpc_auth.ServerAuth does: after the signature,
-`decide(account, requirement(kind, fields))` before the handler.
+`decide(account, requirement(kind, fields))` before the handler, and the handler's task
+serves as the account (`acl.caller.serve_as`) for what it finds.
 
 Fields:
 - `topic`: the topics the request acts on (each message's, each subscription's, ...;
@@ -14,7 +15,7 @@ Fields:
 - `group`: the consumer group;
 - `stored topic`: the topic of a stored message the request names by its commitlog offset
   (a send-back, an EndTransaction's half, a transaction check). Only the handler knows it,
-  once it has looked the message up.
+  once it has looked the message up: it checks it through acl/caller.py.
 
 An empty name never satisfies a requirement (decision.decide): a request that names no
 topic where one is needed is refused. `optional` marks the one exception, a field whose

@@ -13,6 +13,9 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from acl.caller import authorize_found
+from acl.decision import Denied
+from acl.requirements import SEND_BACK, STORED_TOPIC
 from broker.constants import (
     DLQ_GROUP_TOPIC_PREFIX,
     DLQ_QUEUE_NUMS,
@@ -27,7 +30,7 @@ from broker.convert import decode_messages, message_from_ext, message_from_proto
 from broker.schedule import to_schedule_topic
 from broker.status import STORED_STATUSES, RequestError, ok, put_status, unexpected
 from broker.topic_config import TopicConfig, send_topic_problem
-from common.codec import encode_offset_msg_id
+from common.codec import MessageExt, encode_offset_msg_id
 from common.constants import PERM_READ_WRITE, PERM_WRITE, MessageProperty
 from mqproto import common_pb2, messaging_pb2
 from store.constants import PutMessageStatus
@@ -220,11 +223,18 @@ class SendProcessor:
             commit_log_offsets=append.commit_log_offsets,
             offset_msg_id_host=_offset_msg_id_host(self.broker.store_host))
 
-    async def send_back(self, request: messaging_pb2.ConsumerSendMsgBackRequest
-                        ) -> common_pb2.Status:
+    async def send_back(self, request: messaging_pb2.ConsumerSendMsgBackRequest, *,
+                        subscribed_only: bool = True) -> common_pb2.Status:
         """A message the group failed to consume (RocketMQ's consumerSendMsgBack): again to
         `%RETRY%{group}` after a growing delay, or to `%DLQ%{group}` once it was consumed
-        max reconsume times (or the consumer asks, delay_level < 0)."""
+        max reconsume times (or the consumer asks, delay_level < 0).
+
+        The message is the one at the commitlog offset the client names, so it is checked
+        (unlike RocketMQ, which copies whatever is there into a topic the group may read):
+        the request's account needs SUB on its topic and, `subscribed_only`, it must be of a
+        topic the group's consumers here subscribe to or the group's retry topic (with no
+        subscription known, the account's right decides). The proxy's dead-letter forwarding, of a
+        message it delivered to the group itself, passes False."""
         broker = self.broker
         self._check_broker()
         group = request.consumer_group
@@ -236,6 +246,7 @@ class SendProcessor:
         if ext is None:
             raise RequestError(common_pb2.SYSTEM_ERROR,
                                f"look message by offset failed, {request.commit_log_offset}")
+        self._check_send_back(group, ext, subscribed_only)
         props = dict(ext.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, ext.topic)
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, request.origin_message_id or ext.msg_id)
@@ -267,6 +278,24 @@ class SendProcessor:
             detail = result.append.error if result.append is not None else ""
             return put_status(result.status, detail)
         return ok()
+
+    def _check_send_back(self, group: str, ext: MessageExt, subscribed_only: bool) -> None:
+        """Raises RequestError(NO_PERMISSION) when `group` may not send `ext` back."""
+        where = (f"the message at commitlog offset {ext.commit_log_offset} is of topic "
+                 f"{ext.topic}")
+        try:
+            authorize_found(SEND_BACK, {STORED_TOPIC: (ext.topic,)}, "ConsumerSendMsgBack")
+        except Denied as e:
+            raise RequestError(common_pb2.NO_PERMISSION, f"{e} ({where})") from None
+        retry = RETRY_GROUP_TOPIC_PREFIX + group
+        if not subscribed_only or ext.topic == retry:
+            return
+        subscribed = self.broker.clients.subscribed_topics(group)
+        if subscribed and ext.topic not in subscribed:
+            raise RequestError(common_pb2.NO_PERMISSION, (
+                f"ConsumerSendMsgBack of group {group} refused: {where}, which the group's "
+                f"consumers here do not subscribe to ({', '.join(sorted(subscribed))}); a "
+                f"group sends back messages of its subscriptions and of {retry} only"))
 
     async def ensure_retry_topic(self, group: str) -> None:
         """A clustering consumer's retry topic exists on masters from its first heartbeat,

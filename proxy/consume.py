@@ -311,7 +311,9 @@ class PopService:
             consumer_group=group, commit_log_offset=flight.commit_log_offset,
             origin_topic=topic, delay_level=-1, max_reconsume_times=0)
         try:
-            status = await self.sender.send_back(request)
+            # The message is one the proxy delivered to (group, topic) itself: no look at
+            # the group's subscriptions (they may have changed since).
+            status = await self.sender.send_back(request, subscribed_only=False)
         except RequestError as e:
             status = e.status()
         if status.code != common_pb2.SUCCESS:

@@ -271,3 +271,51 @@ def test_v2_requests_need_what_v1_ones_do() -> None:
     assert texts(V2 + "Heartbeat", S.HeartbeatRequest()) == []  # a producer's
     assert texts(V2 + "Heartbeat", S.HeartbeatRequest(group=D.Resource(name="G"))) == [
         "group G SUB"]
+
+
+def test_what_a_handler_finds_is_checked_for_the_request_account() -> None:
+    """The stored topic of a send-back (SUB), an EndTransaction's half (PUB) and a
+    transaction check (PUB): checked against the account the request is served as, as the
+    account table has it now."""
+    import asyncio
+
+    from acl import caller
+    from acl.requirements import END_TRANSACTION, SEND_BACK, STORED_TOPIC, TRANSACTION_CHECKS
+
+    table = parse_acl({"accounts": [{"accessKey": "ak", "secretKey": "12345678",
+                                     "topicPerms": ["R=SUB", "W=PUB"]}]}).accounts
+    who = caller.Caller(table["ak"], lambda: table)
+
+    def found(topic: str) -> dict[str, tuple[str]]:
+        return {STORED_TOPIC: (topic,)}
+
+    caller.check_found(who, SEND_BACK, found("R"))
+    caller.check_found(who, END_TRANSACTION, found("W"))
+    caller.check_found(who, TRANSACTION_CHECKS, found("W"))
+    for kind, topic in ((SEND_BACK, "W"), (END_TRANSACTION, "R"), (TRANSACTION_CHECKS, ""),
+                        (SEND_BACK, "")):
+        with pytest.raises(Denied, match="account ak"):
+            caller.check_found(who, kind, found(topic))
+    caller.check_found(None, SEND_BACK, found("anything"))  # unrestricted
+
+    async def served_as(restricted: bool) -> None:
+        caller.serve_as(who if restricted else None)
+        await asyncio.sleep(0)  # the other task sets its own meanwhile
+        caller.authorize_found(SEND_BACK, found("R"), "X")
+        if restricted:
+            with pytest.raises(Denied, match="for X"):
+                caller.authorize_found(SEND_BACK, found("W"), "X")
+        else:
+            caller.authorize_found(SEND_BACK, found("W"), "X")
+
+    async def both() -> None:  # each task serves its own request
+        await asyncio.gather(served_as(True), served_as(False))
+
+    asyncio.run(both())
+    assert caller.current() is None
+    changed = parse_acl({"accounts": [{"accessKey": "ak", "secretKey": "another-secret",
+                                       "topicPerms": ["R=SUB"]}]}).accounts
+    with pytest.raises(Denied, match="secret changed"):
+        caller.Caller(table["ak"], lambda: changed).account()
+    with pytest.raises(Denied, match="removed"):
+        caller.Caller(table["ak"], dict).account()

@@ -146,3 +146,63 @@ def test_send_channel_batches_are_checked_for_the_topic_they_are_stored_in(
         producer.close()
     wait_stored(broker, "orders", 4)
     assert [stored(broker, t) for t in TOPICS[1:]] == [0, 0, 0]
+
+
+# -- ConsumerSendMsgBack -------------------------------------------------------------------
+def send_back(c: Client, offset: int, group: str = "billing") -> common_pb2.Status:
+    return c.messaging.ConsumerSendMsgBack(M.ConsumerSendMsgBackRequest(
+        consumer_group=group, commit_log_offset=offset, delay_level=-1,
+        max_reconsume_times=0), timeout=RPC_TIMEOUT_S).status
+
+
+def pull(c: Client, topic: str, group: str, queue_id: int = 0) -> M.PullMessageResponse:
+    return c.messaging.PullMessage(M.PullMessageRequest(
+        consumer_group=group, topic=topic, queue_id=queue_id, max_msg_nums=8,
+        subscription="*"), timeout=RPC_TIMEOUT_S)
+
+
+def heartbeat(c: Client, *topics: str) -> None:
+    r = c.messaging.Heartbeat(M.HeartbeatRequest(
+        client_id="c1", consumer_group="billing",
+        subscriptions=[M.ConsumerSubscription(topic=t, sub_string="*") for t in topics]),
+        timeout=RPC_TIMEOUT_S)
+    assert r.status.code == common_pb2.SUCCESS, r.status
+
+
+def test_send_back_of_a_message_the_account_may_not_read_is_refused(
+        broker: BrokerThread, clients: dict[str, Client]) -> None:
+    """The issue's probe: SUB on the group only, a commitlog offset of another topic's
+    message: refused, nothing copied into the group's retry or dead-letter topic."""
+    secret = send(clients["admin"], "secret", b"the secret body")
+    before = commitlog_end(broker)
+    status = send_back(clients["consumer"], secret.commit_log_offset)
+    assert status.code == common_pb2.NO_PERMISSION, status
+    assert "account consumer lacks SUB on topic secret" in status.remark
+    assert commitlog_end(broker) == before  # nothing stored
+    # Delayed (to %RETRY%) as well as straight to the DLQ.
+    r = clients["consumer"].messaging.ConsumerSendMsgBack(M.ConsumerSendMsgBackRequest(
+        consumer_group="billing", commit_log_offset=secret.commit_log_offset),
+        timeout=RPC_TIMEOUT_S)
+    assert r.status.code == common_pb2.NO_PERMISSION
+    assert commitlog_end(broker) == before
+    # A message it may read goes back.
+    mine = send(clients["admin"], "orders")
+    assert send_back(clients["consumer"], mine.commit_log_offset).code == common_pb2.SUCCESS
+
+
+def test_send_back_outside_the_groups_subscription_is_refused(
+        broker: BrokerThread, clients: dict[str, Client]) -> None:
+    consumer = clients["consumer"]
+    both = send(clients["admin"], "both")
+    orders = send(clients["admin"], "orders")
+    # No consumer of the group known here: the account's SUB on the topic decides.
+    assert send_back(consumer, both.commit_log_offset).code == common_pb2.SUCCESS
+    heartbeat(consumer, "orders", RETRY)
+    status = send_back(consumer, both.commit_log_offset)
+    assert status.code == common_pb2.NO_PERMISSION, status
+    assert "topic both" in status.remark and "billing" in status.remark
+    assert "subscri" in status.remark
+    assert send_back(consumer, orders.commit_log_offset).code == common_pb2.SUCCESS
+    # A message of the group's own retry topic always goes back.
+    retry = send(consumer, RETRY)
+    assert send_back(consumer, retry.commit_log_offset).code == common_pb2.SUCCESS

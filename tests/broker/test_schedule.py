@@ -230,3 +230,27 @@ def test_a_record_without_its_real_topic_is_skipped(start_broker: Start) -> None
     [got] = pull_all(b, "T", 0, expect=1)
     assert got.body == b"good"
     assert b.controller.delay_offsets.offset_table == {1: 2}
+
+
+def test_a_send_back_outside_the_groups_subscriptions_is_refused(start_broker: Start) -> None:
+    """With access control off too: the message at the named offset must be of a topic the
+    group's consumers here subscribe to, or of its retry topic (none known: any)."""
+    b = start_broker()
+    send(b, "T", b"subscribed")
+    send(b, "Other", b"not subscribed")
+    [mine] = pull_all(b, "T", 0, expect=1)
+    [other] = pull_all(b, "Other", 0, expect=1)
+    assert code(send_back(b, other, delay_level=-1)) == "SUCCESS"  # no consumer known
+    assert code(b.messaging.Heartbeat(M.HeartbeatRequest(
+        client_id="c1", consumer_group="G", subscriptions=[
+            M.ConsumerSubscription(topic=t, sub_string="*") for t in ("T", "%RETRY%G")]),
+        timeout=10)) == "SUCCESS"
+    end = b.controller.store.max_phy_offset
+    r = send_back(b, other, delay_level=-1)
+    assert code(r) == "NO_PERMISSION"
+    assert "topic Other" in r.status.remark and "subscribe to (%RETRY%G, T)" in r.status.remark
+    assert b.controller.store.max_phy_offset == end  # nothing stored
+    assert code(send_back(b, mine, delay_level=-1)) == "SUCCESS"
+    send(b, "%RETRY%G", b"a retry")
+    [retry] = pull_all(b, "%RETRY%G", 0, expect=1)
+    assert code(send_back(b, retry, delay_level=-1)) == "SUCCESS"
