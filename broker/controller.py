@@ -277,7 +277,8 @@ class BrokerController:
                                                       self.putter.put_one, self.clock_ms)
             context.schedule.start()
             context.transactions = TransactionalMessageService(
-                context, lambda group, half: self.check_streams.send(group, check_request(half)),
+                context, lambda group, half: self.check_streams.send(
+                    group, check_request(half), topic=half.topic),
                 self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
             context.transactions.start()
             self._tasks.append(asyncio.create_task(self._periodic(

@@ -23,6 +23,9 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
+from acl.caller import authorize_found
+from acl.decision import Denied
+from acl.requirements import END_TRANSACTION, STORED_TOPIC
 from broker.status import STORED_STATUSES, ok, put_status, status
 from broker.transaction.messages import (
     CID_RMQ_SYS_TRANS,
@@ -43,6 +46,7 @@ from common.constants import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANSACTION_TYPE_MASK,
+    MessageProperty,
     SysFlag,
 )
 from mqproto import common_pb2
@@ -256,6 +260,12 @@ class TransactionalMessageService:
         problem = _mismatch(ext, producer_group, message_id, queue_offset)
         if problem:
             return status(common_pb2.TRANSACTION_FAILED, problem)
+        try:  # the half is found by the offset the client named: PUB on its topic
+            authorize_found(END_TRANSACTION, {STORED_TOPIC: (
+                ext.properties.get(MessageProperty.REAL_TOPIC, ""),)}, "EndTransaction")
+        except Denied as e:
+            return status(common_pb2.NO_PERMISSION,
+                          f"{e} (the half message at commitlog offset {commit_log_offset})")
         if not await self._ready(DISPATCH_WAIT_S) or not await self._wait_dispatched(
                 ext.queue_offset):
             return status(common_pb2.SYSTEM_BUSY, "the half message is not dispatched yet; "

@@ -25,6 +25,11 @@ TOPICS = ("orders", "both", "secret", "other")
 RETRY = "%RETRY%billing"
 
 
+# Transaction checks soon (the check test) or not during a test (the others: a check
+# stores a renewed copy of the half).
+QUICK_CHECKS = {"transactionTimeOut": 300, "transactionCheckInterval": 200}
+
+
 @pytest.fixture
 def broker(acl_broker: Callable[..., BrokerThread], request: pytest.FixtureRequest
            ) -> Iterator[BrokerThread]:
@@ -206,3 +211,53 @@ def test_send_back_outside_the_groups_subscription_is_refused(
     # A message of the group's own retry topic always goes back.
     retry = send(consumer, RETRY)
     assert send_back(consumer, retry.commit_log_offset).code == common_pb2.SUCCESS
+
+
+# -- transactions --------------------------------------------------------------------------
+def prepare(c: Client, topic: str) -> M.SendResultEntry:
+    return send(c, topic, b"half of " + topic.encode(),
+                transaction_type=M.TRANSACTION_PREPARED_TYPE)
+
+
+def end(c: Client, half: M.SendResultEntry, state: int = M.TRANSACTION_COMMIT_TYPE
+        ) -> common_pb2.Status:
+    return c.messaging.EndTransaction(M.EndTransactionRequest(
+        producer_group="PG", message_id=half.message_id, transaction_id=half.transaction_id,
+        commit_log_offset=half.commit_log_offset, tran_state_table_offset=half.queue_offset,
+        commit_or_rollback=state), timeout=RPC_TIMEOUT_S).status
+
+
+def test_end_transaction_needs_pub_on_the_half_messages_topic(
+        broker: BrokerThread, clients: dict[str, Client]) -> None:
+    secret = prepare(clients["admin"], "secret")
+    before = commitlog_end(broker)
+    for state in (M.TRANSACTION_COMMIT_TYPE, M.TRANSACTION_ROLLBACK_TYPE):
+        status = end(clients["producer"], secret, state)
+        assert status.code == common_pb2.NO_PERMISSION, status
+        assert "account producer lacks PUB on topic secret" in status.remark
+    assert commitlog_end(broker) == before  # no final message, no op record
+    own = prepare(clients["producer"], "orders")
+    assert end(clients["producer"], own).code == common_pb2.SUCCESS
+    wait_stored(broker, "orders", 1)
+    # The refused ends changed nothing: the rightful producer still commits.
+    assert end(clients["admin"], secret).code == common_pb2.SUCCESS
+    wait_stored(broker, "secret", 1)
+
+
+@pytest.mark.parametrize("broker", [QUICK_CHECKS], indirect=True)
+def test_transaction_checks_reach_only_accounts_that_may_publish_the_topic(
+        broker: BrokerThread, clients: dict[str, Client]) -> None:
+    """A half stays unresolved: its check goes to a listener of its producer group whose
+    account may publish its topic, never to one that may not (the check carries the body)."""
+    stream = clients["consumer"].messaging.SubscribeTransactionCheck(
+        M.SubscribeTransactionCheckRequest(producer_group="PG", client_id="c1"),
+        timeout=RPC_TIMEOUT_S)
+    try:
+        prepare(clients["admin"], "secret")
+        allowed = prepare(clients["admin"], "both")
+        for check in stream:
+            assert check.message.topic != "secret", "a check of a topic it may not publish"
+            if check.message.system_properties.message_id == allowed.message_id:
+                break
+    finally:
+        stream.cancel()
