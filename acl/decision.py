@@ -4,8 +4,11 @@ A request needs a list of (kind, name, permission); kind "topic" or "group". A r
 (`%RETRY%G`) is group G's resource, as in RocketMQ. For each: the account's entry for the
 name, else its default for that kind; DENY refuses, otherwise the entry must hold the
 permission needed (either one, for a need of PUB|SUB). An empty name is refused: a request
-that names no topic (or group) where one is needed may not do anything. Admin requests need
-the admin flag; the admin flag grants nothing else.
+that names no topic (or group) where one is needed may not do anything. A system topic
+(SCHEDULE_TOPIC_XXXX, RMQ_SYS_TRANS_HALF_TOPIC, ..., rmq_sys_*) holds delayed and half
+messages of every topic: a right on it would read topics the account is denied, so it needs
+an admin account besides. Admin requests need the admin flag; the admin flag grants nothing
+else.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 
 from acl.config import Account, Perm
+from common.constants import SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS
 
 RETRY_PREFIX = "%RETRY%"
 TOPIC = "topic"
@@ -68,6 +72,10 @@ def decide(account: Account, requirement: Requirement) -> None:
         if not need.name:
             raise Denied(f"account {account.access_key}: the request names no {need.kind} "
                          f"({need.perm.label} on a {need.kind} needed)")
+        if need.kind == TOPIC and not account.admin and (
+                need.name in SYSTEM_TOPICS or need.name.startswith(SYSTEM_TOPIC_PREFIX)):
+            raise Denied(f"account {account.access_key} may not use topic {need.name}: a "
+                         "system topic holds other topics' messages (admin accounts only)")
         have = owned(account, need)
         if have & Perm.DENY or not have & need.perm:
             raise Denied(f"account {account.access_key} lacks {need.perm.label} on "

@@ -319,3 +319,19 @@ def test_what_a_handler_finds_is_checked_for_the_request_account() -> None:
         caller.Caller(table["ak"], lambda: changed).account()
     with pytest.raises(Denied, match="removed"):
         caller.Caller(table["ak"], dict).account()
+
+
+def test_system_topics_need_an_admin_account() -> None:
+    """A system topic holds other topics' delayed and half messages."""
+    config = parse_acl({"accounts": [
+        {"accessKey": "user", "secretKey": "12345678", "defaultTopicPerm": "PUB|SUB",
+         "defaultGroupPerm": "SUB"},
+        {"accessKey": "admin", "secretKey": "12345678", "admin": True,
+         "defaultTopicPerm": "PUB|SUB", "defaultGroupPerm": "SUB"}]})
+    for topic in ("SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
+                  "RMQ_SYS_TRANS_OP_HALF_TOPIC", "rmq_sys_wheel_timer"):
+        need = requirement(MS + "PullMessage", M.PullMessageRequest(consumer_group="G",
+                                                                    topic=topic))
+        with pytest.raises(Denied, match="system topic"):
+            decide(config.accounts["user"], need)
+        decide(config.accounts["admin"], need)

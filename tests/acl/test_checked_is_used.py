@@ -8,15 +8,17 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import grpc
 import pytest
 
 from acl.grpc_auth import ClientAuth
+from common.constants import RMQ_SYS_TRANS_HALF_TOPIC, SCHEDULE_TOPIC
 from mqclient.send_channel import BlockingSendConnections
-from mqproto import common_pb2, messaging_pb2
+from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, encode_batch_message
-from tests.acl.conftest import KEYS
+from tests.acl.conftest import ACCOUNTS, KEYS, write_accounts
 from tests.acl.test_broker_acl import Client, code_of, create
 from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, wait_until
 
@@ -261,3 +263,41 @@ def test_transaction_checks_reach_only_accounts_that_may_publish_the_topic(
                 break
     finally:
         stream.cancel()
+
+
+# -- system topics -------------------------------------------------------------------------
+def test_system_topics_are_not_read_for_the_topics_of_their_messages(
+        acl_broker: Callable[..., BrokerThread], acl_file: Path) -> None:
+    """SCHEDULE_TOPIC_XXXX and RMQ_SYS_TRANS_HALF_TOPIC hold delayed and half messages of
+    every topic: SUB on them by default would read a topic the account is denied. Only an
+    admin account may use a system topic."""
+    write_accounts(acl_file, {**ACCOUNTS, "accounts": [*ACCOUNTS["accounts"], {
+        "accessKey": "reader", "secretKey": "reader-secret", "defaultTopicPerm": "SUB",
+        "topicPerms": ["secret=DENY"], "groupPerms": ["g=SUB"]}]})
+    b = acl_broker()
+    admin = Client(b.address, "admin")
+    reader = Client(b.address, None)
+    reader.messaging = messaging_pb2_grpc.MessagingServiceStub(
+        ClientAuth("reader", "reader-secret").intercept(reader.raw))
+    try:
+        assert code_of(lambda: create(admin, "secret"))[0] is grpc.StatusCode.OK
+        send(admin, "secret", b"delayed secret", delay_time_level=18)
+        send(admin, "secret", b"half secret", transaction_type=M.TRANSACTION_PREPARED_TYPE)
+        for topic, queue_id in ((SCHEDULE_TOPIC, 17), (RMQ_SYS_TRANS_HALF_TOPIC, 0)):
+            wait_until(lambda t=topic, q=queue_id: b.call(
+                lambda: b.controller.store.get_max_offset_in_queue(t, q)) == 1,
+                message=f"the message in {topic}")
+            for call in (lambda t=topic, q=queue_id: pull(reader, t, "g", q),
+                         lambda t=topic, q=queue_id: reader.messaging.GetMaxOffset(
+                             M.GetMaxOffsetRequest(topic=t, queue_id=q),
+                             timeout=RPC_TIMEOUT_S)):
+                code, why = code_of(call)
+                assert code is grpc.StatusCode.PERMISSION_DENIED, (topic, code)
+                assert f"topic {topic}" in why and "system topic" in why, why
+            got = pull(admin, topic, "g", queue_id)  # an admin account may
+            assert got.status.code == common_pb2.SUCCESS, got.status
+        code, why = code_of(lambda: pull(reader, "secret", "g", 0))
+        assert code is grpc.StatusCode.PERMISSION_DENIED and "lacks SUB on topic secret" in why
+    finally:
+        admin.close()
+        reader.close()
