@@ -25,7 +25,7 @@ emptiness the handler reads as "not a consumer" (a producer's heartbeat has no g
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Mapping
 
 from acl.config import Perm
 from acl.decision import GROUP, TOPIC, Need, Requirement
@@ -36,7 +36,7 @@ GROUP_FIELD = "group"
 STORED_TOPIC = "stored topic"
 FOUND_FIELDS = frozenset({STORED_TOPIC})
 
-Fields = Mapping[str, Iterable[str]]
+Fields = Mapping[str, Collection[str]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,26 +98,31 @@ NEEDS: dict[str, tuple[Rule, ...]] = {
 }
 
 
-def _needs(kind: str, fields: Fields, found: bool) -> tuple[Need, ...]:
-    needs: dict[Need, None] = {}  # in order, once each
-    for rule in NEEDS[kind]:
-        if (rule.field in FOUND_FIELDS) is not found:
-            continue
+# The rules checked before the handler runs, and those of what it finds, by kind.
+_BEFORE = {k: tuple(r for r in rules if r.field not in FOUND_FIELDS) for k, rules in NEEDS.items()}
+_FOUND = {k: tuple(r for r in rules if r.field in FOUND_FIELDS) for k, rules in NEEDS.items()}
+
+
+def _needs(rules: tuple[Rule, ...], fields: Fields) -> tuple[Need, ...]:
+    needs: list[Need] = []
+    for rule in rules:
         names = fields[rule.field]  # KeyError: the protocol's reader lacks a field
         if isinstance(names, str):
             raise TypeError(f"field {rule.field!r}: a collection of names, not a string")
+        if len(names) > 1:
+            names = list(dict.fromkeys(names))  # each once
         for name in names:  # an empty name is refused (decide), never skipped
             if name or not rule.optional:
-                needs[Need(rule.kind, name, rule.perm)] = None
+                needs.append(Need(rule.kind, name, rule.perm))
     return tuple(needs)
 
 
 def requirement(kind: str, fields: Fields, extra: str = "") -> Requirement:
     """What a request of `kind` needs before its handler runs, from its `fields`."""
-    return Requirement(_needs(kind, fields, found=False), admin=kind == ADMIN, extra=extra)
+    return Requirement(_needs(_BEFORE[kind], fields), admin=kind == ADMIN, extra=extra)
 
 
 def found_requirement(kind: str, found: Fields) -> Requirement:
     """What a request of `kind` needs of what its handler found (FOUND_FIELDS)."""
-    return Requirement(_needs(kind, found, found=True))
+    return Requirement(_needs(_FOUND[kind], found))
 
