@@ -86,6 +86,20 @@ def test_sql92_filter(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     assert bad and bad[0]["error"] == "BadRequestException" and bad[0]["code"] == 40010
 
 
+def test_filters_that_take_nothing_leave_no_lag(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    """What a group's filter skips counts as consumed: its consumer offset moves past it
+    (mqadmin consumerProgress, the metrics and the lag analytics read that offset)."""
+    broker = v2_cluster.start_broker(enablePropertyFilter=True)
+    broker.node.create_topic(TOPIC, 2)
+    sdk.send(broker.endpoint, TOPIC, specs(6, "b", tag="TagB", props={"n": "1"}))
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupNoTag", count=1, tag="TagA",
+                       timeout_s=3) == []
+    assert diff_total(v2_cluster, "GroupNoTag") == 0
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupNoSql", count=1, sql="n > 100",
+                       timeout_s=3) == []
+    assert diff_total(v2_cluster, "GroupNoSql") == 0
+
+
 def test_redelivery_after_invisible_duration_then_dlq(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     broker = v2_cluster.start_broker()
     broker.node.create_topic(TOPIC, 2)
