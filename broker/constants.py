@@ -52,6 +52,11 @@ DEFAULT_PULL_BATCH_SIZE = 32
 MAX_SUSPEND_MILLIS = 60_000  # a pull never waits longer than this, whatever it asks
 # A long poll answers this long before the caller's gRPC deadline, so the answer arrives.
 DEADLINE_MARGIN_S = 0.2
+# A filtered pull that moved past messages it does not take, and found none it does,
+# answers with its moved offset this long after it came in at the latest (whatever its
+# suspend time): its consumer commits it, so the group's lag drains. Not at once: under a
+# stream of messages it skips, a pull would be answered for each arrival.
+FILTER_SKIP_ANSWER_S = 1.0
 WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
 
 # Queries.

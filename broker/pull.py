@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from broker.constants import (
     DEADLINE_MARGIN_S,
     DEFAULT_PULL_BATCH_SIZE,
+    FILTER_SKIP_ANSWER_S,
     MAX_SUSPEND_MILLIS,
     WHICH_BROKER_WHEN_CONSUME_SLOWLY,
 )
@@ -167,12 +168,15 @@ class PullProcessor:
         """Long polling: a pull that found nothing waits for the next message of its queue.
         A filtered pull that scanned to the queue's end without a match waits from there,
         and keeps waiting while what arrives does not match (its next offset moving past
-        it), so that its consumer is answered only for a message it takes, or at the end
-        of the suspend time."""
+        it), so that its consumer is answered for a message it takes, or with the moved
+        offset FILTER_SKIP_ANSWER_S after the pull came in (its consumer commits it: a
+        group whose filter skips everything has no lag), or at the end of the suspend
+        time."""
         broker = self.broker
         group, topic, queue_id = request.consumer_group, request.topic, request.queue_id
         loop = asyncio.get_running_loop()
         deadline = loop.time() + suspend_s
+        skip_deadline = min(deadline, loop.time() + FILTER_SKIP_ANSWER_S)
         offset = request.queue_offset
         while True:
             if code == common_pb2.NO_NEW_MSG:
@@ -182,7 +186,8 @@ class PullProcessor:
                 wait_from = result.next_begin_offset  # nothing matched up to the end
             else:
                 return result, code
-            remaining = deadline - loop.time()
+            skipped = wait_from > request.queue_offset
+            remaining = (skip_deadline if skipped else deadline) - loop.time()
             if remaining <= 0:
                 return result, code
             arrived = await broker.pull_hold.wait(topic, queue_id, wait_from, remaining)

@@ -192,11 +192,16 @@ class PullService:
             if msgs:
                 pq.put(msgs)
                 self.on_messages(pq, msgs)
+            # A filter skipped what lies between the last message and the next offset:
+            # once these are consumed, the commit goes past the skipped ones too.
+            pq.max_offset = max(pq.max_offset, pq.next_offset - 1)
         elif code in (common_pb2.NO_NEW_MSG, common_pb2.NO_MATCHED_MSG):
-            if code == common_pb2.NO_MATCHED_MSG and not pq.messages:
-                # Everything up to here was filtered out: nothing left to consume below it.
+            if code == common_pb2.NO_MATCHED_MSG:
+                # Everything up to here was filtered out: nothing left to consume below it
+                # but what is in flight.
                 pq.max_offset = max(pq.max_offset, response.next_begin_offset - 1)
-                self.offset_store.update(mq, response.next_begin_offset, True)
+                if not pq.messages:
+                    self.offset_store.update(mq, response.next_begin_offset, True)
             pq.next_offset = response.next_begin_offset
         elif code == common_pb2.OFFSET_ILLEGAL:
             log.warning("offset %d of %s is illegal (queue holds [%d, %d]); moving to %d",

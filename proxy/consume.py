@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from broker.constants import DEADLINE_MARGIN_S, PROPERTY_SHARDING_KEY
@@ -18,6 +19,7 @@ from filter import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import ReceiptHandle, V2Error, message_to_v2
+from proxy.peers import PEER_POLL_INTERVAL_S
 from proxy.pop import InFlight, PopStateStore, QueueKey
 from store.reading import MessageFilter
 
@@ -37,6 +39,9 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000  # RocketMQ's maxInvisibleTime: 12 h
 MAX_LONG_POLLING_MS = 30_000
 SWEEP_INTERVAL_S = 1.0
 MIN_POLL_INTERVAL_S = 0.01  # dead-lettering of messages out of attempts
+
+
+Elsewhere = Callable[[int], Awaitable[list[D.Message]]]
 
 
 @dataclasses.dataclass
@@ -106,10 +111,12 @@ class PopService:
         return key
 
     async def receive(self, group: str, topic: str, first_queue: int, expression: str,
-                      batch: int, invisible_ms: int, wait_s: float, *, sql: bool = False
-                      ) -> list[D.Message]:
+                      batch: int, invisible_ms: int, wait_s: float, *, sql: bool = False,
+                      elsewhere: Elsewhere | None = None) -> list[D.Message]:
         """Up to `batch` messages: expired in-flight ones again, then new ones; waits up to
-        `wait_s` for one (long polling)."""
+        `wait_s` for one (long polling). While there is none here, `elsewhere(batch)`
+        (the topic's other brokers) is asked at once and then every
+        PEER_POLL_INTERVAL_S."""
         if not group:
             raise V2Error(D.ILLEGAL_CONSUMER_GROUP, "the consumer group is empty")
         batch = min(batch if batch > 0 else DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE)
@@ -134,16 +141,22 @@ class PopService:
         queues = queues[start:] + queues[:start]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, wait_s)
+        ask_elsewhere = loop.time()
         while True:
             with self.state.batch():  # one log write per receive, not one per message
                 found = self._collect(group, topic, queues, tag_filter, batch, invisible_ms)
             if found:
                 return found
+            if elsewhere is not None and loop.time() >= ask_elsewhere:
+                found = await elsewhere(batch)
+                if found:
+                    return found
+                ask_elsewhere = loop.time() + PEER_POLL_INTERVAL_S
             remaining = deadline - loop.time()
             if remaining <= 0 or self.broker.pull_hold.closed:
                 return []
             started = loop.time()
-            await self._wait_any(group, topic, queues, min(remaining, 1.0))
+            await self._wait_any(group, topic, queues, min(remaining, PEER_POLL_INTERVAL_S))
             if loop.time() - started < MIN_POLL_INTERVAL_S:  # woken for nothing it can take
                 await asyncio.sleep(MIN_POLL_INTERVAL_S)
 

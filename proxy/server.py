@@ -104,6 +104,7 @@ class GrpcProxy:
         if self.server is not None:
             await self.server.stop(STOP_GRACE_S)
             self.server = None
+        await self.service.peers.close()
         await self.route.close()
         self.state.close()
         self.broker.addresses.grpc_proxy_addr = ""

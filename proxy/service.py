@@ -42,6 +42,7 @@ from proxy.convert import (
     to_timestamp,
     v2_status,
 )
+from proxy.peers import PeerBrokers
 from proxy.route import RouteService, permission
 from proxy.timer import TimerService
 
@@ -135,6 +136,12 @@ def _check_topic_name(name: str) -> None:
         raise V2Error(D.ILLEGAL_TOPIC, problem)
 
 
+def _forwarded_metadata(context: Context) -> tuple[tuple[str, str], ...]:
+    """What a call forwarded to another broker carries of the client's: its id."""
+    client_id = client_id_of(context)
+    return ((CLIENT_ID_HEADER, client_id),) if client_id else ()
+
+
 _ENDING: set[asyncio.Task[None]] = set()
 
 
@@ -178,6 +185,7 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
         self.route = route
         self.pop = pop
         self.timer = timer
+        self.peers = PeerBrokers(broker.config.broker_name, route)
         self.settings: dict[str, D.Settings] = {}  # client id -> its last settings
         self._seen: dict[str, float] = {}  # client id -> when it last spoke (monotonic)
         self._next_prune = 0.0
@@ -419,10 +427,14 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
                           if request.HasField("long_polling_timeout")
                           else CONSUMER_LONG_POLLING_MS)
             wait_s = polling_wait_s(polling_ms, context.time_remaining())
+            elsewhere = None
+            if request.message_queue.id >= 0:  # a SimpleConsumer's: see proxy/peers.py
+                elsewhere = functools.partial(self.peers.receive, request,
+                                              metadata=_forwarded_metadata(context))
             messages = await self.pop.receive(request.group.name, topic,
                                               request.message_queue.id, expression,
                                               request.batch_size, invisible_ms, wait_s,
-                                              sql=sql)
+                                              sql=sql, elsewhere=elsewhere)
         except Exception as e:
             yield S.ReceiveMessageResponse(status=error_status("ReceiveMessage", e))
             return
@@ -438,9 +450,12 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     @v2_rpc(S.AckMessageResponse)
     async def AckMessage(self, request: S.AckMessageRequest, context: Context) -> Any:
         group, topic = request.group.name, request.topic.name
-        results = []
+        # Messages received here from other brokers: acked there (proxy/peers.py).
+        results = await self.peers.ack(request, _forwarded_metadata(context))
         with self.pop.state.batch():  # one log write for the request's acks
             for entry in request.entries:
+                if self.peers.served(entry.receipt_handle):
+                    continue
                 try:
                     self.pop.ack(group, topic, entry.receipt_handle)
                     status = ok()
@@ -459,6 +474,9 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     @v2_rpc(S.ChangeInvisibleDurationResponse)
     async def ChangeInvisibleDuration(self, request: S.ChangeInvisibleDurationRequest,
                                       context: Context) -> Any:
+        if self.peers.served(request.receipt_handle):
+            return await self.peers.forward("ChangeInvisibleDuration", request,
+                                            _forwarded_metadata(context))
         handle = self.pop.change_invisible(request.group.name, request.topic.name,
                                            request.receipt_handle,
                                            duration_ms(request.invisible_duration))
@@ -467,6 +485,9 @@ class MessagingServiceV2(service_pb2_grpc.MessagingServiceServicer):
     @v2_rpc(S.ForwardMessageToDeadLetterQueueResponse)
     async def ForwardMessageToDeadLetterQueue(
             self, request: S.ForwardMessageToDeadLetterQueueRequest, context: Context) -> Any:
+        if self.peers.served(request.receipt_handle):
+            return await self.peers.forward("ForwardMessageToDeadLetterQueue", request,
+                                            _forwarded_metadata(context))
         await self.pop.forward_to_dlq(request.group.name, request.topic.name,
                                       request.receipt_handle)
         return S.ForwardMessageToDeadLetterQueueResponse(status=ok())

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
+import broker.pull
 from broker.message_filter import FilterRegistry
 from broker.status import RequestError
 from mqproto import common_pb2, messaging_pb2
@@ -129,7 +130,10 @@ def test_a_long_run_of_misses_moves_the_offset_on(start_broker: Start) -> None:
     assert r.next_begin_offset == 1000
 
 
-def test_long_polling_answers_only_for_a_matching_message(start_broker: Start) -> None:
+def test_long_polling_answers_only_for_a_matching_message(
+        start_broker: Start, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its answer with the offset past the misses later than the match comes.
+    monkeypatch.setattr(broker.pull, "FILTER_SKIP_ANSWER_S", 5.0)
     b = start_broker(enablePropertyFilter=True)
     send_batch(b, "T", [{"a": "1"}])
 
@@ -179,7 +183,9 @@ def test_two_groups_with_different_filters_on_one_topic(start_broker: Start) -> 
     assert eu.next_begin_offset == big.next_begin_offset == 5
 
 
-def test_tag_long_polling_also_waits_past_other_tags(start_broker: Start) -> None:
+def test_tag_long_polling_also_waits_past_other_tags(
+        start_broker: Start, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(broker.pull, "FILTER_SKIP_ANSWER_S", 5.0)
     b = start_broker()
     send_batch(b, "T", [{"TAGS": "y"}])
 
@@ -196,3 +202,52 @@ def test_tag_long_polling_also_waits_past_other_tags(start_broker: Start) -> Non
     assert r.status.code == C.SUCCESS
     assert [m.system_properties.queue_offset for m in r.messages] == [3]
     assert r.next_begin_offset == 4
+
+
+def test_a_pull_that_only_skipped_answers_with_its_offset_within_a_second(
+        start_broker: Start) -> None:
+    """Its consumer commits the moved offset: a group whose filter takes nothing of a
+    queue has no lag (not a pull held its whole suspend time, the lag standing)."""
+    b = start_broker()
+    send_batch(b, "T", [{"TAGS": "y"} for _ in range(10)])
+    begin = time.monotonic()
+    r = pull(b, "T", 0, "x", suspend_ms=10_000, expression_type="TAG")
+    waited = time.monotonic() - begin
+    assert (r.status.code, r.next_begin_offset) == (C.NO_MATCHED_MSG, 10)
+    assert 0.9 < waited < 5  # FILTER_SKIP_ANSWER_S, not the 10 s suspend time
+
+
+def test_pulls_under_a_stream_of_misses_neither_spin_nor_stand_still(
+        start_broker: Start) -> None:
+    """Messages the filter skips keep arriving: each long poll answers about once a
+    second with the offset past them, not once per arrival, not after its suspend time."""
+    b = start_broker()
+    send_batch(b, "T", [{"TAGS": "y"}])
+    stop = threading.Event()
+    sent = [1]
+
+    def stream() -> None:
+        while not stop.is_set():
+            send_batch(b, "T", [{"TAGS": "y"}])
+            sent[0] += 1
+            time.sleep(0.02)
+
+    sender = threading.Thread(target=stream)
+    sender.start()
+    answers: list[tuple[float, int]] = []
+    offset = 0
+    try:
+        end = time.monotonic() + 3.5
+        while time.monotonic() < end:
+            begin = time.monotonic()
+            r = pull(b, "T", offset, "x", suspend_ms=10_000, expression_type="TAG")
+            assert r.status.code == C.NO_MATCHED_MSG, r.status
+            assert r.next_begin_offset > offset
+            offset = r.next_begin_offset
+            answers.append((time.monotonic() - begin, offset))
+    finally:
+        stop.set()
+        sender.join()
+    assert 3 <= len(answers) <= 6, answers
+    assert all(waited < 2 for waited, _ in answers), answers
+    assert offset > sent[0] - 100  # at most about a second of misses behind

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections import Counter
 from types import SimpleNamespace
 
 import pytest
@@ -97,7 +98,8 @@ def test_selector_round_robins_and_skips_unavailable_and_last_broker() -> None:
     selector = QueueSelector(fault)
     queues = [MessageQueue("T", b, i) for b in ("a", "b") for i in range(2)]
     picked = [selector.select(queues) for _ in range(8)]
-    assert picked == queues * 2
+    first = queues.index(picked[0])  # a random start
+    assert picked == (queues[first:] + queues[:first]) * 2
     fault.update("a", 0, failed=True)
     assert {selector.select(queues).broker_name for _ in range(6)} == {"b"}
     # A retry avoids the broker that just failed even when it is the only available one.
@@ -108,6 +110,32 @@ def test_selector_round_robins_and_skips_unavailable_and_last_broker() -> None:
     clock.now += 1
     fault.update("b", 0, failed=True)
     assert selector.select(queues).broker_name == "a"
+
+
+def test_selector_spreads_a_broker_in_back_off_over_every_other_queue() -> None:
+    """The turns of broker-a's queues go round broker-b's, not all to its first queue."""
+    fault = LatencyFaultTolerance(FakeClock())
+    selector = QueueSelector(fault)
+    queues = [MessageQueue("T", b, i) for b in ("a", "b") for i in range(4)]
+    fault.update("a", 0, failed=True)
+    picked = Counter(selector.select(queues) for _ in range(800))
+    assert picked == {q: 200 for q in queues if q.broker_name == "b"}
+    # A retry after broker-b failed goes round broker-c's queues alike.
+    more = queues + [MessageQueue("T", "c", i) for i in range(4)]
+    retried = Counter(selector.select(more, last_broker="b") for _ in range(800))
+    assert retried == {q: 200 for q in more if q.broker_name == "c"}
+
+
+def test_selector_turns_per_topic() -> None:
+    """Two topics sent in turn each use all their queues (one shared turn gave each topic
+    every other queue)."""
+    selector = QueueSelector(LatencyFaultTolerance(FakeClock()))
+    topics = {t: [MessageQueue(t, "a", i) for i in range(4)] for t in ("T1", "T2")}
+    picked: Counter[MessageQueue] = Counter()
+    for _ in range(40):
+        for queues in topics.values():
+            picked[selector.select(queues)] += 1
+    assert picked == {q: 10 for queues in topics.values() for q in queues}
 
 
 def test_select_by_hash_is_stable_per_key() -> None:
@@ -452,11 +480,16 @@ def test_async_batches_stick_to_a_queue_until_batch_max_bytes_went_there() -> No
     queues = tuple(MessageQueue("T", b, i) for b in ("a", "b") for i in range(2))
     route = TopicRoute("T", {}, queues, queues)
     picks = [producer._sticky_queue("T", route, 300) for _ in range(7)]
-    assert picks == [queues[0]] * 4 + [queues[1]] * 3  # 4 x 300 bytes reach 1,000
+    first = queues.index(picks[0])  # the selector starts a topic at a random queue
+
+    def after(n: int) -> MessageQueue:
+        return queues[(first + n) % len(queues)]
+
+    assert picks == [after(0)] * 4 + [after(1)] * 3  # 4 x 300 bytes reach 1,000
     other = TopicRoute("U", {}, tuple(MessageQueue("U", "a", i) for i in range(4)), ())
-    assert producer._sticky_queue("U", other, 10).queue_id == 2  # its own, the next in turn
-    assert producer._sticky_queue("T", route, 300) == queues[1]  # 900 bytes there so far
-    assert producer._sticky_queue("T", route, 300) == queues[3]  # the selector's next
+    assert producer._sticky_queue("U", other, 10) in other.publish_queues  # its own
+    assert producer._sticky_queue("T", route, 300) == after(1)  # 900 bytes there so far
+    assert producer._sticky_queue("T", route, 300) == after(2)  # the selector's next for T
     shares: dict[MessageQueue, int] = {}
     for _ in range(400):
         mq = producer._sticky_queue("T", route, 100)

@@ -14,7 +14,7 @@ import pytest
 
 from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
 from mqproto import messaging_pb2_grpc
-from tests.broker.conftest import pull_everything
+from tests.broker.conftest import Node, pull_everything
 from tests.mqclient.conftest import Cluster, wait_until
 
 
@@ -224,6 +224,37 @@ def test_sends_go_on_when_a_broker_group_dies(cluster: Cluster) -> None:
         assert not producer.fault.is_available("broker-b")
     finally:
         producer.shutdown()
+
+
+def test_after_a_master_kill_the_other_group_takes_its_share_on_every_queue(
+        cluster: Cluster) -> None:
+    """Broker-a's master is SIGKILLed under a sync producer (its route stays): the sends
+    it would have taken spread over broker-b's queues, which differ by at most 10 % in
+    what they received (the turns of broker-a's queues all went to broker-b's queue 0)."""
+    broker_a = cluster.start_broker("broker-a")
+    broker_b = cluster.start_broker("broker-b")
+    producer = Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=4).start()
+    try:
+        for i in range(16):
+            producer.send(Message("TopicSpread", b"warm%d" % i))
+        wait_until(lambda: {q.broker_name for q in producer.fetch_publish_queues(
+            "TopicSpread")} == {"broker-a", "broker-b"}, timeout=15, message="both routed")
+        b = Node(broker_b.address)
+        before = [b.max_offset("TopicSpread", q) for q in range(4)]
+        broker_a.stop(signal.SIGKILL)
+        results = [producer.send(Message("TopicSpread", b"after%d" % i)) for i in range(800)]
+        assert {r.message_queue.broker_name for r in results} == {"broker-b"}
+
+
+        def received() -> list[int]:
+            return [b.max_offset("TopicSpread", q) - before[q] for q in range(4)]
+
+        wait_until(lambda: sum(received()) == 800, timeout=10, message="800 dispatched")
+        counts = received()
+        b.close()
+    finally:
+        producer.shutdown()
+    assert max(counts) - min(counts) <= 0.1 * max(counts), counts
 
 
 def test_route_refresh_drops_a_stopped_group(cluster: Cluster) -> None:

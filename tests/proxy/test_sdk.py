@@ -14,6 +14,7 @@ import grpc
 import pytest
 
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
+from mqproto.v2 import definition_pb2, service_pb2, service_pb2_grpc
 from tests.broker.conftest import wait_until
 from tests.proxy.conftest import MAX_ATTEMPTS, Sdk, V2Cluster
 
@@ -84,6 +85,20 @@ def test_sql92_filter(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     bad = sdk.receive(broker.endpoint, TOPIC, "GroupSql2", count=1, sql="n >", timeout_s=3,
                       calls=1)
     assert bad and bad[0]["error"] == "BadRequestException" and bad[0]["code"] == 40010
+
+
+def test_filters_that_take_nothing_leave_no_lag(sdk: Sdk, v2_cluster: V2Cluster) -> None:
+    """What a group's filter skips counts as consumed: its consumer offset moves past it
+    (mqadmin consumerProgress, the metrics and the lag analytics read that offset)."""
+    broker = v2_cluster.start_broker(enablePropertyFilter=True)
+    broker.node.create_topic(TOPIC, 2)
+    sdk.send(broker.endpoint, TOPIC, specs(6, "b", tag="TagB", props={"n": "1"}))
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupNoTag", count=1, tag="TagA",
+                       timeout_s=3) == []
+    assert diff_total(v2_cluster, "GroupNoTag") == 0
+    assert sdk.receive(broker.endpoint, TOPIC, "GroupNoSql", count=1, sql="n > 100",
+                       timeout_s=3) == []
+    assert diff_total(v2_cluster, "GroupNoSql") == 0
 
 
 def test_redelivery_after_invisible_duration_then_dlq(sdk: Sdk, v2_cluster: V2Cluster) -> None:
@@ -199,6 +214,36 @@ def test_two_brokers_one_endpoint(sdk: Sdk, v2_cluster: V2Cluster) -> None:
     assert sum(b.node.max_offset(TOPIC, q) for q in range(2)) > 0  # some went to b
     got = sdk.receive(a.endpoint, TOPIC, "GroupTwo", count=12, ack="all", timeout_s=40)
     assert sorted(m["body"] for m in got) == sorted(f"two{i}" for i in range(12))
+
+
+def test_first_receive_gets_the_message_another_broker_has(sdk: Sdk, v2_cluster: V2Cluster
+                                                          ) -> None:
+    """The SDK's SimpleConsumer sends a receive to one queue's broker; the one message of a
+    fresh topic is on the other broker. The first receive gets it at once (it waited its
+    20 s long polling and came back empty), and its ack reaches the broker that has it."""
+    a = v2_cluster.start_broker("broker-a")
+    b = v2_cluster.start_broker("broker-b")
+    a.node.create_topic(TOPIC, 8)  # most of the SDK's turns start on broker-a
+    b.node.create_topic(TOPIC, 1)
+    with grpc.insecure_channel(v2_cluster.namesrv.address) as channel:
+        namesrv = namesrv_pb2_grpc.NamesrvServiceStub(channel)
+        wait_until(lambda: len(namesrv.GetRouteInfoByTopic(namesrv_pb2.GetRouteInfoByTopicRequest(
+            topic=TOPIC), timeout=5).topic_route_data.queue_datas) == 2,
+            message="the route lists both brokers")
+    with grpc.insecure_channel(b.endpoint) as channel:  # stored by broker-b itself
+        stored = service_pb2_grpc.MessagingServiceStub(channel).SendMessage(
+            service_pb2.SendMessageRequest(messages=[definition_pb2.Message(
+                topic=definition_pb2.Resource(name=TOPIC), body=b"fresh",
+                system_properties=definition_pb2.SystemProperties(message_id="01AA"))]),
+            timeout=10)
+    assert stored.status.code == definition_pb2.OK, stored.status
+    begin_ms = time.time() * 1000
+    got = sdk.receive(a.endpoint, TOPIC, "GroupFresh", count=1, await_s=20, calls=1,
+                      ack="all", timeout_s=60)
+    assert [m["body"] for m in got] == ["fresh"]
+    assert got[0]["received_at_ms"] - begin_ms < 10_000  # SDK start-up + one receive
+    wait_until(lambda: diff_total(v2_cluster, "GroupFresh") == 0, timeout=10,
+               message="the ack reached broker-b")
 
 
 def test_delayed_message_survives_a_broker_kill(sdk: Sdk, v2_cluster: V2Cluster) -> None:
