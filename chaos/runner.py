@@ -112,7 +112,8 @@ def _local_cluster_running(directory: Path) -> bool:
 
 def start_local_cluster(directory: Path, scenario: Scenario) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    r = _mqcluster(directory, "up", *scenario.shape.mqcluster_args())
+    # Any free port for its name server: 9876 stays with the person's own cluster.
+    r = _mqcluster(directory, "up", "--namesrv-port", "0", *scenario.shape.mqcluster_args())
     if r.returncode != 0:
         raise RunError(f"mqcluster up failed: {(r.stderr or r.stdout).strip()}")
 
