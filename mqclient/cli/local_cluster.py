@@ -164,12 +164,12 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
-def port_is_free(port: int) -> bool:
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     """Nobody listens on the port (TIME_WAIT leftovers do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((LOOPBACK, port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
