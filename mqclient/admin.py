@@ -369,16 +369,18 @@ class MQAdmin:
                      if g.master_addr is not None]
         else:
             addrs = self._master_addrs(cluster, None)
-        deleted = []
-        for addr in addrs:
-            r = self._admin_rpc(addr, "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic))
-            self._check(r.status, f"delete topic {topic} on {addr}", common_pb2.SUCCESS,
-                        common_pb2.TOPIC_NOT_EXIST)
-            if r.status.code == common_pb2.SUCCESS:
-                deleted.append(addr)
+        deleted = [addr for addr in addrs if self.delete_topic_at(addr, topic)]
         if not deleted:
             raise AdminError(f"topic {topic} not exist on any master of cluster {cluster}")
         return deleted
+
+    def delete_topic_at(self, addr: str, topic: str) -> bool:
+        """Deletes the topic (and the consumer offsets on it) on the master at `addr`; False
+        when that master has no such topic."""
+        r = self._admin_rpc(addr, "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic))
+        self._check(r.status, f"delete topic {topic} on {addr}", common_pb2.SUCCESS,
+                    common_pb2.TOPIC_NOT_EXIST)
+        return r.status.code == common_pb2.SUCCESS
 
     # -- consumers -------------------------------------------------------------------------
     def _consume_stats(self, addr: str, group: str, topic: str
