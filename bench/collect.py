@@ -88,7 +88,7 @@ def measure(brokers: int = 4, queues: int = 200, groups: int = 20, rounds: int =
     cluster = root / "cluster"
     try:
         progress(f"starting {brokers} brokers")
-        out = mqcluster(cluster, "up", "--groups", str(brokers),
+        out = mqcluster(cluster, "up", "--namesrv-port", "0", "--groups", str(brokers),
                         "--set", "mappedFileSizeCommitLog=67108864")
         namesrv = next(line.split("=", 1)[1].strip("'\" ") for line in out.splitlines()
                        if line.startswith("NAMESRV_ADDR="))

@@ -153,6 +153,28 @@ class LoadedConfig:
     broker: BrokerConfig
     store: StoreConfig
     unknown_keys: list[str]
+    # Of IDENTITY_KEYS, those not given (a broker.conf of its own sets both): startup warns.
+    defaulted_keys: list[str] = dataclasses.field(default_factory=list)
+
+
+# The keys a broker cannot sensibly default: without brokerName it takes the host's name,
+# without a name server address nobody finds it. A broker.conf that sets neither (read as
+# Java properties, a file of another format or of misspelt keys gives only unknown keys) is
+# refused rather than booted on defaults.
+IDENTITY_KEYS = {"brokerName": "brokerName=NAME (else this host's name)",
+                 "namesrvAddr": "namesrvAddr=HOST:PORT;HOST:PORT, -n or $NAMESRV_ADDR (else "
+                                "no name server knows the broker and no client finds it)"}
+
+
+def identity_problem(loaded: LoadedConfig, path: str | os.PathLike[str]) -> str | None:
+    """Why the broker must not start on this config (it sets none of IDENTITY_KEYS), or
+    None."""
+    if len(loaded.defaulted_keys) < len(IDENTITY_KEYS):
+        return None
+    unknown = (f"; its unknown keys: {', '.join(loaded.unknown_keys)} (key names are "
+               "case-sensitive, as RocketMQ's)" if loaded.unknown_keys else "")
+    return (f"{path} sets none of the keys a broker cannot default, so it does not start: "
+            + "; ".join(IDENTITY_KEYS.values()) + unknown)
 
 
 def read_properties(text: str) -> dict[str, str]:
@@ -307,7 +329,11 @@ def load_config_file(path: str | os.PathLike[str],
         raise ConfigError(f"cannot read {path}: {e.strerror}") from None
     props = read_properties(text)
     props.update(overrides or {})
-    return parse_config(props)
+    loaded = parse_config(props)
+    loaded.defaulted_keys = [k for k in IDENTITY_KEYS if not props.get(k, "").strip()]
+    if loaded.broker.namesrv_addr_list and "namesrvAddr" in loaded.defaulted_keys:
+        loaded.defaulted_keys.remove("namesrvAddr")  # $NAMESRV_ADDR
+    return loaded
 
 
 def resolve_ip(host: str) -> str:

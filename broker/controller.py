@@ -248,9 +248,12 @@ class BrokerController:
         await server.start()
         self._started = True
         context.boot_timestamp = self.clock_ms()
-        log.info("broker %s (%s, id %d, %s) serving on %s, store %s", self.config.broker_name,
-                 self.config.broker_cluster_name, self.config.broker_id,
-                 self.config.broker_role.value, self.broker_addr, self.root)
+        # The address clients are given, and where each port listens (bindAddress): they
+        # differ with the default bindAddress 0.0.0.0 (every interface).
+        log.info("broker %s (%s, id %d, %s) serving on %s (listening on %s: %s), store %s",
+                 self.config.broker_name, self.config.broker_cluster_name,
+                 self.config.broker_id, self.config.broker_role.value, self.broker_addr,
+                 self.config.bind_address, self._listening(port), self.root)
         await self.register_broker_all()
         if self.outer_api.all_refused():
             raise RegistrationRefused(
@@ -285,6 +288,18 @@ class BrokerController:
                 "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
                 self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
         return self.broker_addr
+
+    def _listening(self, grpc_port: int) -> str:
+        """`gRPC 10911, HA 10912, send channel 10913, metrics 5557`: the ports this broker
+        listens on (all on bindAddress; the v2 endpoint's is logged when it starts)."""
+        ports = [("gRPC", grpc_port)]
+        if self.ha_service is not None:
+            ports.append(("HA", self.ha_service.port))
+        for name, addr in (("send channel", self.send_channel_addr),
+                           ("metrics", self.metrics_addr)):
+            if addr:
+                ports.append((name, int(addr.rpartition(":")[2])))
+        return ", ".join(f"{name} {port}" for name, port in ports)
 
     async def _start_ha(self, host: str, ha_port: int) -> None:
         assert self.context is not None

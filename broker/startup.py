@@ -23,7 +23,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from broker.config import ConfigError, LoadedConfig, load_config_file
+from broker.config import ConfigError, LoadedConfig, identity_problem, load_config_file
 from broker.constants import GC_YOUNG_THRESHOLD
 from broker.controller import BrokerController
 from broker.persistence import ConfigFileCorrupt
@@ -114,6 +114,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for key in loaded.unknown_keys:
         log.warning("unknown key %s in %s ignored", key, args.config_file)
+    if problem := identity_problem(loaded, args.config_file):
+        log.error("bad configuration: %s", problem)
+        return 1
+    if "brokerName" in loaded.defaulted_keys:
+        log.warning("no brokerName in %s: named after this host, %s",
+                    args.config_file, loaded.broker.broker_name)
+    if "namesrvAddr" in loaded.defaulted_keys:
+        log.warning("no name server (namesrvAddr in %s, -n or $NAMESRV_ADDR): this broker "
+                    "registers nowhere, clients reach it only by its address",
+                    args.config_file)
     raise_nofile_limit(log)  # a descriptor per connection and per store file
     log.info("%s", limits_report(loaded.store.consume_queue_open_files))
     _, older, oldest = gc.get_threshold()

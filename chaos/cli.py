@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -51,7 +52,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     options = RunOptions(
         scenario=scenario, out_dir=out, target=args.target, duration_s=args.duration,
         cluster_dir=Path(args.cluster_dir) if args.cluster_dir else None,
-        keep_cluster=args.keep_cluster, namesrv_addr=args.namesrv,
+        keep_cluster=args.keep_cluster, keep_topics=args.keep_topics,
+        namesrv_addr=args.namesrv,
         compose_project=args.compose_project, compose_services=_services(args.service),
         producers=args.producers, ordered_producers=args.ordered_producers,
         consumers=args.consumers, rate=args.rate, consume_ratio=args.consume_ratio,
@@ -128,11 +130,17 @@ def build_parser() -> argparse.ArgumentParser:
                    "running); without it mqchaos starts one in OUT/cluster and stops it")
     p.add_argument("--keep-cluster", action="store_true",
                    help="local: leave the cluster mqchaos started running")
+    p.add_argument("--keep-topics", action="store_true",
+                   help="leave the run's topics and consumer groups (ChaosPlain-ID, "
+                        "chaos-plain-ID, ...) in the cluster; by default they are deleted at "
+                        "the end, so that later lag reports do not show them")
     p.add_argument("--namesrv", help="compose: name server addresses as the host reaches "
                    "them, 'HOST:PORT;HOST:PORT' (default: the name servers' published ports)")
-    p.add_argument("--compose-project", default=DEFAULT_PROJECT,
-                   help=f"compose: the project name (default {DEFAULT_PROJECT}, as "
-                        "compose/compose.sh)")
+    p.add_argument("--compose-project",
+                   default=os.environ.get("COMPOSE_PROJECT_NAME") or DEFAULT_PROJECT,
+                   help=f"compose: the project name, as given to compose -p (default "
+                        f"$COMPOSE_PROJECT_NAME, else {DEFAULT_PROJECT}, as compose/compose.sh; "
+                        "lower-cased as compose does)")
     p.add_argument("--service", action="append", metavar="NODE=SERVICE",
                    help="compose: the service of a node, e.g. namesrv-0=namesrv1 "
                         "(repeatable; default: compose/docker-compose.yml's services)")

@@ -129,6 +129,31 @@ class ClusterObserver:
         except AdminError:
             return False
 
+    # -- after a run ---------------------------------------------------------------------------
+    def delete_topics(self, topics: list[str]) -> tuple[list[str], list[str]]:
+        """Deletes the topics from every master the name servers list (their consumer
+        offsets go with them; slaves follow their master within 10 s). Returns the topics
+        deleted somewhere and the problems (a master that did not answer keeps them)."""
+        deleted: set[str] = set()
+        problems: list[str] = []
+        try:
+            groups = self.groups()
+        except AdminError as e:
+            return [], [str(e)]
+        for g in groups:
+            if g.master_addr is None:
+                problems.append(f"{g.broker_name} has no master now: the topics stay on its "
+                                "slave until the master is back and they are deleted there")
+                continue
+            for topic in topics:
+                try:
+                    if self.admin.delete_topic_at(g.master_addr, topic):
+                        deleted.add(topic)
+                except AdminError as e:
+                    problems.append(f"{g.broker_name}: {e}")
+                    break  # the next topics would fail alike
+        return sorted(deleted), problems
+
     # -- the final read ------------------------------------------------------------------------
     def final_read(self, wanted: Wanted) -> tuple[list[dict[str, Any]], list[str]]:
         """Reads the given queue offsets back with raw pulls from any live broker of their

@@ -4,6 +4,7 @@ the project's containers (docker_faults.DockerInjector)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,13 @@ DEFAULT_PROJECT = "pyrocketmq"  # compose/compose.sh's default project name
 # `disconnect` cuts it off this one only.
 REGISTRATION_NETWORK = "registration"
 NAMESRV_PORT = "9876/tcp"
+
+
+def compose_project_name(name: str) -> str:
+    """The project name as compose labels the containers: `-p trialA` runs project `triala`
+    (docker-compose 1.x and compose v2 keep only a-z, 0-9, `_` and `-` of the lower-cased
+    name)."""
+    return re.sub(r"[^-_a-z0-9]", "", name.lower())
 
 
 def _container(client: Any, project: str, service: str) -> Any:

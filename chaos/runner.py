@@ -80,6 +80,9 @@ class RunOptions:
     duration_s: float | None = None  # None: the scenario's
     cluster_dir: Path | None = None  # local: a running mqcluster, else one is started there
     keep_cluster: bool = False  # local: leave a cluster mqchaos started running
+    # Leave the run's topics and consumer groups in the cluster (else deleted at the end, so
+    # that later lag reports do not show them).
+    keep_topics: bool = False
     namesrv_addr: str | None = None  # compose: the published name server addresses
     compose_project: str | None = None
     compose_services: Mapping[str, str] | None = None  # node name -> compose service
@@ -112,7 +115,8 @@ def _local_cluster_running(directory: Path) -> bool:
 
 def start_local_cluster(directory: Path, scenario: Scenario) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    r = _mqcluster(directory, "up", *scenario.shape.mqcluster_args())
+    # Any free port for its name server: 9876 stays with the person's own cluster.
+    r = _mqcluster(directory, "up", "--namesrv-port", "0", *scenario.shape.mqcluster_args())
     if r.returncode != 0:
         raise RunError(f"mqcluster up failed: {(r.stderr or r.stdout).strip()}")
 
@@ -159,6 +163,7 @@ def _compose_injector(options: RunOptions) -> tuple[FaultInjector, str]:
         COMPOSE_SERVICES,
         DEFAULT_PROJECT,
         REGISTRATION_NETWORK,
+        compose_project_name,
         published_namesrv_addr,
         shape_problem,
     )
@@ -168,7 +173,10 @@ def _compose_injector(options: RunOptions) -> tuple[FaultInjector, str]:
         DockerInjector,
         docker_client,
     )
-    project = options.compose_project or DEFAULT_PROJECT
+    project = compose_project_name(options.compose_project or DEFAULT_PROJECT)
+    if not project:
+        raise RunError(f"--compose-project {options.compose_project!r}: compose keeps only "
+                       "a-z, 0-9, _ and - of a project name, and none is left")
     services = {**COMPOSE_SERVICES, **(options.compose_services or {})}
     client = docker_client()
     try:
@@ -335,11 +343,25 @@ def _run(options: RunOptions, cluster_dir: Path | None) -> None:
             nemesis_thread.join()
         nemesis.heal_all(everything=False)  # nothing stays frozen or cut off
         workload.shutdown(note)
+        if not options.keep_topics:
+            _delete_run_topics(config, observer, note)
         history.append(RUNNER, INFO, RUN, {"phase": END, "nemesis_errors": nemesis.errors})
         history.close()
         progress.done()
         observer.close()
         injector.close()
+
+
+def _delete_run_topics(config: WorkloadConfig, observer: ClusterObserver,
+                       note: Callable[[str, str, dict[str, Any]], None]) -> None:
+    """The run's topics, retry and dead-letter topics deleted from the masters, with the
+    consumer groups' offsets on them: nothing of the run is left for lag reports."""
+    deleted, problems = observer.delete_topics(config.cluster_topics)
+    note(RUNNER, "cleanup", {"deleted": deleted, "problems": problems})
+    for problem in problems:
+        log.warning("the run's topics (%s) are left where %s; delete them with mqadmin "
+                    "deleteTopic -t TOPIC -c CLUSTER", ", ".join(config.cluster_topics),
+                    problem)
 
 
 def _drain(workload: Workload, observer: ClusterObserver, options: RunOptions,

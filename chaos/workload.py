@@ -42,7 +42,11 @@ from mqclient import (
     Producer,
     PushConsumer,
 )
-from mqclient.constants import PROPERTY_RETRY_TOPIC
+from mqclient.constants import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    PROPERTY_RETRY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+)
 
 log = logging.getLogger(__name__)
 # Client errors raised before anything reached a broker: the send certainly did not happen.
@@ -81,6 +85,18 @@ class WorkloadConfig:
 
     def group(self, stream: str) -> str:
         return f"chaos-{stream}-{self.run_id}"
+
+    @property
+    def groups(self) -> list[str]:
+        return [self.group("plain")] + ([self.group("ordered")] if self.ordered_producers
+                                        else [])
+
+    @property
+    def cluster_topics(self) -> list[str]:
+        """Every topic the run leaves on the brokers: its topics, and its consumer groups'
+        retry and dead-letter topics (their offsets go with them)."""
+        return self.topics + [f"{prefix}{g}" for g in self.groups
+                              for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)]
 
     @property
     def threads(self) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import random
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -133,6 +134,10 @@ RESET_EARLIEST = "earliest"
 RESET_LATEST = "now"
 
 
+# Cluster-wide commands ask this many brokers at once: each hung broker costs the command one
+# timeout in all, not one each.
+BROKERS_ASKED_AT_ONCE = 64
+MIN_SECOND_CALL_TIMEOUT_S = 0.1
 CREATE_TOPICS_CHUNK = 50_000  # topics per CreateOrUpdateTopics call (a few MiB)
 
 
@@ -191,7 +196,8 @@ class MQAdmin:
                 return BrokerUnreachable(addr, name, broker_id, str(e))
         if not brokers:
             return []
-        with concurrent.futures.ThreadPoolExecutor(min(16, len(brokers))) as pool:
+        with concurrent.futures.ThreadPoolExecutor(min(BROKERS_ASKED_AT_ONCE,
+                                                        len(brokers))) as pool:
             return list(pool.map(one, brokers))
 
     def cluster_brokers(self, cluster: str | None = None) -> list[tuple[str, str, int]]:
@@ -364,16 +370,18 @@ class MQAdmin:
                      if g.master_addr is not None]
         else:
             addrs = self._master_addrs(cluster, None)
-        deleted = []
-        for addr in addrs:
-            r = self._admin_rpc(addr, "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic))
-            self._check(r.status, f"delete topic {topic} on {addr}", common_pb2.SUCCESS,
-                        common_pb2.TOPIC_NOT_EXIST)
-            if r.status.code == common_pb2.SUCCESS:
-                deleted.append(addr)
+        deleted = [addr for addr in addrs if self.delete_topic_at(addr, topic)]
         if not deleted:
             raise AdminError(f"topic {topic} not exist on any master of cluster {cluster}")
         return deleted
+
+    def delete_topic_at(self, addr: str, topic: str) -> bool:
+        """Deletes the topic (and the consumer offsets on it) on the master at `addr`; False
+        when that master has no such topic."""
+        r = self._admin_rpc(addr, "DeleteTopic", admin_pb2.DeleteTopicRequest(topic=topic))
+        self._check(r.status, f"delete topic {topic} on {addr}", common_pb2.SUCCESS,
+                    common_pb2.TOPIC_NOT_EXIST)
+        return r.status.code == common_pb2.SUCCESS
 
     # -- consumers -------------------------------------------------------------------------
     def _consume_stats(self, addr: str, group: str, topic: str
@@ -449,8 +457,9 @@ class MQAdmin:
         return out
 
     # -- brokers ---------------------------------------------------------------------------
-    def broker_runtime(self, addr: str) -> BrokerRuntime:
-        r = self._admin_rpc(addr, "GetRuntimeInfo", admin_pb2.GetRuntimeInfoRequest())
+    def broker_runtime(self, addr: str, timeout: float | None = None) -> BrokerRuntime:
+        r = self._admin_rpc(addr, "GetRuntimeInfo", admin_pb2.GetRuntimeInfoRequest(),
+                            timeout)
         self._check(r.status, f"runtime info of {addr}")
         return BrokerRuntime(
             addr, r.broker_name, r.broker_id, r.broker_role, r.commit_log_min_offset,
@@ -468,9 +477,13 @@ class MQAdmin:
             for s in r.consume_stats]
 
     def ha_status(self, addr: str) -> HAStatus:
+        """One timeout for both calls: a broker that answers the first slowly and then
+        hangs costs one timeout, not two."""
+        deadline = time.monotonic() + self.timeout
         r = self._admin_rpc(addr, "GetHAStatus", admin_pb2.GetHAStatusRequest())
         self._check(r.status, f"HA status of {addr}")
-        runtime = self.broker_runtime(addr)
+        runtime = self.broker_runtime(addr, max(deadline - time.monotonic(),
+                                                MIN_SECOND_CALL_TIMEOUT_S))
         slaves = [_slave_link(c) for c in r.ha_connection_info]
         link = None
         if r.HasField("ha_client_info"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
 RETRY_QUEUE_NUMS = 1  # the queues a broker creates a retry topic with (retryQueueNums)
 
 # Name server and broker housekeeping (ClientConfig).

@@ -6,9 +6,10 @@ the group's consumer progress, left running for the reader to explore.
 1. `mqcluster up` with two broker groups, each a master and a slave (reused when it runs);
 2. a producer sends the messages (sync sends, then async sends batched by the producer);
 3. a push consumer of `DemoGroup` consumes them, commits its offsets and leaves;
-4. a few more messages are sent while nobody consumes, so the lag is not zero;
+4. a few more messages are sent while nobody consumes, a few a second, so the lag climbs;
 5. `mqadmin consumerProgress` and `mqadmin haStatus` print what the brokers report;
-6. lag analytics: a few collector snapshots of the whole cluster (`mqcollect`), the Spark
+6. lag analytics: collector snapshots of the whole cluster (`mqcollect`), one a second from
+   before the first send to the end, so the charts show the lag rise and drain; the Spark
    lag job over them (`spark_analytics.lag`, local mode; needs Java) and its report: the
    terminal table (DemoGroup 100 behind) and an HTML page with charts.
 """
@@ -27,6 +28,7 @@ from mqclient import ConsumeFromWhere, Message, MessageExt, Producer, PushConsum
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli import mqadmin, mqcluster
 from spark_analytics.collect import Collector, write_snapshot
+from spark_analytics.schema import SNAPSHOTS_DIR
 from spark_analytics.session import java_problem
 
 TOPIC = "DemoTopic"
@@ -35,8 +37,9 @@ PRODUCER_GROUP = "DemoProducer"
 LAGGING_MESSAGES = 100
 CONSUME_TIMEOUT_S = 60.0
 SLAVE_WAIT_S = 15.0
-SNAPSHOTS = 3
-SNAPSHOT_INTERVAL_S = 2.0
+SNAPSHOT_INTERVAL_S = 1.0
+# The messages sent while nobody consumes go out over this long: the lag climbs in steps.
+LAGGING_SEND_S = 5.0
 LAG_JOB_TIMEOUT_S = 600.0
 
 
@@ -56,6 +59,66 @@ def run(directory: str, messages: int) -> int:
     mqadmin.main(["updateTopic", "-n", namesrv, "-t", TOPIC, "-c", state[0].cluster_name,
                   "-r", "8", "-w", "8"])
     _wait_for_route(namesrv, state[0].shape[0])
+    analytics = Path(directory) / "analytics"
+    snapshots = BackgroundSnapshots(namesrv, analytics)
+    try:
+        finished = _produce_and_consume(namesrv, messages, state[0].cluster_name)
+    finally:
+        taken = snapshots.stop()
+    print(f"\n{taken} collector snapshots, one every {SNAPSHOT_INTERVAL_S:g} s while the demo "
+          f"ran, in {analytics / SNAPSHOTS_DIR}" + (f" ({snapshots.errors} failed: "
+                                                  f"{snapshots.last_error})"
+                                                  if snapshots.errors else ""))
+    analysed = _lag_analytics(analytics) if finished else False
+
+    print(f"\nThe cluster keeps running. Try:\n"
+          f"  export NAMESRV_ADDR='{namesrv}'\n"
+          f"  .venv/bin/mqadmin clusterList\n"
+          f"  .venv/bin/mqadmin consumeMessage -t {TOPIC} -c 3\n"
+          f"  .venv/bin/mqcollect --out {analytics} --interval 10     # more snapshots\n"
+          f"  .venv/bin/python -m spark_analytics.lag --in {analytics} "
+          f"--out {analytics}/lag\n"
+          f"Stop it:  .venv/bin/mqcluster down --dir {directory}   (add --clean to drop data)")
+    return 0 if finished and analysed else 1
+
+
+class BackgroundSnapshots:
+    """A collector snapshot of the whole cluster every SNAPSHOT_INTERVAL_S, in a thread,
+    from now until stop(), which takes a last one (the state the report ends with)."""
+
+    def __init__(self, namesrv: str, out: Path) -> None:
+        self.out = out
+        self.taken = self.errors = 0
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._collector = Collector(namesrv)
+        self._thread = threading.Thread(target=self._run, name="snapshots", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._take()
+            self._stop.wait(SNAPSHOT_INTERVAL_S)
+
+    def _take(self) -> None:
+        try:
+            snap = self._collector.snapshot()
+            write_snapshot(snap.table(), self.out, snap.snapshot_ms)
+            self.taken += 1
+        except Exception as e:  # noqa: BLE001 - counted and said; the demo goes on
+            self.errors += 1
+            self.last_error = str(e)
+
+    def stop(self) -> int:
+        self._stop.set()
+        self._thread.join()
+        self._take()
+        self._collector.close()
+        return self.taken
+
+
+def _produce_and_consume(namesrv: str, messages: int, cluster: str) -> bool:
+    """Steps 2-5; True when the consumer took every message sent."""
 
     _title(f"producing {messages} messages of 1 KiB: half sync sends, half async sends")
     producer = Producer(PRODUCER_GROUP, namesrv).start()
@@ -96,43 +159,25 @@ def run(directory: str, messages: int) -> int:
               + f" in {time.monotonic() - started:.2f} s"
               + ("" if finished else " (timed out: see the brokers' logs)"))
 
-        _title(f"{LAGGING_MESSAGES} more messages while nobody consumes (lag > 0)")
+        _title(f"{LAGGING_MESSAGES} more messages over {LAGGING_SEND_S:g} s while nobody "
+               "consumes (lag > 0)")
         for i in range(LAGGING_MESSAGES):
             producer.send(Message(TOPIC, _body(messages + i), tags="TagA"))
+            time.sleep(LAGGING_SEND_S / LAGGING_MESSAGES)
     finally:
         producer.shutdown()
 
     _title(f"mqadmin consumerProgress -g {GROUP}")
     mqadmin.main(["consumerProgress", "-n", namesrv, "-g", GROUP])
     _title("mqadmin haStatus")
-    _wait_for_slaves(namesrv, state[0].cluster_name)
-    mqadmin.main(["haStatus", "-n", namesrv, "-c", state[0].cluster_name])
-
-    analytics = Path(directory) / "analytics"
-    analysed = _lag_analytics(namesrv, analytics) if finished else False
-
-    print(f"\nThe cluster keeps running. Try:\n"
-          f"  export NAMESRV_ADDR='{namesrv}'\n"
-          f"  .venv/bin/mqadmin clusterList\n"
-          f"  .venv/bin/mqadmin consumeMessage -t {TOPIC} -c 3\n"
-          f"  .venv/bin/mqcollect --out {analytics} --interval 10     # more snapshots\n"
-          f"  .venv/bin/python -m spark_analytics.lag --in {analytics} "
-          f"--out {analytics}/lag\n"
-          f"Stop it:  .venv/bin/mqcluster down --dir {directory}   (add --clean to drop data)")
-    return 0 if finished and analysed else 1
+    _wait_for_slaves(namesrv, cluster)
+    mqadmin.main(["haStatus", "-n", namesrv, "-c", cluster])
+    return finished
 
 
-def _lag_analytics(namesrv: str, analytics: Path) -> bool:
-    """Collects SNAPSHOTS snapshots, runs the lag job and prints its report; False when a
-    step failed (said why). Without Java the Spark part is skipped with the reason."""
-    _title(f"lag analytics: {SNAPSHOTS} snapshots of the cluster (mqcollect --out {analytics})")
-    with Collector(namesrv) as collector:
-        for n in range(SNAPSHOTS):
-            if n:
-                time.sleep(SNAPSHOT_INTERVAL_S)
-            snap = collector.snapshot()
-            path = write_snapshot(snap.table(), analytics, snap.snapshot_ms)
-            print(f"snapshot {n + 1}: {snap.rows} rows -> {path}", flush=True)
+def _lag_analytics(analytics: Path) -> bool:
+    """Runs the lag job over the snapshots and prints its report; False when a step failed
+    (said why). Without Java the Spark part is skipped with the reason."""
     if problem := java_problem():
         print(f"skipping the Spark lag job: {problem}")
         return True

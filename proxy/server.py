@@ -93,8 +93,9 @@ class GrpcProxy:
         broker.addresses.grpc_proxy_addr = self.addr
         self.pop.start()
         self.timer.start()
-        log.info("broker %s serves apache.rocketmq.v2 (RocketMQ 5 SDKs) on %s",
-                 broker.config.broker_name, self.addr)
+        log.info("broker %s serves apache.rocketmq.v2 (RocketMQ 5 SDKs) on %s (listening on "
+                 "%s)", broker.config.broker_name, self.addr,
+                 format_host((broker.config.bind_address, bound)))
         return self.addr
 
     async def stop(self) -> None:

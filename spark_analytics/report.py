@@ -153,6 +153,8 @@ th { background: #f0f0f0; }
 svg.chart { border: 1px solid #ddd; margin: 8px 16px 8px 0; font-size: 11px; }
 svg .title { font-size: 13px; font-weight: bold; }
 svg .grid { stroke: #eee; } svg .axis { stroke: #888; }
+svg .hole { fill: #f4f4f4; } svg .cut { fill: #e4e4e4; stroke: #aaa; stroke-dasharray: 3 3; }
+svg .cut-label { fill: #555; font-size: 10px; } svg .caption { fill: #666; }
 .legend span { margin-right: 12px; }
 """
 

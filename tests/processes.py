@@ -46,8 +46,10 @@ class LocalCluster:
     leaving the `with` block) stops it, and if that fails stops the PIDs its state file lists
     (each checked to still be the process mqcluster started)."""
 
-    def __init__(self, directory: Path, *up_args: str) -> None:
+    def __init__(self, directory: Path, *up_args: str, env: dict[str, str] | None = None
+                 ) -> None:
         self.directory = directory
+        self.env = env
         self.up_result = self.mqcluster("up", *up_args)
         try:
             self.processes = json.loads(self.mqcluster("status", "--json").stdout)
@@ -59,7 +61,7 @@ class LocalCluster:
 
     def mqcluster(self, command: str, *args: str, check: bool = True
                   ) -> subprocess.CompletedProcess[str]:
-        return run_mqcluster(self.directory, command, *args, check=check)
+        return run_mqcluster(self.directory, command, *args, check=check, env=self.env)
 
     def addresses(self, kind: str = "broker") -> list[str]:
         return [p["address"] for p in self.processes if p["kind"] == kind]
@@ -74,11 +76,12 @@ class LocalCluster:
         self.down()
 
 
-def run_mqcluster(directory: Path, command: str, *args: str, check: bool = True
-                  ) -> subprocess.CompletedProcess[str]:
+def run_mqcluster(directory: Path, command: str, *args: str, check: bool = True,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "mqclient.cli.mqcluster", command, "--dir", str(directory), *args],
-        capture_output=True, text=True, timeout=MQCLUSTER_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        capture_output=True, text=True, timeout=MQCLUSTER_TIMEOUT_S, stdin=subprocess.DEVNULL,
+        env=env)
     if check and result.returncode != 0:
         raise AssertionError(f"mqcluster {command} exited {result.returncode}:\n"
                              f"{result.stdout}{result.stderr}")

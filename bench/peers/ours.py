@@ -137,8 +137,8 @@ def open_target(cls: str, work: Path) -> Iterator[Target]:
     flush, role, slaves = SHAPES[cls]
     directory = work / f"ours-{cls}"
     log = work / f"ours-{cls}-mqcluster.log"
-    argv = ["up", "--dir", str(directory), "--flush", flush, "--role", role,
-            "--slaves", str(slaves),
+    argv = ["up", "--dir", str(directory), "--namesrv-port", "0", "--flush", flush,
+            "--role", role, "--slaves", str(slaves),
             "--set", f"maxTransferCountOnMessageInMemory={PULL_BATCH}",
             "--set", f"maxTransferBytesOnMessageInMemory={PULL_BATCH * 1200}"]
     try:  # `down` even when `up` failed half way (e.g. the disk filled up under it)

@@ -41,6 +41,11 @@ MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 SLAVE_ROLE = "SLAVE"
 DEFAULT_CLUSTER_NAME = "DefaultCluster"
+# RocketMQ's name server port, the address every example uses: `up` takes it when it is free.
+DEFAULT_NAMESRV_PORT = 9876
+# The default of `up --namesrv-port` (0: no preference, as tests and tools starting clusters
+# of their own want; they leave 9876 to the user's cluster).
+NAMESRV_PORT_ENV = "MQCLUSTER_NAMESRV_PORT"
 # Smaller commitlog files than RocketMQ's 1 GiB: each broker zero-fills its next file ahead
 # of use, and a laptop running four brokers should not write 8 GiB for that.
 LOCAL_BROKER_DEFAULTS = {"mappedFileSizeCommitLog": str(64 * 1024 * 1024)}
@@ -159,12 +164,12 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
-def port_is_free(port: int) -> bool:
+def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     """Nobody listens on the port (TIME_WAIT leftovers do not count)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            s.bind((LOOPBACK, port))
+            s.bind((host, port))
         except OSError:
             return False
     return True
@@ -182,6 +187,23 @@ def free_ports(count: int) -> list[int]:
     finally:
         for s in sockets:
             s.close()
+
+
+def pick_namesrv_port(requested: int | None, planned: int, reused: bool, others: set[int]
+                      ) -> int:
+    """The first name server's port. `requested`: None prefers DEFAULT_NAMESRV_PORT when it
+    is free; 0 keeps `planned` (the last up's port when `reused`, else a free one); a port is
+    that port (checked with the others later). A reused port taken since gives way to a free
+    one. `others`: the layout's other ports."""
+    if requested:
+        return requested
+    if (requested is None and DEFAULT_NAMESRV_PORT not in others
+            and port_is_free(DEFAULT_NAMESRV_PORT)):
+        return DEFAULT_NAMESRV_PORT
+    while planned in others or (reused and not port_is_free(planned)):
+        planned = free_ports(1)[0]
+        reused = True  # a fresh port is checked like a kept one
+    return planned
 
 
 def check_ports_free(layout: Layout) -> None:

@@ -12,6 +12,7 @@ import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from common.constants import PERM_READ, PERM_WRITE
 from mqclient.admin import (
@@ -36,6 +37,8 @@ from mqclient.cli.output import (
 )
 from remoting.tls import ClientTls, TlsError
 
+T = TypeVar("T")
+
 PROG = "mqadmin"
 EXIT_FAILURE = 1
 EXIT_USAGE = 2  # as argparse
@@ -53,8 +56,10 @@ def _warn_unreachable(results: list[object]) -> None:
     """One stderr line per broker that did not answer (the others are printed)."""
     for r in results:
         if isinstance(r, BrokerUnreachable):
-            print(f"{PROG}: broker {r.broker_name} id {r.broker_id} ({r.broker_addr}) did not "
-                  f"answer: {r.error}", file=sys.stderr, flush=True)
+            which = (f"{r.broker_name} id {r.broker_id} ({r.broker_addr})" if r.broker_name
+                     else r.broker_addr)  # asked by address (-b): name and id unknown
+            print(f"{PROG}: broker {which} did not answer: {r.error}", file=sys.stderr,
+                  flush=True)
 
 
 def _fail_if_none_answered(results: list[object]) -> None:
@@ -71,24 +76,24 @@ def _offset_text(offset: int) -> str:
 # -- commands --------------------------------------------------------------------------------
 def cluster_list(admin: MQAdmin, args: argparse.Namespace) -> None:
     info = admin.cluster_info()
+    listed = [(cluster, name, broker_id, addr) for cluster, names in info.clusters.items()
+              for name in names if (group := info.groups.get(name)) is not None
+              for broker_id, addr in sorted(group.addrs.items())]
+    # Every broker asked at once: each one not answering costs one timeout in all.
+    runtimes = admin.each_broker([(name, addr, broker_id) for _, name, broker_id, addr in listed],
+                                 admin.broker_runtime)
     rows = []
-    for cluster, names in info.clusters.items():
-        for name in names:
-            group = info.groups.get(name)
-            for broker_id, addr in sorted(group.addrs.items()) if group else ():
-                row: dict[str, object] = {"cluster": cluster, "broker_name": name,
-                                          "broker_id": broker_id, "addr": addr}
-                try:
-                    rt = admin.broker_runtime(addr)
-                    row.update(role=rt.broker_role, put_tps=rt.put_tps,
-                               get_total_tps=rt.get_total_tps,
-                               commit_log_max_offset=rt.commit_log_max_offset,
-                               dispatch_behind_bytes=rt.dispatch_behind_bytes, error=None)
-                except AdminError as e:  # listed by the name server but not answering
-                    row.update(role=None, put_tps=None, get_total_tps=None,
-                               commit_log_max_offset=None, dispatch_behind_bytes=None,
-                               error=str(e))
-                rows.append(row)
+    for (cluster, name, broker_id, addr), rt in zip(listed, runtimes, strict=True):
+        row: dict[str, object] = {"cluster": cluster, "broker_name": name,
+                                  "broker_id": broker_id, "addr": addr}
+        if isinstance(rt, BrokerUnreachable):  # listed by the name server, not answering
+            row.update(role=None, put_tps=None, get_total_tps=None, commit_log_max_offset=None,
+                       dispatch_behind_bytes=None, error=rt.error)
+        else:
+            row.update(role=rt.broker_role, put_tps=rt.put_tps, get_total_tps=rt.get_total_tps,
+                       commit_log_max_offset=rt.commit_log_max_offset,
+                       dispatch_behind_bytes=rt.dispatch_behind_bytes, error=None)
+        rows.append(row)
     if args.json:
         _out(dumps(rows))
     else:
@@ -244,9 +249,19 @@ def consumer_progress(admin: MQAdmin, args: argparse.Namespace) -> None:
     _out(f"Online Consumers: {progress.online_consumers}")
 
 
+def _each_address(admin: MQAdmin, addresses: str, ask: Callable[[str], T]
+                  ) -> list[T | BrokerUnreachable]:
+    """`-b ADDR`: ask's answer or its error; `-b 'ADDR;ADDR'`: every broker asked at once,
+    one that does not answer a BrokerUnreachable in its place (as with -c)."""
+    addrs = parse_addresses(addresses)
+    if len(addrs) == 1:
+        return [ask(addrs[0])]
+    return admin.each_broker([("", a, -1) for a in addrs], ask)
+
+
 def broker_status(admin: MQAdmin, args: argparse.Namespace) -> None:
     if args.broker_addr is not None:
-        runtimes: list = [admin.broker_runtime(a) for a in parse_addresses(args.broker_addr)]
+        runtimes: list = _each_address(admin, args.broker_addr, admin.broker_runtime)
     else:
         runtimes = admin.broker_runtimes_of_cluster(args.cluster)
     _warn_unreachable(runtimes)
@@ -324,7 +339,7 @@ def consume_message(admin: MQAdmin, args: argparse.Namespace) -> None:
 
 def ha_status(admin: MQAdmin, args: argparse.Namespace) -> None:
     if args.broker_addr is not None:
-        statuses: list = [admin.ha_status(a) for a in parse_addresses(args.broker_addr)]
+        statuses: list = _each_address(admin, args.broker_addr, admin.ha_status)
     else:
         statuses = admin.ha_status_of_cluster(args.cluster)
     _warn_unreachable(statuses)
@@ -365,8 +380,8 @@ def _ha_tables(statuses: list[HAStatus | BrokerUnreachable]) -> list[str]:
                           "Max Offset", "Transfer B/s", "Last Read", "State"], rows))
     if unreachable:
         out.append(table(["Broker Name", "BID", "Addr", "State"],
-                         [[u.broker_name, u.broker_id, u.broker_addr, f"UNREACHABLE: {u.error}"]
-                          for u in unreachable]))
+                         [[u.broker_name or "-", u.broker_id if u.broker_name else "-",
+                           u.broker_addr, f"UNREACHABLE: {u.error}"] for u in unreachable]))
     return out
 
 

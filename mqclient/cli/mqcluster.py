@@ -1,6 +1,7 @@
 """`mqcluster up|down|status`: a local cluster of real processes on loopback.
 
     mqcluster up     [--dir DIR] [--groups N] [--slaves M] [--namesrvs K] [--base-port P]
+                     [--namesrv-port P]
                      [--flush SYNC_FLUSH|ASYNC_FLUSH] [--role ASYNC_MASTER|SYNC_MASTER]
                      [--set KEY=VALUE ...] [--no-metrics]
     mqcluster status [--dir DIR] [--json]
@@ -8,7 +9,9 @@
 
 `up` writes broker.conf files, starts the name servers and brokers detached (their own
 session; logs in DIR/logs), waits until every broker is registered with every name server
-and prints NAMESRV_ADDR. Every process serves Prometheus /metrics on a port of its own
+and prints NAMESRV_ADDR. The name server listens on RocketMQ's 127.0.0.1:9876 when that port
+is free (else on a free port, and `up` says so; --namesrv-port or $MQCLUSTER_NAMESRV_PORT
+choose another, 0 any free port). Every process serves Prometheus /metrics on a port of its own
 (the Metrics column; DIR/prometheus.yml scrapes them all), unless --no-metrics. `down`
 stops exactly the PIDs recorded by `up` (after checking each is still the process it
 started). Exit codes: 0 done / all alive, 1 failure / not all alive.
@@ -32,10 +35,13 @@ from mqclient.cli.local_cluster import (
     BROKER_CONF,
     CREDENTIALS_FILE,
     DEFAULT_CLUSTER_NAME,
+    DEFAULT_NAMESRV_PORT,
     FLUSH_TYPES,
     LAYOUT_FILE,
     LOG_DIR,
     MASTER_ROLES,
+    NAMESRV,
+    NAMESRV_PORT_ENV,
     PROMETHEUS_FILE,
     SECURITY_DIR,
     STATE_FILE,
@@ -49,7 +55,9 @@ from mqclient.cli.local_cluster import (
     is_alive,
     is_stopped,
     metrics_ports_needed,
+    pick_namesrv_port,
     plan_layout,
+    port_is_free,
     ports_needed,
     prometheus_config,
     read_json,
@@ -111,9 +119,24 @@ def _parse_sets(items: Sequence[str]) -> dict[str, str]:
     return props
 
 
+def requested_namesrv_port(args: argparse.Namespace) -> int | None:
+    """--namesrv-port, else $MQCLUSTER_NAMESRV_PORT, else None (9876 when free)."""
+    if args.namesrv_port is not None:
+        return int(args.namesrv_port)
+    text = os.environ.get(NAMESRV_PORT_ENV, "").strip()
+    if not text:
+        return None
+    try:
+        return _port(text)
+    except (ValueError, argparse.ArgumentTypeError):
+        raise LocalClusterError(f"{NAMESRV_PORT_ENV}={text!r}: expected a port, 0 for any "
+                                "free port") from None
+
+
 def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
     """Options given > the last layout of this directory > defaults; the last layout's ports
-    are kept when the shape is unchanged and no --base-port is given."""
+    are kept when the shape is unchanged and no --base-port is given, but for the first name
+    server's port: 9876 when free (see pick_namesrv_port)."""
     previous_data = read_json(directory / LAYOUT_FILE)
     previous = Layout.from_json(previous_data) if previous_data else None
     shape: dict[str, Any] = {}
@@ -153,8 +176,21 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
             pool = list(range(args.base_port, args.base_port + total))
         ports, metrics_ports = pool[:count], pool[count:count + metrics_count]
         v2_ports = pool[count + metrics_count:]
+    requested = requested_namesrv_port(args)
+    # --base-port lays out every port, the name server's too, unless a port is asked for.
+    if args.base_port is None or args.namesrv_port:
+        ports[0] = pick_namesrv_port(
+            requested, ports[0], reused=same_shape and args.base_port is None,
+            others={*ports[1:], *metrics_ports, *v2_ports})
+    if requested and not port_is_free(requested):
+        raise LocalClusterError(f"port {requested} (--namesrv-port or {NAMESRV_PORT_ENV}) is "
+                                "taken; choose another, or 0 for any free port")
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
                          metrics_ports=metrics_ports, v2_ports=v2_ports, **shape)
+    used = [p for n in layout.nodes for p in (n.port, n.ha_port, n.metrics_port, n.v2_port) if p]
+    if len(set(used)) != len(used):
+        raise LocalClusterError(f"--namesrv-port {requested} is also another process's port "
+                                "in this layout; choose another")
     check_ports_free(layout)
     return layout
 
@@ -268,10 +304,13 @@ def up(args: argparse.Namespace) -> int:
         raise
     if args.json:
         _out(dumps(_status_rows(directory, layout, records)))
+        if note := _namesrv_note(args, layout):
+            print(f"{PROG}: {note}", end="", file=sys.stderr, flush=True)
         return 0
     _print_status(directory, layout, records)
     _out(f"\nAll {len(layout.brokers)} broker(s) registered with {layout.namesrvs} name "
          f"server(s).\nNAMESRV_ADDR={layout.namesrv_addr}\n"
+         + _namesrv_note(args, layout)
          + _access_hints(directory, layout) +
          f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
          + (f"Metrics: the Metrics column; prometheus --config.file="
@@ -279,6 +318,19 @@ def up(args: argparse.Namespace) -> int:
             if any(n.metrics_port for n in layout.nodes) else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
+
+
+def _namesrv_note(args: argparse.Namespace, layout: Layout) -> str:
+    """Where the name server is when it is not at 9876 although nothing else was asked for:
+    the examples' 127.0.0.1:9876 is then another program, or nothing."""
+    first = next(n for n in layout.nodes if n.kind == NAMESRV)
+    if first.port == DEFAULT_NAMESRV_PORT or args.base_port is not None \
+            or requested_namesrv_port(args) is not None:
+        return ""
+    return (f"NOTE: port {DEFAULT_NAMESRV_PORT} was taken (another cluster or program "
+            f"listens there), so this cluster's name server is at {first.address}, not at "
+            f"the examples' 127.0.0.1:{DEFAULT_NAMESRV_PORT}: use -n '{layout.namesrv_addr}' "
+            f"or export NAMESRV_ADDR='{layout.namesrv_addr}'\n")
 
 
 def _access_hints(directory: Path, layout: Layout) -> str:
@@ -429,6 +481,13 @@ def down(args: argparse.Namespace) -> int:
 
 
 # -- arguments ---------------------------------------------------------------------------------
+def _port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text} is not a port")
+    return value
+
+
 def _count(minimum: int) -> Any:
     def parse(text: str) -> int:
         value = int(text)
@@ -453,6 +512,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slaves", type=_count(0), help="slaves per group (default 0)")
     p.add_argument("--namesrvs", type=_count(1), help="name servers (default 1)")
     p.add_argument("--base-port", type=_count(1), help="first port (default: free ports)")
+    p.add_argument("--namesrv-port", type=_port, metavar="PORT",
+                   help=f"the (first) name server's port (default ${NAMESRV_PORT_ENV}, else "
+                        f"{DEFAULT_NAMESRV_PORT} when free, else a free port; 0: any free "
+                        "port)")
     p.add_argument("--flush", choices=FLUSH_TYPES, help="flushDiskType (default ASYNC_FLUSH)")
     p.add_argument("--role", choices=MASTER_ROLES, help="masters' brokerRole "
                    "(default ASYNC_MASTER)")

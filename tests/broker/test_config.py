@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import ConfigError, load_config_file, parse_config, read_properties
+from broker.config import (
+    ConfigError,
+    identity_problem,
+    load_config_file,
+    parse_config,
+    read_properties,
+)
 from store.constants import BrokerRole, FlushDiskType
 
 SAMPLE = """\
@@ -114,6 +120,35 @@ def test_load_config_file_with_overrides(tmp_path: Path) -> None:
     assert loaded.broker.namesrv_addr_list == ["127.0.0.1:1"]
     with pytest.raises(ConfigError, match="cannot read"):
         load_config_file(tmp_path / "missing.conf")
+
+
+@pytest.mark.parametrize(("text", "overrides", "env", "defaulted"), [
+    ("brokername=a\nnamesrvaddr=127.0.0.1:9876\nlistenPort=0\n", {}, "", None),
+    ("", {}, "", None),
+    ("listenPort=0\n", {"brokerName": "a"}, "", ["namesrvAddr"]),  # --set brokerName=a
+    ("listenPort=0\n", {"namesrvAddr": "127.0.0.1:1"}, "", ["brokerName"]),  # -n
+    ("listenPort=0\n", {}, "127.0.0.1:1", ["brokerName"]),  # $NAMESRV_ADDR (compose)
+    ("brokerName=a\nnamesrvAddr=127.0.0.1:1\n", {}, "", []),
+])
+def test_a_conf_must_set_a_broker_name_or_a_name_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str,
+        overrides: dict[str, str], env: str, defaulted: list[str] | None) -> None:
+    """brokerName and the name servers cannot be defaulted sensibly: a conf that gives
+    neither (a file of misspelt keys boots on defaults otherwise) is refused, saying which
+    keys it needs; one of the two missing is a warning (startup.py)."""
+    monkeypatch.setenv("NAMESRV_ADDR", env)
+    conf = tmp_path / "broker.conf"
+    conf.write_text(text)
+    loaded = load_config_file(conf, overrides)
+    problem = identity_problem(loaded, conf)
+    if defaulted is None:
+        assert problem is not None and problem.startswith(
+            f"{conf} sets none of the keys a broker cannot default, so it does not start: "
+            "brokerName=NAME (else this host's name); namesrvAddr=HOST:PORT;HOST:PORT, -n "
+            "or $NAMESRV_ADDR")
+        assert ("its unknown keys: brokername, namesrvaddr" in problem) == bool(text)
+    else:
+        assert problem is None and loaded.defaulted_keys == defaulted
 
 
 def test_properties_syntax() -> None:

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import signal
 import subprocess
 import sys
@@ -278,6 +280,85 @@ def test_sigkill_loses_nothing_acknowledged(cluster: Cluster) -> None:
     r = c.messaging.SendMessage(M.SendMessageRequest(
         message=M.Message(topic="Crash", body=b"after"), queue_id=0), timeout=RPC_TIMEOUT_S)
     assert r.status.code == C.SUCCESS and r.result.queue_offset == len(stored[0])
+
+
+def test_a_conf_without_broker_name_or_name_server_is_refused(tmp_path: Path) -> None:
+    """Misspelt keys only: each warned about, then exit 1 naming the keys a broker needs,
+    before anything is created (no store under the home directory)."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokername=broker-a\nnamesrvaddr=127.0.0.1:9876\n"
+                    f"storePathRootDir={tmp_path / 'store'}\n")
+    done = subprocess.run([sys.executable, "-m", "broker", "-c", str(conf)], cwd=REPO_ROOT,
+                          env={**child_env(), "NAMESRV_ADDR": ""}, capture_output=True,
+                          text=True, timeout=30, stdin=subprocess.DEVNULL)
+    assert done.returncode == 1 and done.stdout == ""
+    lines = done.stderr.splitlines()
+    assert [line.split(" - ", 1)[1] for line in lines] == [
+        f"unknown key brokername in {conf} ignored",
+        f"unknown key namesrvaddr in {conf} ignored",
+        f"bad configuration: {conf} sets none of the keys a broker cannot default, so it does "
+        "not start: brokerName=NAME (else this host's name); namesrvAddr=HOST:PORT;HOST:PORT, "
+        "-n or $NAMESRV_ADDR (else no name server knows the broker and no client finds it); "
+        "its unknown keys: brokername, namesrvaddr (key names are case-sensitive, as "
+        "RocketMQ's)"]
+    assert not (tmp_path / "store").exists()
+
+
+def _listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(IPv4 or IPv6 address, port) of every listening TCP socket the process holds."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = fd.readlink()
+        except OSError:
+            continue
+        if str(target).startswith("socket:["):
+            inodes.add(str(target)[8:-1])
+    found = set()
+    for table, width in (("tcp", 8), ("tcp6", 32)):
+        for line in Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            host_hex, port_hex = local.split(":")
+            raw = bytes.fromhex(host_hex)
+            # /proc prints each 32-bit word in host (little-endian) order.
+            host = b"".join(raw[i:i + 4][::-1] for i in range(0, width // 2, 4))
+            ip = ipaddress.ip_address(host)
+            mapped = getattr(ip, "ipv4_mapped", None)  # gRPC's [::ffff:127.0.0.1]
+            found.add((str(mapped or ip), int(port_hex, 16)))
+    return found
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.1", None])
+def test_every_port_listens_on_bind_address_and_the_boot_log_says_where(
+        processes: Processes, tmp_path: Path, bind: str | None) -> None:
+    """gRPC, HA, send channel, metrics and v2 ports all listen on bindAddress (default
+    0.0.0.0, every interface), and the broker's log says so next to the address clients are
+    given (127.0.0.1, brokerIP1), which alone read as if it served on loopback only."""
+    props = broker_props(tmp_path / "store", metricsPort=-1, grpcProxyPort=0,
+                         namesrvAddr="127.0.0.1:1")
+    if bind is None:
+        del props["bindAddress"]
+    props.pop("grpcProxyPort")  # listenPort 0: the v2 endpoint on a free port
+    broker = processes.broker(write_conf(tmp_path / "broker.conf", props))
+    log = broker.log_text()
+    listening = re.search(r"serving on 127\.0\.0\.1:(\d+) \(listening on ([\d.]+): gRPC "
+                          r"(\d+), HA (\d+), send channel (\d+), metrics (\d+)\)", log)
+    v2 = re.search(r"apache\.rocketmq\.v2 .* on 127\.0\.0\.1:(\d+) \(listening on "
+                   r"([\d.]+):(\d+)\)", log)
+    assert listening is not None and v2 is not None, log
+    want = bind or "0.0.0.0"
+    assert listening[2] == v2[2] == want
+    ports = {int(p) for p in listening.groups()[2:]} | {int(v2[3])}
+    assert int(listening[1]) == int(listening[3]) and len(ports) == 5
+    assert f"HA service listening on {want}:{listening[4]}" in log
+    held = _listening_sockets(broker.pid)
+    # gRPC listens on "[::]" for 0.0.0.0 (dual stack); asyncio's servers on 0.0.0.0.
+    anywhere = {"0.0.0.0", "::"}
+    assert {p for _, p in held} == ports, (held, ports)
+    assert all(h in ({want} if bind else anywhere) for h, _ in held), held
 
 
 @pytest.mark.parametrize(("props", "error"), [

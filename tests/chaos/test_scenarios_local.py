@@ -15,9 +15,11 @@ from chaos import report
 from chaos.cli import main
 from chaos.constants import CHART_FILE, HISTORY_FILE, RESULT_FILE
 from chaos.history import read_history
-from chaos.operations import consumes, fault_windows, sends
+from chaos.operations import consumes, fault_windows, run_info, sends
 from chaos.runner import RunOptions, run
 from chaos.scenarios import SCENARIOS
+from tests.broker.conftest import wait_until
+from tests.chaos.leftovers import chaos_names, cleanup_note
 from tests.processes import LocalCluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -41,11 +43,11 @@ def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Pat
             c.down()
 
 
-def run_scenario(tmp_path: Path, clusters: dict[str, Path], name: str, duration_s: float
-                 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run_scenario(tmp_path: Path, clusters: dict[str, Path], name: str, duration_s: float,
+                 keep_topics: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     out = tmp_path / "run"
     result = run(RunOptions(SCENARIOS[name], out_dir=out, duration_s=duration_s,
-                            cluster_dir=clusters[name]))
+                            cluster_dir=clusters[name], keep_topics=keep_topics))
     print("\n" + report.summary(result))
     assert (out / RESULT_FILE).exists() and (out / CHART_FILE).stat().st_size > 10_000
     return result, read_history(out / HISTORY_FILE)
@@ -85,10 +87,25 @@ def test_scenario_1_kill_sync_master_loses_nothing_and_fails_over(
     assert w["consume"]["next_consume_by_group_s"].get("broker-a") is not None
     assert w["send"]["ordered"]["keys_failed"] > 0  # their queues are on the dead master
 
+    # The run's topics, retry topics and groups are gone from the (healed) cluster: a later
+    # lag report does not show them.
+    note = cleanup_note(history)
+    assert note is not None and note["problems"] == [], note
+    assert {"ChaosPlain", "ChaosOrdered", "%RETRY%chaos-plain", "%RETRY%chaos-ordered"} <= {
+        t.rpartition("-")[0] for t in note["deleted"]}
+    namesrv = run_info(history)["namesrv_addr"]
+    wait_until(lambda: chaos_names(namesrv) == (set(), set()), timeout=30,
+               message="no chaos topic routed and no chaos group in a lag report")
+
 
 def test_scenario_6_kill_async_master_loss_within_reported_fall_behind(
         tmp_path: Path, clusters: dict[str, Path]) -> None:
-    result, _ = run_scenario(tmp_path, clusters, "kill-master-async", 16.0)
+    result, history = run_scenario(tmp_path, clusters, "kill-master-async", 16.0)
+    # broker-a's master stays dead: the run's topics are deleted from broker-b, and the run
+    # says they are left on broker-a.
+    note = cleanup_note(history)
+    assert note is not None and any(p.startswith("broker-a") for p in note["problems"]), note
+    assert any(t.startswith("ChaosPlain-") for t in note["deleted"])
     assert result["scenario"]["passed"], result["scenario"]["problems"]
     assert result["queue"]["acknowledged"] >= 2000
     [probe] = result["fall_behind"]["probes"]
@@ -100,8 +117,13 @@ def test_scenario_6b_lagging_slave_loss_is_measured_beyond_its_ack(
         tmp_path: Path, clusters: dict[str, Path]) -> None:
     """The frozen slave is killed with its master: what it had not acknowledged is gone,
     and the checker finds exactly that part lost."""
-    result, _ = run_scenario(tmp_path, clusters, "kill-master-async-lagging", 14.0)
+    result, history = run_scenario(tmp_path, clusters, "kill-master-async-lagging", 14.0,
+                                   keep_topics=True)
     assert result["scenario"]["passed"], result["scenario"]["problems"]
+    assert cleanup_note(history) is None  # keep_topics (--keep-topics): left as they are
+    namesrv = run_info(history)["namesrv_addr"]
+    topics, groups = chaos_names(namesrv)
+    assert any(t.startswith("ChaosPlain-") for t in topics) and groups
     [probe] = result["fall_behind"]["probes"]
     assert probe["fall_behind_bytes"] > 0 and probe["behind_messages"] > 0
     assert probe["lost_messages"] > 0
@@ -123,10 +145,16 @@ def test_run_refuses_a_cluster_of_the_wrong_shape(
 
 def test_run_on_compose_without_its_containers_says_so(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A mixed-case project name is looked for as compose names it (lower-cased), and the
+    hint says that name."""
     code = main(["run", "--scenario", "kill-master-sync", "--target", "compose",
-                 "--namesrv", "127.0.0.1:1", "--compose-project", "mqchaos-no-such-project",
+                 "--namesrv", "127.0.0.1:1", "--compose-project", "MqChaos-No-Such-Project",
                  "--out", str(tmp_path / "run"), "--quiet"])
     assert code == 3
     err = capsys.readouterr().err
     assert "mqchaos run:" in err
     assert "has 0 containers" in err or "no Docker engine" in err or "SDK" in err
+    if "has 0 containers" in err:
+        assert "compose project mqchaos-no-such-project: service" in err
+        assert "compose/compose.sh -p mqchaos-no-such-project up -d" in err
+        assert "MqChaos" not in err

@@ -34,12 +34,24 @@ def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:
         # master listened reconnects only after 5 s: the demo waits for it).
         ha = out[out.index("== mqadmin haStatus"):]
         assert "(no slave)" not in ha and ha.count(" connected") >= 4, ha
-        assert out.count("snapshot ") >= 3 and "rows -> " in out
+        # Snapshots one a second from before the first send to the end: the lag chart has
+        # history (it had 3 snapshots 2 s apart of a lag that did not move).
+        taken = re.search(r"^(\d+) collector snapshots, one every 1 s while the demo ran",
+                          out, re.M)
+        assert taken is not None and int(taken[1]) >= 6, out
         if java_problem() is None:  # the lag job's report: DemoGroup 100 behind, its page
             report = out[out.index("Worst groups"):]
             assert re.search(r"^\w+\s+DemoGroup\s+normal\s+\d+\s+100\s", report, re.M), report
             page = Path(out.split("file://")[1].split()[0])
             assert page.is_file() and "DemoGroup" in page.read_text()
+            # The lag rose while the last 100 messages went out over 5 s: DemoGroup's line
+            # has several distinct values, ending at 100.
+            lag_chart = page.read_text().split("<svg")[1]
+            demo_line = re.search(r'points="([^"]*)"><title>DemoGroup<', lag_chart)
+            assert demo_line is not None
+            heights = {xy.split(",")[1] for xy in demo_line[1].split()}
+            assert len(heights) >= 3, demo_line[1]
+            assert re.search(r"DemoGroup</text><text [^>]*>100</text>", lag_chart)
         state = json.loads((directory / "mqcluster.state.json").read_text())
         assert len(state["processes"]) == 5  # 1 name server, 2 masters, 2 slaves: left running
     finally:

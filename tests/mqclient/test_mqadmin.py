@@ -426,6 +426,37 @@ def test_cluster_wide_commands_go_on_past_an_unreachable_broker(
             os.kill(int(node["pid"]), signal.SIGCONT)
 
 
+def test_brokers_that_do_not_answer_are_waited_for_at_once(
+        capsys: pytest.CaptureFixture[str], running: RunningCluster) -> None:
+    """Three SIGSTOPped brokers (alive, holding their ports, answering nothing) cost a
+    command one --timeout, not one each: haStatus and brokerStatus by cluster and by a list
+    of addresses, and clusterList, ask every broker at once."""
+    timeout = 2.0
+    frozen = ["broker-a-0", "broker-a-1", "broker-b-1"]
+    addrs = ";".join(running.addr(n) for n in ("broker-a-0", "broker-a-1", "broker-b-0",
+                                               "broker-b-1"))
+    for name in frozen:
+        os.kill(int(running.nodes[name]["pid"]), signal.SIGSTOP)
+    try:
+        for args in (["haStatus", "-c", CLUSTER], ["haStatus", "-b", addrs],
+                     ["brokerStatus", "-b", addrs], ["brokerStatus", "-c", CLUSTER],
+                     ["clusterList"]):
+            started = time.monotonic()
+            code, out, err = run(capsys, running, *args, "--timeout", str(timeout))
+            took = time.monotonic() - started
+            assert code == 0, (args, err)
+            assert took < 1.8 * timeout, f"{args[0]} took {took:.1f} s ({err})"
+            assert out.count("UNREACHABLE") == len(frozen), (args, out)
+            for name in frozen:
+                assert f"({running.addr(name)}) did not answer" in err \
+                    or f"broker {running.addr(name)} did not answer" in err \
+                    or args == ["clusterList"], (args, err)
+            assert running.addr("broker-b-0") in out
+    finally:
+        for name in frozen:
+            os.kill(int(running.nodes[name]["pid"]), signal.SIGCONT)
+
+
 # -- errors ------------------------------------------------------------------------------------
 def script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """The installed console script, as a person runs it."""

@@ -17,17 +17,20 @@ import pytest
 from broker.config import read_properties
 from mqclient.admin import MQAdmin
 from mqclient.cli.local_cluster import (
+    DEFAULT_NAMESRV_PORT,
     LAYOUT_FILE,
+    NAMESRV_PORT_ENV,
     STATE_FILE,
     ProcessRecord,
     broker_conf,
     group_name,
     is_alive,
     plan_layout,
+    port_is_free,
     records_to_json,
 )
 from tests.broker.conftest import wait_until
-from tests.processes import LocalCluster
+from tests.processes import LocalCluster, run_mqcluster
 
 SMALL_STORE = ("--set", "mappedFileSizeCommitLog=1048576", "--set", "maxHashSlotNum=1000",
                "--set", "maxIndexNum=4000")
@@ -48,6 +51,12 @@ def wait_gone(pids: list[int]) -> None:
     while not all(pid_gone(p) for p in pids):
         assert time.monotonic() < deadline, f"still alive: {[p for p in pids if not pid_gone(p)]}"
         time.sleep(0.05)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def registered(namesrv_addr: str) -> dict[str, dict[int, str]]:
@@ -199,6 +208,57 @@ def test_port_taken_fails_clearly_and_starts_nothing(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1
     assert f"port {port} of broker-a-0 is taken" in result.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_the_name_server_is_at_9876_when_free_and_up_says_where_it_is_when_not(
+        tmp_path: Path) -> None:
+    """A person's `up` (no MQCLUSTER_NAMESRV_PORT, unlike the other tests') puts the name
+    server at RocketMQ's 127.0.0.1:9876, the examples' address; a second cluster in another
+    directory, with 9876 taken, still starts and says where its name server is instead."""
+    person = {k: v for k, v in os.environ.items() if k != NAMESRV_PORT_ENV}
+    default_addr = f"127.0.0.1:{DEFAULT_NAMESRV_PORT}"
+    clusters: list[LocalCluster] = []
+    try:
+        if port_is_free(DEFAULT_NAMESRV_PORT):  # else another program has it: the 2nd case
+            clusters.append(LocalCluster(tmp_path / "first", "--no-metrics", env=person))
+            assert clusters[0].namesrv_addr == default_addr
+            out = clusters[0].up_result.stdout
+            assert f"NAMESRV_ADDR={default_addr}\n" in out and "NOTE" not in out
+            assert "broker-a" in registered(default_addr)
+        clusters.append(LocalCluster(tmp_path / "second", "--no-metrics", env=person))
+        second = clusters[-1]
+        assert second.namesrv_addr != default_addr
+        assert (f"NOTE: port {DEFAULT_NAMESRV_PORT} was taken (another cluster or program "
+                f"listens there), so this cluster's name server is at {second.namesrv_addr}, "
+                f"not at the examples' {default_addr}") in second.up_result.stdout
+        assert "broker-a" in registered(second.namesrv_addr)
+    finally:
+        for cluster in clusters:
+            cluster.down("--clean")
+
+
+def test_namesrv_port_option_and_a_kept_port_taken_since(tmp_path: Path) -> None:
+    """--namesrv-port P puts the name server at P; when P is taken at a later up, which keeps
+    the directory's ports, the name server moves to a free port (said in the listing) rather
+    than failing, unless P is asked for again (one line, exit 1)."""
+    directory = tmp_path / "c"
+    port = free_port()
+    with LocalCluster(directory, "--no-metrics", "--namesrv-port", str(port)) as cluster:
+        assert cluster.namesrv_addr == f"127.0.0.1:{port}"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port))
+        taken.listen()
+        with LocalCluster(directory, "--no-metrics") as cluster:
+            assert cluster.namesrv_addr not in ("", f"127.0.0.1:{port}")
+            assert f"NAMESRV_ADDR={cluster.namesrv_addr}" in cluster.up_result.stdout
+            assert "broker-a" in registered(cluster.namesrv_addr)
+        refused = run_mqcluster(directory, "up", "--namesrv-port", str(port), check=False)
+    assert refused.returncode == 1 and refused.stderr == (
+        f"mqcluster up: port {port} (--namesrv-port or {NAMESRV_PORT_ENV}) is taken; choose "
+        "another, or 0 for any free port\n")
+    bad = run_mqcluster(directory, "up", check=False,
+                        env={**os.environ, NAMESRV_PORT_ENV: "nine"})
+    assert bad.returncode == 1 and f"{NAMESRV_PORT_ENV}='nine': expected a port" in bad.stderr
 
 
 def test_down_leaves_alone_a_pid_that_is_no_longer_ours(tmp_path: Path) -> None:

@@ -1,17 +1,15 @@
 """Spark processes the tests start from the pyspark package: a standalone master and worker
-on 127.0.0.1 (free ports, small worker), each in its own process group, stopped by their
-own handles."""
+on 127.0.0.1 (free ports, small worker) with `mqspark`, and a Spark Connect server in its own
+process group, stopped by its own handle."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -70,46 +68,32 @@ def wait_for(condition, what: str, timeout: float, logs: list[Path]) -> None:  #
 
 
 class StandaloneCluster:
-    """`spark-class ...deploy.master.Master` and one `...deploy.worker.Worker` (1 core,
-    1 GiB) on 127.0.0.1; `url` is spark://127.0.0.1:PORT."""
+    """`mqspark start` (a master and one worker of 1 core and 1 GiB on 127.0.0.1, free
+    ports) in `work`; `url` is spark://127.0.0.1:PORT; `stop()` is `mqspark stop`."""
 
     def __init__(self, work: Path) -> None:
         self.work = work
-        work.mkdir(parents=True, exist_ok=True)
         port, ui = free_port(), free_port()
         self.url = f"spark://127.0.0.1:{port}"
-        self.ui = f"http://127.0.0.1:{ui}/json/"
-        spark_class = str(spark_home() / "bin" / "spark-class")
-        env = loopback_env(SPARK_WORKER_DIR=str(work / "worker"),
-                           SPARK_LOG_DIR=str(work / "logs"))
-        self.logs = [work / "master.log", work / "worker.log"]
-        self.processes: list[subprocess.Popen[bytes]] = []
-        try:
-            self.processes.append(start(
-                [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                 "--port", str(port), "--webui-port", str(ui)], self.logs[0], env))
-            wait_for(lambda: self._alive_workers() is not None, "the master",
-                     START_TIMEOUT_S, self.logs)
-            self.processes.append(start(
-                [spark_class, "org.apache.spark.deploy.worker.Worker", "--host", "127.0.0.1",
-                 "--webui-port", str(free_port()), "--cores", "1", "--memory", "1g",
-                 self.url], self.logs[1], env))
-            wait_for(lambda: (self._alive_workers() or 0) >= 1, "the worker to register",
-                     START_TIMEOUT_S, self.logs)
-        except BaseException:
+        self.ui = f"http://127.0.0.1:{ui}"
+        self.started = mqspark("start", "--dir", str(work), "--port", str(port),
+                               "--webui-port", str(ui), "--cores", "1", "--memory", "1g",
+                               "--timeout", str(START_TIMEOUT_S))
+        if self.started.returncode != 0:
             self.stop()
-            raise
+            raise AssertionError(f"mqspark start failed:\n{self.started.stdout}"
+                                 f"{self.started.stderr}")
 
-    def _alive_workers(self) -> int | None:
-        try:
-            with urllib.request.urlopen(self.ui, timeout=2) as answer:
-                return int(json.load(answer)["aliveworkers"])
-        except (OSError, ValueError, KeyError):
-            return None
+    def stop(self) -> subprocess.CompletedProcess[str]:
+        return mqspark("stop", "--dir", str(self.work))
 
-    def stop(self) -> None:
-        for process in reversed(self.processes):
-            stop(process)
+
+def mqspark(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m spark_analytics.standalone ARGS` (the mqspark console script)."""
+    return subprocess.run([sys.executable, "-m", "spark_analytics.standalone", *args],
+                          cwd=REPO_ROOT, env=env or loopback_env(), capture_output=True,
+                          text=True, timeout=START_TIMEOUT_S + STOP_TIMEOUT_S + 60,
+                          stdin=subprocess.DEVNULL)
 
 
 def run_lag(*args: str, timeout: float = 600, env: dict[str, str] | None = None

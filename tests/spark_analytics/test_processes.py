@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from tests.spark_analytics.spark_processes import (
     ConnectServer,
     StandaloneCluster,
     loopback_env,
+    mqspark,
     run_lag,
     stop,
     wait_for,
@@ -60,6 +62,38 @@ def test_job_on_a_standalone_cluster_matches_local_mode(
     assert "wrote 8 tables" in done.stderr
     for name in OUTPUT_TABLES:
         assert sorted_rows(out / name) == sorted_rows(outputs / name), name
+
+
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
+def test_mqspark_starts_reports_and_stops_a_standalone_cluster(
+        standalone_cluster: StandaloneCluster) -> None:
+    """pyspark ships no sbin/start-master.sh: `mqspark start` runs the master and a worker,
+    says the URL to give --master, refuses a second start and a taken port in one line, and
+    `mqspark stop` ends exactly its JVMs."""
+    work = standalone_cluster.work
+    assert standalone_cluster.started.stdout.startswith(
+        f"Spark master {standalone_cluster.url} with 1 worker(s) (web UI "
+        f"{standalone_cluster.ui}; logs in {work.resolve() / 'logs'})\n"
+        f"Try:  mqlag --master {standalone_cluster.url} ")
+    status = mqspark("status", "--dir", str(work), "--json")
+    assert status.returncode == 0, status.stderr
+    listing = json.loads(status.stdout)
+    assert (listing["master_url"], listing["alive_workers"]) == (standalone_cluster.url, 1)
+    assert [(p["name"], p["alive"]) for p in listing["processes"]] == [
+        ("master", True), ("worker-1", True)]
+    pids = [p["pid"] for p in listing["processes"]]
+    again = mqspark("start", "--dir", str(work))
+    assert again.returncode == 0 and "runs in" in again.stdout and "already" in again.stdout
+    port = standalone_cluster.url.rpartition(":")[2]
+    taken = mqspark("start", "--dir", str(work / "other"), "--port", port)
+    assert taken.returncode == 1 and taken.stderr == (
+        f"mqspark start: port {port} on 127.0.0.1 is taken; choose another --port\n")
+    stopped = standalone_cluster.stop()
+    assert stopped.returncode == 0 and "stopped 2 Spark process(es)" in stopped.stdout
+    wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in pids), "the JVMs gone",
+             10, [])
+    gone = mqspark("status", "--dir", str(work))
+    assert gone.returncode == 1 and "no Spark cluster is running" in gone.stdout
 
 
 @pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
