@@ -18,7 +18,7 @@ import pytest
 
 from store import cq_snapshot
 from store.config import StoreConfig
-from store.constants import GetMessageStatus, PutMessageStatus
+from store.constants import FlushDiskType, GetMessageStatus, PutMessageStatus
 from store.inspect import inspect_store
 from store.message import Message
 from store.message_store import DefaultMessageStore
@@ -115,8 +115,8 @@ def resume(store: DefaultMessageStore, ballast: Path) -> None:
 
 
 # -- the scenarios (run in a child process) ------------------------------------------------------
-def commitlog_full(disk: Path) -> None:
-    store = open_store(disk / "store")
+def commitlog_full(disk: Path, flush: FlushDiskType) -> None:
+    store = open_store(disk / "store", flush_disk_type=flush)
     try:
         with LogLines() as logs:
             for i in range(20):
@@ -257,8 +257,9 @@ def inspect_on_full_disk(disk: Path) -> None:
 
 
 # -- the tests -----------------------------------------------------------------------------------
-def test_commitlog_cannot_roll(disk: Path) -> None:
-    run_in_child(commitlog_full, disk)
+@pytest.mark.parametrize("flush", list(FlushDiskType))  # SYNC_FLUSH: the write buffer
+def test_commitlog_cannot_roll(disk: Path, flush: FlushDiskType) -> None:
+    run_in_child(commitlog_full, disk, flush)
 
 
 def test_consume_queue_cannot_grow(disk: Path) -> None:
