@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -39,6 +40,7 @@ from broker.convert import UniqKeyFactory, format_host
 from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
 from broker.metrics import BrokerMetrics
+from broker.persistence import ConfigManager
 from broker.pull import PullRequestHoldService
 from broker.register_body import TopicTableEncoder
 from broker.registration import BrokerOuterAPI, RegistrationRefused
@@ -60,6 +62,7 @@ from mqproto.serving import add_servicer, log_accept_errors_briefly, watch_loop_
 from mqproto.tls import ClientTls, ServerTls, TlsError
 from store.config import StoreConfig
 from store.constants import BrokerRole, FlushDiskType, PutMessageStatus
+from store.disk_full import is_disk_full
 from store.message import Message
 from store.message_store import DefaultMessageStore, PutMessageResult
 from store.waiters import OffsetWaiters
@@ -148,6 +151,8 @@ class BrokerController:
         self._lock_fd: int | None = None
         self._started = False
         self._stopped = False
+        # A config file not written for lack of space before the store was made.
+        self._disk_full_at_start: tuple[OSError, Path] | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
     async def start(self) -> str:
@@ -184,6 +189,8 @@ class BrokerController:
         store = DefaultMessageStore(self.store_config, clock_ms=self.clock_ms)
         await asyncio.to_thread(store.load)
         self.store = store  # loaded: shutdown() closes it from here on
+        if self._disk_full_at_start is not None:
+            self.config_write_failed(*self._disk_full_at_start)
         if store.recovered_from_crash:
             log.warning("the store was not shut down cleanly: recovered from a crash")
         store.start()
@@ -212,7 +219,15 @@ class BrokerController:
             asyncio.create_task(self._register_loop(), name="registerBrokerAll"),
             asyncio.create_task(self._periodic(
                 "persistConsumerOffset", self.config.flush_consumer_offset_interval / 1000,
-                self.offsets.persist_if_dirty), name="persistConsumerOffset"),
+                lambda: self._persist_if_dirty(self.offsets)), name="persistConsumerOffset"),
+            # topics.json is written at each change (a slave's delayOffset.json at each sync):
+            # these write one whose write failed (a full disk).
+            asyncio.create_task(self._periodic(
+                "persistTopicConfig", self.config.flush_consumer_offset_interval / 1000,
+                lambda: self._persist_if_dirty(self.topics)), name="persistTopicConfig"),
+            asyncio.create_task(self._periodic(
+                "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
+                lambda: self._persist_if_dirty(self.delay_offsets)), name="persistDelayOffset"),
             asyncio.create_task(self._periodic(
                 "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
         ]
@@ -229,9 +244,6 @@ class BrokerController:
                 self, lambda group, half: self.check_streams.send(group, check_request(half)),
                 self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
             self.transactions.start()
-            self._tasks.append(asyncio.create_task(self._periodic(
-                "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
-                self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
         return self.broker_addr
 
     async def _start_ha(self, host: str, ha_port: int) -> None:
@@ -375,9 +387,31 @@ class BrokerController:
     def _load_config_files(self) -> None:
         """topics.json, consumerOffset.json and delayOffset.json (each from its .bak when
         it is corrupt)."""
-        self.topics.load_and_init()
+        try:
+            self.topics.load_and_init()
+        except OSError as e:  # its new system topics not written: a full disk
+            if not is_disk_full(e):
+                raise
+            self.topics.dirty = True  # written by the periodic persistence
+            self._disk_full_at_start = (e, self.topics.path)
         self.offsets.load()
         self.delay_offsets.load()
+
+    def config_write_failed(self, err: OSError, path: Path) -> bool:
+        """A config file could not be written: True when for lack of space, which becomes
+        the store's disk-full state (puts refused until space is back, one log line); the
+        file is written again by its periodic persistence or the next change."""
+        if self.store is None:
+            return False
+        what = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+        return self.store.disk_full.report(err, f"cannot write {what}")
+
+    async def _persist_if_dirty(self, manager: ConfigManager[Any]) -> None:
+        try:
+            await manager.persist_if_dirty()
+        except OSError as e:
+            if not self.config_write_failed(e, manager.path):
+                raise
 
     def _start_acl(self) -> None:
         if not self.config.acl_enable:
@@ -464,9 +498,16 @@ class BrokerController:
         log.info("broker %s on %s stopped", self.config.broker_name, self.broker_addr)
 
     def _persist_all(self) -> None:
-        self.offsets.persist()
-        self.topics.persist()
-        self.delay_offsets.persist()
+        """At shutdown; a file that cannot be written for lack of space keeps its previous
+        content (logged) and the others are still written, the store still closed."""
+        for manager in (self.offsets, self.topics, self.delay_offsets):
+            try:
+                manager.persist()
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                log.error("%s not written at shutdown (disk full: %s): it keeps its previous "
+                          "content", manager.path, e.strerror)
 
     async def __aenter__(self) -> BrokerController:
         await self.start()
@@ -560,7 +601,15 @@ class BrokerController:
         """After a topic config change: persist the table (changes close together share
         one write), register again soon (likewise one registration)."""
         self._register_now.set()
-        await self.topics.persist_coalesced()
+        try:
+            await self.topics.persist_coalesced()
+        except OSError as e:
+            if not self.config_write_failed(e, self.topics.path):
+                raise
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE, (
+                f"SERVICE_NOT_AVAILABLE: {self.store.disk_full.reason or 'disk full'}: the "
+                "topic change is in use but not saved; it is written once space is freed"
+            )) from None
 
     def master_available(self) -> bool:
         """A slave's view: its HA link to the master is up (a master is its own master)."""
