@@ -444,6 +444,11 @@ class IndexService:
         if state[5] >= 0:
             self._last_phy = state[5]
 
+    @property
+    def new_file_bytes(self) -> int:
+        """The bytes a new index file allocates at creation."""
+        return index_file_size(self._hash_slot_num, min(self._index_num, ALLOCATE_ENTRIES))
+
     def write_held(self) -> None:
         """Indexes the keys held for lack of space, if any (OSError while there is none)."""
         if self._held:

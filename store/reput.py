@@ -117,7 +117,8 @@ class Gathered:
                 try:
                     self.store.index.build_index_batch(self.index_items)
                 except OSError as e:  # it holds the keys it could not write
-                    if not self.store.disk_full.report(e, "cannot allocate index entries"):
+                    if not self.store.disk_full.report(e, "cannot allocate index entries",
+                                                       self.store.index.new_file_bytes):
                         raise
             self.index_items = []
         if self.last_timestamp:
