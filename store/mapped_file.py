@@ -260,7 +260,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 class AllocateMappedFileService:
-    """Prepares the next commitlog file in the background so a roll never waits on zero-fill."""
+    """Prepares the next commitlog file in the background so a roll never waits on its
+    allocation (0.5 s for 1 GiB on tmpfs) or, with `warm`, its zero-fill."""
 
     def __init__(self, warm: bool, durable_fill: bool = False) -> None:
         self.warm = warm
@@ -274,7 +275,7 @@ class AllocateMappedFileService:
 
     def get(self, path: Path, size: int, write_buffer: bool) -> MappedFile:
         """The prepared file for `path`, or (none prepared, or preparing it failed) a new
-        cold one."""
+        cold one (allocated, not zero-filled)."""
         with self._lock:
             pending = self._pending.pop(path, None)
         if pending is not None:
@@ -295,14 +296,12 @@ class AllocateMappedFileService:
 
     def prepare(self, path: Path, size: int, write_buffer: bool) -> None:
         """Starts preparing `path` now (unless already under way, or shut down)."""
-        if not self.warm:
-            return
         result: list[MappedFile | BaseException] = []
 
         def run() -> None:
             try:
                 result.append(MappedFile(path.with_name(path.name + PREALLOC_SUFFIX), size,
-                                         write_buffer=write_buffer, warm=True,
+                                         write_buffer=write_buffer, warm=self.warm,
                                          durable_fill=self.durable_fill))
             except BaseException as e:  # reported by falling back to a cold file
                 if not is_disk_full(e):  # else the roll to it reports the full disk
