@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import grpc
 
@@ -41,6 +42,7 @@ from broker.convert import UniqKeyFactory, format_host
 from broker.message_filter import FilterRegistry
 from broker.messaging import MessagingServicer
 from broker.metrics import BrokerMetrics
+from broker.persistence import ConfigManager
 from broker.pull import PullRequestHoldService
 from broker.putting import MessagePutter
 from broker.register_body import TopicTableEncoder
@@ -49,6 +51,7 @@ from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
 from broker.stats import BrokerStats
+from broker.status import RequestError
 from broker.topic_config import Clock, TopicConfig, TopicConfigManager
 from broker.transaction import ProducerCheckStreams, TransactionalMessageService
 from broker.transaction.checks import check_request
@@ -57,10 +60,11 @@ from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET
 from ha.master import HAService
 from ha.slave import HAClient
-from mqproto import admin_pb2_grpc, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
+from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from remoting.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
 from remoting.tls import ClientTls, ServerTls, TlsError
 from store.config import StoreConfig
+from store.disk_full import is_disk_full
 from store.message_store import DefaultMessageStore
 from store.waiters import OffsetWaiters
 
@@ -136,6 +140,8 @@ class BrokerController:
         self._lock_fd: int | None = None
         self._started = False
         self._stopped = False
+        # A config file not written for lack of space before the store was made.
+        self._disk_full_at_start: tuple[OSError, Path] | None = None
 
     # -- what tests and the startup code read of a running broker ------------------------
     @property
@@ -220,6 +226,8 @@ class BrokerController:
         store = DefaultMessageStore(self.store_config, clock_ms=self.clock_ms)
         await asyncio.to_thread(store.load)
         self.store = store  # loaded: shutdown() closes it from here on
+        if self._disk_full_at_start is not None:
+            self.config_write_failed(*self._disk_full_at_start)
         if store.recovered_from_crash:
             log.warning("the store was not shut down cleanly: recovered from a crash")
         store.start()
@@ -266,7 +274,15 @@ class BrokerController:
             asyncio.create_task(self._register_loop(), name="registerBrokerAll"),
             asyncio.create_task(self._periodic(
                 "persistConsumerOffset", self.config.flush_consumer_offset_interval / 1000,
-                self.offsets.persist_if_dirty), name="persistConsumerOffset"),
+                lambda: self._persist_if_dirty(self.offsets)), name="persistConsumerOffset"),
+            # topics.json is written at each change (a slave's delayOffset.json at each sync):
+            # these write one whose write failed (a full disk).
+            asyncio.create_task(self._periodic(
+                "persistTopicConfig", self.config.flush_consumer_offset_interval / 1000,
+                lambda: self._persist_if_dirty(self.topics)), name="persistTopicConfig"),
+            asyncio.create_task(self._periodic(
+                "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
+                lambda: self._persist_if_dirty(self.delay_offsets)), name="persistDelayOffset"),
             asyncio.create_task(self._periodic(
                 "sampleStats", STATS_SAMPLE_INTERVAL_S, self._sample_stats), name="sampleStats"),
         ]
@@ -284,9 +300,6 @@ class BrokerController:
                     group, check_request(half), topic=half.topic),
                 self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
             context.transactions.start()
-            self._tasks.append(asyncio.create_task(self._periodic(
-                "persistDelayOffset", self.config.flush_delay_offset_interval / 1000,
-                self.delay_offsets.persist_if_dirty), name="persistDelayOffset"))
         return self.broker_addr
 
     def _listening(self, grpc_port: int) -> str:
@@ -392,9 +405,31 @@ class BrokerController:
     def _load_config_files(self) -> None:
         """topics.json, consumerOffset.json and delayOffset.json (each from its .bak when
         it is corrupt)."""
-        self.topics.load_and_init()
+        try:
+            self.topics.load_and_init()
+        except OSError as e:  # its new system topics not written: a full disk
+            if not is_disk_full(e):
+                raise
+            self.topics.dirty = True  # written by the periodic persistence
+            self._disk_full_at_start = (e, self.topics.path)
         self.offsets.load()
         self.delay_offsets.load()
+
+    def config_write_failed(self, err: OSError, path: Path) -> bool:
+        """A config file could not be written: True when for lack of space, which becomes
+        the store's disk-full state (puts refused until space is back, one log line); the
+        file is written again by its periodic persistence or the next change."""
+        if self.store is None:
+            return False
+        what = path.relative_to(self.root) if path.is_relative_to(self.root) else path
+        return self.store.disk_full.report(err, f"cannot write {what}")
+
+    async def _persist_if_dirty(self, manager: ConfigManager[Any]) -> None:
+        try:
+            await manager.persist_if_dirty()
+        except OSError as e:
+            if not self.config_write_failed(e, manager.path):
+                raise
 
     def _start_acl(self) -> None:
         if not self.config.acl_enable:
@@ -483,9 +518,16 @@ class BrokerController:
         log.info("broker %s on %s stopped", self.config.broker_name, self.broker_addr)
 
     def _persist_all(self) -> None:
-        self.offsets.persist()
-        self.topics.persist()
-        self.delay_offsets.persist()
+        """At shutdown; a file that cannot be written for lack of space keeps its previous
+        content (logged) and the others are still written, the store still closed."""
+        for manager in (self.offsets, self.topics, self.delay_offsets):
+            try:
+                manager.persist()
+            except OSError as e:
+                if not is_disk_full(e):
+                    raise
+                log.error("%s not written at shutdown (disk full: %s): it keeps its previous "
+                          "content", manager.path, e.strerror)
 
     async def __aenter__(self) -> BrokerController:
         await self.start()
@@ -579,7 +621,15 @@ class BrokerController:
         """After a topic config change: persist the table (changes close together share
         one write), register again soon (likewise one registration)."""
         self._register_now.set()
-        await self.topics.persist_coalesced()
+        try:
+            await self.topics.persist_coalesced()
+        except OSError as e:
+            if not self.config_write_failed(e, self.topics.path):
+                raise
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE, (
+                f"SERVICE_NOT_AVAILABLE: {self.store.disk_full.reason or 'disk full'}: the "
+                "topic change is in use but not saved; it is written once space is freed"
+            )) from None
 
 
 __all__ = ["BrokerController", "ConfigError", "StoreDirLocked", "wall_clock_ms"]

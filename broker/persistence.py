@@ -74,22 +74,34 @@ def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     raw = data if isinstance(data, bytes) else encode_json(data)
     tmp = _temp_path(path)
-    with open(tmp, "wb") as f:
-        f.write(raw)
-        f.flush()
-        os.fsync(f.fileno())
-    if path.exists():
-        # A hard link keeps `path` in place while the backup is replaced.
-        bak, bak_tmp = backup_path(path), _temp_path(backup_path(path))
-        with contextlib.suppress(FileNotFoundError):
-            bak_tmp.unlink()
-        try:
-            os.link(path, bak_tmp)
-        except OSError:  # a file system without hard links
-            bak_tmp.write_bytes(path.read_bytes())
-        os.replace(bak_tmp, bak)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():
+            # A hard link keeps `path` in place while the backup is replaced.
+            bak, bak_tmp = backup_path(path), _temp_path(backup_path(path))
+            with contextlib.suppress(FileNotFoundError):
+                bak_tmp.unlink()
+            try:
+                os.link(path, bak_tmp)
+            except OSError:  # a file system without hard links
+                _write_removing_on_error(bak_tmp, path.read_bytes())
+            os.replace(bak_tmp, bak)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a part written on a full disk would hold its space
+        raise
     _fsync_dir(path.parent)
+
+
+def _write_removing_on_error(path: Path, raw: bytes) -> None:
+    try:
+        path.write_bytes(raw)
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
 
 
 def _read(path: Path) -> Any:
@@ -207,9 +219,14 @@ class ConfigManager(Generic[T]):
         self._write_state(*self.snapshot())
 
     async def persist_async(self) -> None:
-        """Snapshots on the loop, encodes and writes in a worker thread."""
+        """Snapshots on the loop, encodes and writes in a worker thread; a write that fails
+        leaves the table dirty, for the periodic persistence to write."""
         seq, state = self.snapshot()
-        await asyncio.to_thread(self._write_state, seq, state)
+        try:
+            await asyncio.to_thread(self._write_state, seq, state)
+        except BaseException:
+            self.dirty = True
+            raise
 
     async def persist_coalesced(self) -> None:
         """Returns once a write that started after this call is done: one write covers

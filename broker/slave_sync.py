@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import grpc
@@ -120,10 +121,14 @@ class SlaveSynchronizer:
             await self._report_local_commits(stub)
             await self._copy_consumer_offsets(stub)
             await self._copy_delay_offsets(stub)
-        except (grpc.aio.AioRpcError, MasterRefused, ValueError) as e:
+        except (grpc.aio.AioRpcError, MasterRefused, ValueError, OSError) as e:
             error = (f"{e.code().name} {e.details()}" if isinstance(e, grpc.aio.AioRpcError)
                      else str(e))
-            if error != self.last_error:  # once per streak of the same failure
+            # A config file not written for lack of space: the store's disk-full state, whose
+            # own line says so; the next round writes it.
+            quiet = isinstance(e, OSError) and self.broker.config_write_failed(
+                e, Path(e.filename) if e.filename else self.broker.root / "config")
+            if error != self.last_error and not quiet:  # once per streak of the same failure
                 log.warning("sync from master %s failed: %s", addr, error)
             self.last_error = error
             return False

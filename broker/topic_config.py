@@ -217,8 +217,12 @@ class TopicConfigManager(ConfigManager[Table]):
         """Snapshots and encodes on the loop (by slices); joins the parts and writes in a
         worker thread (bytes.join lets go of the GIL for a megabyte)."""
         seq, state = self.snapshot()
-        version, parts = await run_steps_on_loop(self.encode_steps(state))
-        await asyncio.to_thread(lambda: self.file.write(seq, topics_file(version, parts)))
+        try:
+            version, parts = await run_steps_on_loop(self.encode_steps(state))
+            await asyncio.to_thread(lambda: self.file.write(seq, topics_file(version, parts)))
+        except BaseException:
+            self.dirty = True  # written by the periodic persistence
+            raise
 
     def parse(self, data: Any) -> Table:
         table = {}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import errno
 import logging
 import ssl
 import time
@@ -43,6 +44,7 @@ log = logging.getLogger(__name__)
 _MAX_FRAME_BODY = 64 * 1024 * 1024  # anything larger is garbage, not a frame
 _MIN_BUFFER = 64 * 1024
 _MIN_READ = 64 * 1024  # below this much free space the buffer is compacted first
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)  # the store cannot append: its disk is full
 
 
 class HALinkError(Exception):
@@ -147,7 +149,11 @@ class HAClient:
                     self.status.last_error = f"link to {address} closed: master address changed"
                 except (OSError, ValueError, HACodecError, HALinkError, TimeoutError) as e:
                     self.status.last_error = f"link to {address}: {e}"
-                    log.warning("HA %s", self.status.last_error)
+                    if isinstance(e, OSError) and e.errno in _NO_SPACE:
+                        # The store's disk-full state said so once; try again less often.
+                        self._link_worked = False
+                    else:
+                        log.warning("HA %s", self.status.last_error)
                 except Exception as e:  # a store failure: report it, keep retrying
                     self.status.last_error = f"link to {address} failed: {e!r}"
                     log.exception("HA link to %s failed", address)

@@ -19,6 +19,8 @@ from store.mapped_file import MappedFile
 if TYPE_CHECKING:
     from store.message_store import DefaultMessageStore
 
+DISK_RATIO = "disk ratio"  # the cause of refusing writes this guard sets
+
 log = logging.getLogger(__name__)
 MAX_FILES_PER_ROUND = 10
 
@@ -34,17 +36,15 @@ def clean_expired_files(store: DefaultMessageStore, force_time: bool = False) ->
     used = store.disk_usage(str(store.commitlog.queue.store_path))
     ratio = used * 100
     if ratio > cfg.disk_space_warning_level_ratio:
-        if store.writeable:
+        if not store.refusing(DISK_RATIO):
             log.error("disk %.1f%% full (over %d%%): the store refuses writes", ratio,
                       cfg.disk_space_warning_level_ratio)
-        store.writeable = False
-        store.not_writeable_reason = (f"disk {ratio:.1f}% full, over "
-                                      f"diskSpaceWarningLevelRatio "
-                                      f"{cfg.disk_space_warning_level_ratio}%")
-    elif not store.writeable and store.not_writeable_reason.startswith("disk"):
+        store.refuse_writes(DISK_RATIO, f"disk {ratio:.1f}% full, over "
+                                        f"diskSpaceWarningLevelRatio "
+                                        f"{cfg.disk_space_warning_level_ratio}%")
+    elif store.refusing(DISK_RATIO):
         log.info("disk %.1f%% full: the store accepts writes again", ratio)
-        store.writeable = True
-        store.not_writeable_reason = ""
+        store.refuse_writes(DISK_RATIO, None)
     disk_pressure = ratio > cfg.disk_max_used_space_ratio
     forcibly = ratio > cfg.disk_space_clean_forcibly_ratio
     if not (force_time or disk_pressure or _is_delete_hour(cfg.delete_when, now)):

@@ -17,6 +17,7 @@ from common.codec import HEADER_BY_FLAGS, encode_blank, encode_host, tags_code
 from common.constants import MAX_PROPERTIES_LENGTH, MESSAGE_MAGIC_CODE, SCHEDULE_TOPIC, SysFlag
 from store.config import StoreConfig
 from store.constants import END_FILE_MIN_BLANK_LENGTH, PutMessageStatus
+from store.disk_full import DiskFull
 from store.dispatch import DispatchRequest, delay_level_ms, parse_dispatch
 from store.mapped_file import AllocateMappedFileService, MappedFile, MappedFileQueue
 from store.message import IllegalMessage, Message, check_sizes, topic_problem
@@ -114,6 +115,7 @@ class CommitLog:
         self._append_failure: tuple[str, float, int] = ("", 0.0, 0)  # last error, when, repeats
         self._topic_prefixes: dict[str, bytes] = {}  # topic -> its length byte + UTF-8
         self.native = native.lib  # C fast paths, or None; dispatch and recovery use it too
+        self.disk_full: DiskFull | None = None  # the store's, which refuses puts meanwhile
 
     # -- append ----------------------------------------------------------------------------
     def encode(self, msgs: list[Message]) -> list[EncodedMessage]:
@@ -248,12 +250,15 @@ class CommitLog:
                 i = 0
                 while i < len(encoded):
                     if encoded[i][E_TOTAL] > room:  # end-of-file blank, then the next file
+                        # The next file first: when it cannot be made, nothing of this
+                        # batch is in this file, which stays open.
+                        nxt = self.queue.create_next_file()
                         if parts:
                             mf.append(b"".join(parts))
                             parts = []
                         done = len(phys_offsets)
                         mf.append_blank(encode_blank(mf.file_size - mf.wrote_position))
-                        mf = self.queue.last_file_for_append()
+                        mf = nxt
                         phys = mf.file_from_offset
                         room = mf.file_size - END_FILE_MIN_BLANK_LENGTH
                         if not done:
@@ -268,8 +273,14 @@ class CommitLog:
                 if parts:
                     mf.append(b"".join(parts))
             except OSError as err:
-                self._log_append_failure(err)
                 self._forget_queue_offsets(encoded, queue_offsets, done)
+                disk_full = self.disk_full
+                if disk_full is not None and disk_full.report(
+                        err, f"cannot allocate a commitlog file of {self.file_size} bytes",
+                        self.file_size):
+                    return AppendResult(PutMessageStatus.SERVICE_NOT_AVAILABLE,
+                                        error=disk_full.reason)
+                self._log_append_failure(err)
                 return AppendResult(PutMessageStatus.CREATE_MAPPED_FILE_FAILED, error=str(err))
             mf.store_timestamp = now
             self.last_store_timestamp = now

@@ -40,7 +40,8 @@ class StoreConfig:
     # None = on for SYNC_FLUSH (pwrite + fdatasync measured 3-4x faster than msync here),
     # off for ASYNC_FLUSH (appends straight into the mapping survive a process crash at once).
     transient_store_pool_enable: bool | None = None
-    # Zero-fill the next commitlog file in the background before it is used.
+    # Zero-fill the next commitlog file in the background before it is used (it is made and
+    # its disk space allocated in the background either way).
     warm_mapped_file_enable: bool = True
     max_message_size: int = 4 * 1024 * 1024
     os_page_cache_busy_time_out_mills: int = 1000

@@ -12,6 +12,12 @@ mapped with mmap. Big-endian layout:
 Entry 0 is never used, so 0 means "no entry". A file is full when indexCount reaches
 index_num; the next key goes to a new file.
 
+Disk space: a write through the mapping into a page the file system cannot back is a SIGBUS
+on a full disk. A new file gets its header and slots allocated (posix_fallocate) at
+creation and its entries ALLOCATE_ENTRIES at a time ahead of the next one, so the mapping is
+only written where space is allocated, and a full disk is an ENOSPC from the allocation: the
+keys not indexed yet are held and indexed by the next call, once there is space.
+
 Write order, so that a reader in another thread never follows a half-written entry: the entry,
 then its slot, then indexCount; the header is rewritten once per batch of messages, after their
 keys. After a process crash the newest file may hold entries past its header's indexCount (the
@@ -26,6 +32,7 @@ settles that when it reads the message.
 
 from __future__ import annotations
 
+import logging
 import mmap
 import os
 import re
@@ -39,6 +46,9 @@ from pathlib import Path
 from crc32c import crc32c as _crc32c
 
 from common import native
+from store.cq_files import data_end
+
+log = logging.getLogger(__name__)
 
 INDEX_HEADER_SIZE = 40
 HASH_SLOT_SIZE = 4
@@ -64,6 +74,10 @@ INDEX_FILE_NAME = re.compile(r"^\d{17}$")
 _TMP_SUFFIX = ".tmp"
 _ZERO_ENTRY = bytes(INDEX_SIZE)
 _ENTRIES_PER_READ = 4096
+# Entries allocated at a time (1.25 MiB), ahead of the one written next.
+ALLOCATE_ENTRIES = 65_536
+# Messages whose keys wait for space at most; past it more are dropped (logged).
+MAX_HELD_ITEMS = 1_000_000
 
 
 def key_hash(topic: str, key: str) -> int:
@@ -103,7 +117,7 @@ class IndexFile:
 
     __slots__ = ("path", "_mm", "_slot_num", "_index_num", "_entries_base", "begin_timestamp",
                  "end_timestamp", "begin_phy_offset", "end_phy_offset", "hash_slot_count",
-                 "index_count", "_dirty")
+                 "index_count", "_dirty", "allocated_entries")
 
     def __init__(self, path: Path, mm: mmap.mmap, hash_slot_num: int, index_num: int) -> None:
         self.path = path
@@ -116,19 +130,30 @@ class IndexFile:
         if not 1 <= self.index_count <= index_num:
             raise ValueError(f"{path}: indexCount {self.index_count} outside 1..{index_num}")
         self._dirty = False
+        # Entries [0, allocated_entries) have disk space, and the header and slots too when
+        # it is > 0; an opened file is allocated again before it is written.
+        self.allocated_entries = 0
 
     @classmethod
     def create(cls, path: Path, hash_slot_num: int, index_num: int) -> IndexFile:
-        """Creates the full-size file under a temporary name, then renames it to `path`."""
+        """Creates the full-size file under a temporary name, then renames it to `path`;
+        its header, slots and first entries are allocated (OSError when they cannot be)."""
         tmp = path.with_name(path.name + _TMP_SUFFIX)
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        entries = min(index_num, ALLOCATE_ENTRIES)
         try:
             os.ftruncate(fd, index_file_size(hash_slot_num, index_num))
+            os.posix_fallocate(fd, 0, index_file_size(hash_slot_num, entries))
             os.pwrite(fd, INDEX_HEADER.pack(0, 0, 0, 0, 0, 1), 0)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         os.rename(tmp, path)
-        return cls.open(path, hash_slot_num, index_num)
+        f = cls.open(path, hash_slot_num, index_num)
+        f.allocated_entries = entries
+        return f
 
     @classmethod
     def open(cls, path: Path, hash_slot_num: int, index_num: int) -> IndexFile:
@@ -168,6 +193,17 @@ class IndexFile:
                 f"ts=[{self.begin_timestamp}, {self.end_timestamp}])")
 
     # -- internals ---------------------------------------------------------------------------
+    def _allocate(self, entries: int) -> None:
+        """Allocates the header, the slots and the entries below `entries` (at most all);
+        OSError (ENOSPC on a full disk) when it cannot."""
+        entries = min(entries, self._index_num)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            os.posix_fallocate(fd, 0, self._entries_base + entries * INDEX_SIZE)
+        finally:
+            os.close(fd)
+        self.allocated_entries = entries
+
     def _write_header(self) -> None:
         _pack_header(self._mm, 0, self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
                      self.end_phy_offset, self.hash_slot_count, self.index_count)
@@ -201,9 +237,16 @@ class IndexFile:
         """Drops entries written past indexCount by a process that died while indexing;
         returns the phyOffset of the first one dropped (None if there were none)."""
         mm, base, end = self._mm, self._entries_base, self.index_count
+        # Only allocated entries are read: reading a hole through a mapping allocates it on
+        # tmpfs (a SIGBUS when it is full). Nothing was written past the first hole.
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            data_to = data_end(fd, len(mm), base + end * INDEX_SIZE)
+        finally:
+            os.close(fd)
         while end < self._index_num:
             pos = base + end * INDEX_SIZE
-            if mm[pos : pos + INDEX_SIZE] == _ZERO_ENTRY:
+            if pos + INDEX_SIZE > data_to or mm[pos : pos + INDEX_SIZE] == _ZERO_ENTRY:
                 break
             end += 1
         if end == self.index_count:
@@ -295,6 +338,9 @@ class IndexService:
         self._last_phy = -1  # commitlog offset of the newest indexed message
         self._loaded = False
         self._native = native.lib
+        # Messages (or the rest of one's keys) not indexed for lack of disk space, in order:
+        # the next build_index_batch indexes them first.
+        self._held: list[tuple[str, Iterable[str], int, int]] = []
 
     def load(self) -> None:
         """Maps the existing files in name (= creation) order; creates the directory."""
@@ -339,39 +385,87 @@ class IndexService:
 
     def build_index_batch(self, messages: Iterable[tuple[str, Iterable[str], int, int]]) -> None:
         """build_index for many messages (topic, keys, phy offset, store time), in commitlog
-        order; the header is written once, after their entries and slots."""
+        order; the header is written once, after their entries and slots.
+
+        OSError (ENOSPC) when no space could be allocated for the entries: the keys written
+        are counted in, the others held and indexed first by the next call."""
         items = messages if isinstance(messages, list) else list(messages)
+        if self._held:
+            items = self._held + items
+            self._held = []
         index_keys = self._native.index_keys if self._native is not None else _index_keys
-        f = self._cur
-        if f is None:
-            f = self._roll()
-        first = f.index_count
-        # count, slot_count, begin_ts, begin_phy, end_ts, end_phy, last_phy (see _index_keys)
-        state = [first, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset, -1, -1,
-                 self._last_phy]
+        limit = self._index_num
         i = k = 0
+        f = self._cur
+        # count, slot_count, begin_ts, begin_phy, end_ts, end_phy, last_phy (see _index_keys)
+        state = [0, 0, 0, 0, -1, -1, self._last_phy]
+        first = 0
         full: tuple[IndexFile, int, int, int, int] | None = None
-        while True:
-            i, k = index_keys(f._mm, self._entries_base, self._hash_slot_num, self._index_num,
-                              items, i, k, state)
-            f.begin_timestamp, f.begin_phy_offset = state[2], state[3]
-            # A full file is counted in only once the next one holds the rest of its last
-            # message: a kill in between leaves entries past indexCount in one of them, which
-            # load() drops, so that message is indexed again whole (not skipped as indexed).
-            if full is not None:
-                full[0]._count_in(*full[1:])
-                full = None
-            if i >= len(items):
-                break
-            if state[0] != first:
-                full = (f, state[0], state[1], state[4], state[5])
-            f = self._roll()
+        try:
+            if f is None:
+                f = self._roll()
             first = f.index_count
             state[:4] = first, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset
+            while True:
+                if f.allocated_entries <= state[0] < limit:  # room for one entry at least
+                    f._allocate(state[0] + ALLOCATE_ENTRIES)
+                i, k = index_keys(f._mm, self._entries_base, self._hash_slot_num,
+                                  f.allocated_entries, items, i, k, state)
+                f.begin_timestamp, f.begin_phy_offset = state[2], state[3]
+                # A full file is counted in only once the next one holds the rest of its last
+                # message: a kill in between leaves entries past indexCount in one of them,
+                # which load() drops, so that message is indexed again whole (not skipped as
+                # indexed).
+                if full is not None:
+                    full[0]._count_in(*full[1:])
+                    full = None
+                if i >= len(items):
+                    break
+                if state[0] < limit:  # stopped where the allocated entries end
+                    continue
+                if state[0] != first:
+                    full = (f, state[0], state[1], state[4], state[5])
+                f = self._roll()
+                first = f.index_count
+                state[:4] = first, f.hash_slot_count, f.begin_timestamp, f.begin_phy_offset
+        except OSError:
+            # The keys written are counted in; the message being indexed is taken up again
+            # from its first key not written (a kill before that drops the rest of its keys
+            # from the index: the header already names it indexed).
+            if full is not None:
+                full[0]._count_in(*full[1:])
+            elif f is not None and state[0] != first:
+                f._count_in(state[0], state[1], state[4], state[5])
+            self._last_phy = state[6]
+            self._hold(items, i, k)
+            raise
         if state[0] != first:
             f._count_in(state[0], state[1], state[4], state[5])
         if state[5] >= 0:
             self._last_phy = state[5]
+
+    @property
+    def new_file_bytes(self) -> int:
+        """The bytes a new index file allocates at creation."""
+        return index_file_size(self._hash_slot_num, min(self._index_num, ALLOCATE_ENTRIES))
+
+    def write_held(self) -> None:
+        """Indexes the keys held for lack of space, if any (OSError while there is none)."""
+        if self._held:
+            self.build_index_batch([])
+
+    def _hold(self, items: list[tuple[str, Iterable[str], int, int]], i: int, k: int) -> None:
+        """Keeps items[i:] (the first from its key k on) for the next build_index_batch."""
+        held = items[i:]
+        if held and k:
+            topic, keys, phy, ts = held[0]
+            held[0] = (topic, list(keys)[k:], phy, ts)
+        if len(held) > MAX_HELD_ITEMS:
+            log.error("index: %d messages wait for disk space, over %d: the newest %d are not "
+                      "indexed (queries by key miss them)", len(held), MAX_HELD_ITEMS,
+                      len(held) - MAX_HELD_ITEMS)
+            del held[MAX_HELD_ITEMS:]
+        self._held = held
 
     def _roll(self) -> IndexFile:
         with self._lock:

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import json
 import mmap
+import os
 import re
 import struct
 import sys
@@ -46,6 +48,7 @@ _OFFSET_NAME = re.compile(r"^\d{20}$")
 _MAX_LISTED = 50
 _SLOT = struct.Struct(">i")
 _MAX_GEOMETRY_TRIES = 2_000_000
+_COPY_CHUNK = 8 << 20
 Buffer = mmap.mmap | bytes
 
 
@@ -102,10 +105,46 @@ class Report:
                 "first_problem": self.problems[0] if self.problems else None}
 
 
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) of each stretch of data in the file, in order (the rest are holes); the
+    whole file when the file system cannot tell."""
+    extents: list[tuple[int, int]] = []
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # holes only, from pos to the end
+                break
+            return [(0, size)]
+        pos = min(size, os.lseek(fd, start, os.SEEK_HOLE))
+        extents.append((start, pos))
+    return extents
+
+
 def _map(path: Path) -> Buffer:
+    """The file's bytes, read without touching a hole of it: read through a mapping, a hole
+    of a sparse file gets a page allocated on tmpfs (filling it) and is a SIGBUS when the
+    file system is full. A file with every block allocated is mapped; a sparse one has its
+    data copied into anonymous memory, whose untouched pages read as zeros."""
     with open(path, "rb") as f:
-        size = f.seek(0, 2)
-        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+        fd = f.fileno()
+        st = os.fstat(fd)
+        if not st.st_size:
+            return b""
+        extents = _data_extents(fd, st.st_size)
+        if st.st_blocks * 512 >= st.st_size or extents == [(0, st.st_size)]:
+            return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
+        buf = mmap.mmap(-1, st.st_size)
+        with memoryview(buf) as view:
+            for start, end in extents:
+                pos = start
+                while pos < end:
+                    n = os.preadv(fd, [view[pos : min(end, pos + _COPY_CHUNK)]], pos)
+                    if n <= 0:  # cut short meanwhile: the rest reads as zeros
+                        break
+                    pos += n
+        return buf
 
 
 def _first_nonzero(buf: Buffer, start: int, end: int) -> int:

@@ -9,6 +9,7 @@ Readers always read through the mapping, up to the committed position.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -17,6 +18,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Protocol, TypeVar
+
+from store.cq_files import zero_tail
+from store.disk_full import is_disk_full
 
 log = logging.getLogger(__name__)
 
@@ -103,21 +107,28 @@ class MappedFile:
         self.file_size = file_size
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            actual = os.fstat(self.fd).st_size
+            st = os.fstat(self.fd)
             # An empty file is one whose creation a crash cut short: size it as new.
-            existed = actual > 0
-            if existed and actual != file_size:
-                raise ValueError(f"{self.path}: size {actual}, expected {file_size}")
+            existed = st.st_size > 0
+            if existed and st.st_size != file_size:
+                raise ValueError(f"{self.path}: size {st.st_size}, expected {file_size}")
+            # Whether every page has disk space: a write through the mapping into one that
+            # has none is a SIGBUS when the disk is full. Files made here are allocated first;
+            # one found sparse (made by an older version) is allocated before it is written.
+            self.allocated = existed and st.st_blocks * 512 >= file_size
             if not existed:
-                if warm:
-                    _zero_fill(self.fd, file_size)
-                    if durable_fill:
-                        # Forced here (the allocator's thread), else the first group-commit
-                        # fdatasync of this file writes back the whole zero fill: 1 GiB
-                        # took over 1 s, every SYNC_FLUSH put waiting on it.
-                        os.fdatasync(self.fd)
-                else:
-                    os.ftruncate(self.fd, file_size)
+                try:
+                    self.allocate()
+                    if warm:
+                        _zero_fill(self.fd, file_size)
+                        if durable_fill:
+                            # Forced here (the allocator's thread), else the first group-commit
+                            # fdatasync of this file writes back the whole zero fill: 1 GiB
+                            # took over 1 s, every SYNC_FLUSH put waiting on it.
+                            os.fdatasync(self.fd)
+                except BaseException:
+                    self.path.unlink(missing_ok=True)  # not in use: its space goes back
+                    raise
             self.mm = mmap.mmap(self.fd, file_size)
         except BaseException:
             os.close(self.fd)
@@ -128,6 +139,12 @@ class MappedFile:
         self.write_buffer: bytearray | None = bytearray() if write_buffer else None
         self.store_timestamp = 0  # newest record's store time, for expiry by time
         self.closed = False
+
+    def allocate(self) -> None:
+        """Gives every page of the file disk space (and the file its size); OSError (ENOSPC
+        when the disk is full) when it cannot. Fast: no data is written."""
+        os.posix_fallocate(self.fd, 0, self.file_size)
+        self.allocated = True
 
     # -- positions -------------------------------------------------------------------------
     @property
@@ -243,7 +260,8 @@ def _fsync_dir(path: Path) -> None:
 
 
 class AllocateMappedFileService:
-    """Prepares the next commitlog file in the background so a roll never waits on zero-fill."""
+    """Prepares the next commitlog file in the background so a roll never waits on its
+    allocation (0.5 s for 1 GiB on tmpfs) or, with `warm`, its zero-fill."""
 
     def __init__(self, warm: bool, durable_fill: bool = False) -> None:
         self.warm = warm
@@ -257,7 +275,7 @@ class AllocateMappedFileService:
 
     def get(self, path: Path, size: int, write_buffer: bool) -> MappedFile:
         """The prepared file for `path`, or (none prepared, or preparing it failed) a new
-        cold one."""
+        cold one (allocated, not zero-filled)."""
         with self._lock:
             pending = self._pending.pop(path, None)
         if pending is not None:
@@ -278,17 +296,16 @@ class AllocateMappedFileService:
 
     def prepare(self, path: Path, size: int, write_buffer: bool) -> None:
         """Starts preparing `path` now (unless already under way, or shut down)."""
-        if not self.warm:
-            return
         result: list[MappedFile | BaseException] = []
 
         def run() -> None:
             try:
                 result.append(MappedFile(path.with_name(path.name + PREALLOC_SUFFIX), size,
-                                         write_buffer=write_buffer, warm=True,
+                                         write_buffer=write_buffer, warm=self.warm,
                                          durable_fill=self.durable_fill))
             except BaseException as e:  # reported by falling back to a cold file
-                log.warning("pre-allocating %s failed: %s", path, e)
+                if not is_disk_full(e):  # else the roll to it reports the full disk
+                    log.warning("pre-allocating %s failed: %s", path, e)
                 result.append(e)
 
         thread = threading.Thread(target=run, name="AllocateMappedFile", daemon=True)
@@ -340,11 +357,24 @@ class MappedFileQueue:
         for leftover in self.store_path.glob("*" + PREALLOC_SUFFIX):
             leftover.unlink()
         names = [p.name for p in self.store_path.iterdir() if p.is_file()]
-        for offset in file_offsets(self.store_path, names, self.mapped_file_size):
+        offsets = file_offsets(self.store_path, names, self.mapped_file_size)
+        if offsets and (last := self.store_path / offset_file_name(offsets[-1])).stat(
+                ).st_size == 0:
+            # Its creation was cut short by a crash: it holds nothing, and making it anew
+            # could fail on a full disk and stop the load.
+            last.unlink()
+            offsets.pop()
+        for offset in offsets:
             mf = MappedFile(self.store_path / offset_file_name(offset), self.mapped_file_size,
                             write_buffer=self.write_buffer)
             mf.set_positions(self.mapped_file_size)
             self.files.append(mf)
+        if self.files and not self.files[-1].allocated:
+            # Found sparse (an older version made it): allocated before recovery reads its
+            # end, where a hole read through the mapping is a SIGBUS on a full tmpfs. Failing
+            # that, its first append tries again (and reports the full disk).
+            with contextlib.suppress(OSError):
+                self.files[-1].allocate()
 
     # -- lookup ----------------------------------------------------------------------------
     def first_file(self) -> MappedFile | None:
@@ -360,10 +390,19 @@ class MappedFileQueue:
         """The file to append to, creating the next one when the last is full (or none)."""
         last = self.files[-1] if self.files else None
         if last is not None and not last.is_full:
+            if not last.allocated:  # found sparse at load
+                last.allocate()
             return last
         create_offset = last.file_tail_offset if last is not None else (
             start_offset - start_offset % self.mapped_file_size)
         return self.create_file(create_offset)
+
+    def create_next_file(self) -> MappedFile:
+        """The file after the last one, made (allocated) before the last one is closed
+        with its end-of-file blank: a roll to a file that cannot be made leaves the last
+        one open for the records that still fit."""
+        last = self.files[-1]
+        return self.create_file(last.file_tail_offset)
 
     def prepare_next_file(self) -> None:
         """Has the allocator warm the file after the last one once the last is half written
@@ -483,17 +522,7 @@ def _zero_range(mf: MappedFile, pos: int, zero_run_proof: int | None) -> None:
 
     With `zero_run_proof`, stops once that many bytes in a row were zeros already: data is
     written front to back, so nothing stale lies past such a run (rewriting a whole 1 GiB
-    file's zero tail at every start cost more than the scan itself)."""
-    done = pos
-    zeros = 0
-    chunk = len(_ZERO_CHUNK)
-    while done < mf.file_size:
-        n = min(chunk, mf.file_size - done)
-        if zero_run_proof is not None and mf.mm[done : done + n] == _ZERO_CHUNK[:n]:
-            zeros += n
-            if zeros >= zero_run_proof:
-                return
-        else:
-            os.pwrite(mf.fd, _ZERO_CHUNK[:n], done)
-            zeros = 0
-        done += n
+    file's zero tail at every start cost more than the scan itself). Read with pread, holes
+    skipped: read through the mapping, a hole of a sparse file gets a page allocated on tmpfs,
+    a SIGBUS when it is full."""
+    zero_tail(mf.fd, pos, mf.file_size, zero_run_proof)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import functools
 import gc
 import logging
@@ -27,6 +28,7 @@ from store.constants import (
 )
 from store.consume_queue import ConsumeQueue
 from store.cq_files import FileHandles, open_files_cap, sync_filesystem
+from store.disk_full import CHECK_INTERVAL_S, DiskFull
 from store.histogram import LatencyHistogram
 from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message
@@ -45,6 +47,8 @@ QUEUE_RETRY_INTERVAL_S = 5.0  # failed consume queues are tried again this often
 # woken by each append (as RocketMQ's reput service, which sleeps 1 ms between passes): a
 # wake-up and a pass per one-message send cost the broker ~50 µs of CPU per message.
 REPUT_POLL_INTERVAL_S = 0.001
+# A cause of refusing writes (refuse_writes; the disk guard's is cleaning.DISK_RATIO).
+DISK_FULL = "disk full"  # no space for a file (store/disk_full.py)
 
 
 @dataclasses.dataclass(slots=True)
@@ -112,8 +116,19 @@ class DefaultMessageStore:
         # otherwise an append is readable at once).
         self.commit_listeners = self.commitlog.commit_listeners
         self.commit_listeners.append(self._on_commit)
+        # Why writes are refused, by cause (empty: they are not); `writeable` and
+        # `not_writeable_reason` follow it (the put path reads only `writeable`).
+        self._refusals: dict[str, str] = {}
+        self._refusals_lock = threading.Lock()
         self.writeable = True
         self.not_writeable_reason = ""
+        self.disk_full = DiskFull(str(self.root), self._disk_full_changed)
+        self.disk_full.resume_steps += [self._make_abort_file, self._allocate_checkpoint,
+                                        self._write_held_entries]
+        self.commitlog.disk_full = self.disk_full
+        # Consume queues failed for lack of space: writes resume once they are written again.
+        self._queues_without_space: set[tuple[str, int]] = set()
+        self._next_clean = 0.0  # when the clean service next deletes files (monotonic)
         self.running = False
         self.shutdown_done = False
         self.role = config.broker_role
@@ -146,6 +161,25 @@ class DefaultMessageStore:
     def abort_file(self) -> Path:
         return self.root / "abort"
 
+    def refuse_writes(self, cause: str, reason: str | None) -> None:
+        """Puts answer SERVICE_NOT_AVAILABLE with `reason` while any cause holds one; None
+        lifts this cause (any thread)."""
+        with self._refusals_lock:
+            if reason is None:
+                self._refusals.pop(cause, None)
+            else:
+                self._refusals[cause] = reason
+            self.not_writeable_reason = "; ".join(self._refusals.values())
+            self.writeable = not self._refusals
+
+    def refusing(self, cause: str) -> bool:
+        return cause in self._refusals
+
+    def _disk_full_changed(self, reason: str | None) -> None:
+        self.refuse_writes(DISK_FULL, reason)
+        if reason is not None and self._services:
+            self._clean_service.wake()  # it looks for space every second from now on
+
     def load(self) -> bool:
         """Maps every file, recovers after a clean stop or a crash, writes the abort file.
 
@@ -172,9 +206,35 @@ class DefaultMessageStore:
             self._load_consume_queues()
         self.index.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
+        if self.checkpoint.allocation_error is not None:
+            self.disk_full.report(self.checkpoint.allocation_error,
+                                  "cannot allocate the checkpoint file")
         recover(self, crashed, restored)
-        self.abort_file.touch()
+        try:
+            self._make_abort_file()
+        except OSError as e:  # no writes until it is there: a crash must read as one
+            if not self.disk_full.report(e, "cannot create the abort file"):
+                raise
         return True
+
+    def _make_abort_file(self) -> None:
+        self.abort_file.touch()
+
+    def _allocate_checkpoint(self) -> None:
+        if self.checkpoint is not None and not self.checkpoint.allocated:
+            self.checkpoint.allocate()
+
+    def _write_held_entries(self) -> None:
+        """Writes the consume-queue entries and index keys held for lack of space; raises
+        ENOSPC while some still cannot be written."""
+        with self._reput_lock:
+            if self.failed_queues:
+                self._next_queue_retry = monotonic()
+                self.retry_failed_queues()
+            if self._queues_without_space:
+                raise OSError(errno.ENOSPC, "consume queues still cannot be written")
+            if self.config.message_index_enable:
+                self.index.write_held()
 
     def _restore_consume_queues(self, crashed: bool) -> RestoredQueues | None:
         """The queues' positions from the snapshot (store/cq_snapshot.py), or None when there
@@ -212,8 +272,9 @@ class DefaultMessageStore:
             try:
                 cq_snapshot.write_file(self.snapshot_path, snap.as_running())
             except OSError as e:
-                log.warning("consume-queue snapshot not kept for a crash (%s): the next "
-                            "flush round writes one", e)
+                if not self.disk_full.report(e, "cannot write the consume-queue snapshot"):
+                    log.warning("consume-queue snapshot not kept for a crash (%s): the next "
+                                "flush round writes one", e)
                 cq_snapshot.discard(self.snapshot_path)
         return restored
 
@@ -277,12 +338,17 @@ class DefaultMessageStore:
     # -- queues that fail ------------------------------------------------------------------
     def queue_failed(self, cq: ConsumeQueue, err: BaseException, retry: bool = True) -> None:
         """Writing (or loading) `cq` failed: its puts are refused with the reason until a
-        retry succeeds; one log line, and while failures go on one summary per retry round."""
-        first = not self.failed_queues
+        retry succeeds; one log line, and while failures go on one summary per retry round.
+        A full disk is the store's disk-full state instead (its own log line)."""
+        key = (cq.topic, cq.queue_id)
+        first = len(self.failed_queues) == len(self._queues_without_space)
         cq.failed = f"consume queue {cq.topic}-{cq.queue_id} cannot be written: {err}"
         cq.retry = retry
-        self.failed_queues[(cq.topic, cq.queue_id)] = cq
-        if first:
+        self.failed_queues[key] = cq
+        if retry and self.disk_full.report(err, f"cannot write consume queue {cq.topic}-"
+                                                f"{cq.queue_id}"):
+            self._queues_without_space.add(key)
+        elif first:
             log.error("%s%s", cq.failed, "; dispatch goes on for the other queues, puts to it "
                       "answer CREATE_MAPPED_FILE_FAILED" if retry else "")
             self._unlogged_queue_failures = 0
@@ -311,10 +377,14 @@ class DefaultMessageStore:
                     cq.pending.pop(0)
                 if not cq.files:  # nothing held: can its file be made now?
                     cq._file_for_append(cq._max_pos)
-            except OSError:
+            except OSError as e:
+                if self.disk_full.report(e, f"cannot write consume queue {cq.topic}-"
+                                            f"{cq.queue_id}"):
+                    self._queues_without_space.add(key)
                 continue
             cq.failed = ""
             del self.failed_queues[key]
+            self._queues_without_space.discard(key)
             self.mark_dirty([cq])
             recovered += 1
         if recovered:
@@ -339,11 +409,12 @@ class DefaultMessageStore:
         self._flush_service = flush
         self.flush_waiters.on_wait = flush.wake
         self._reput_service = ServiceThread("ReputMessageService", self._reput_step)
+        self._clean_service = ServiceThread("CleanCommitLogService", self._clean_step)
         self._services = [
             flush,
             self._reput_service,
             ServiceThread("FlushConsumeQueueService", self._flush_logics_step),
-            ServiceThread("CleanCommitLogService", self._clean_step),
+            self._clean_service,
         ]
         for s in self._services:
             s.start()
@@ -366,7 +437,11 @@ class DefaultMessageStore:
         if self.checkpoint is not None:
             self.checkpoint.physic_msg_timestamp = self.commitlog.last_store_timestamp or (
                 self.checkpoint.physic_msg_timestamp)
-            self.checkpoint.close()
+            try:
+                self.checkpoint.close()
+            except OSError as e:  # as in _flush_checkpoint
+                if not self.disk_full.report(e, "cannot allocate the checkpoint file"):
+                    raise
         self.commitlog.close()
         # The queues hold no fd of their own, and _flush_logics forced them all to disk.
         self.cq_handles.close_all()
@@ -569,9 +644,17 @@ class DefaultMessageStore:
         if self.checkpoint is not None and ts:
             self.checkpoint.logics_msg_timestamp = ts
             self.checkpoint.index_msg_timestamp = ts
-            self.checkpoint.flush()
+            self._flush_checkpoint()
         if snapshot is not None:
             self._write_snapshot(*snapshot)
+
+    def _flush_checkpoint(self) -> None:
+        assert self.checkpoint is not None
+        try:
+            self.checkpoint.flush()
+        except OSError as e:  # its timestamps only lag: recovery after a crash reads more
+            if not self.disk_full.report(e, "cannot allocate the checkpoint file"):
+                raise
 
     # -- consume-queue snapshot (store/cq_snapshot.py) ------------------------------------
     def _encode_snapshot(self, kind: int) -> tuple[bytes, int, int] | None:
@@ -605,7 +688,8 @@ class DefaultMessageStore:
             try:
                 cq_snapshot.write_file(self.snapshot_path, body)
             except OSError as e:  # a crash scans every queue until one is written
-                log.warning("consume-queue snapshot not written: %s", e)
+                if not self.disk_full.report(e, "cannot write the consume-queue snapshot"):
+                    log.warning("consume-queue snapshot not written: %s", e)
                 return
             self._snapshot_written = (offset, generation)
 
@@ -669,8 +753,16 @@ class DefaultMessageStore:
 
     # -- expired files and disk space ------------------------------------------------------
     def _clean_step(self) -> float:
-        self.clean_expired_files()
-        return self.config.clean_resource_interval / 1000
+        """Deletes files every cleanResourceInterval; meanwhile, while the disk is full,
+        looks every second whether writes can resume."""
+        now = monotonic()
+        if now >= self._next_clean:
+            self._next_clean = now + self.config.clean_resource_interval / 1000
+            self.clean_expired_files()
+        if self.disk_full.active:
+            self.disk_full.check()
+            return min(CHECK_INTERVAL_S, max(0.0, self._next_clean - monotonic()))
+        return max(0.0, self._next_clean - monotonic())
 
     def clean_expired_files(self, force_time: bool = False) -> int:
         """Deletes expired commitlog files (at deleteWhen, or when the disk is filling) and
@@ -722,7 +814,13 @@ class DefaultMessageStore:
         """Slave side: bytes replicated from the master, at exactly our max offset (or, for
         an empty store, at a file boundary: where the master's retained data starts)."""
         empty = not self.commitlog.queue.files
-        self.commitlog.append_data(offset, data)
+        try:
+            self.commitlog.append_data(offset, data)
+        except OSError as e:  # the link closes; the slave pulls again once there is space
+            self.disk_full.report(e, "cannot allocate a commitlog file of "
+                                     f"{self.commitlog.file_size} bytes",
+                                  self.commitlog.file_size)
+            raise
         if empty:
             self.reput_from_offset = offset
         self._reput_service.wake() if self._services else None

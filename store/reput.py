@@ -115,7 +115,12 @@ class Gathered:
             self.written = []
         if self.index_items:
             if self.store.config.message_index_enable:  # the index skips what it has
-                self.store.index.build_index_batch(self.index_items)
+                try:
+                    self.store.index.build_index_batch(self.index_items)
+                except OSError as e:  # it holds the keys it could not write
+                    if not self.store.disk_full.report(e, "cannot allocate index entries",
+                                                       self.store.index.new_file_bytes):
+                        raise
             self.index_items = []
         if self.last_timestamp:
             self.store._last_dispatched_ts = self.last_timestamp
