@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.broker.conftest import BrokerThread, broker_props, processes  # noqa: F401
+from tests.support.brokers import BrokerThread, broker_props
 
 CLUSTER_KEY = "cluster-secret-key"
 

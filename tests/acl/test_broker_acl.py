@@ -15,7 +15,7 @@ from acl.grpc_auth import ClientAuth
 from acl.signing import ACCESS_KEY_MD, NONCE_MD, SIGNATURE_MD, TIMESTAMP_MD, credentials
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
 from tests.acl.conftest import ACCOUNTS, CLUSTER_KEY, write_accounts
-from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread
 
 M = messaging_pb2
 KEYS = {a["accessKey"]: a["secretKey"] for a in ACCOUNTS["accounts"]}

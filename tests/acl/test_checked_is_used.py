@@ -20,7 +20,8 @@ from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
 from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, encode_batch_message
 from tests.acl.conftest import ACCOUNTS, KEYS, write_accounts
 from tests.acl.test_broker_acl import Client, code_of, create
-from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, wait_until
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 TOPICS = ("orders", "both", "secret", "other")

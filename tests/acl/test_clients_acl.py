@@ -13,7 +13,8 @@ import pytest
 from mqclient import ConsumeFromWhere, Message, MQClientError, Producer, PushConsumer
 from mqclient.message import MessageExt
 from tests.acl.conftest import CLUSTER_KEY, KEYS
-from tests.broker.conftest import Processes, broker_props, write_conf
+from tests.support.brokers import broker_props, write_conf
+from tests.support.processes import Processes
 
 TOPIC = "orders"
 

@@ -15,8 +15,10 @@ from ha.auth import sign_hello
 from ha.codec import SlaveHello, encode_ack, encode_hello
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from tests.acl.conftest import CLUSTER_KEY
-from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, Processes, broker_props
-from tests.ha.conftest import MemoryStore, master, proven_hello, slave, wait_until
+from tests.ha.conftest import MemoryStore, master, proven_hello, slave
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread, broker_props
+from tests.support.processes import Processes
+from tests.support.waiting import wait_until
 
 FILE = 64 * 1024
 

@@ -11,7 +11,9 @@ import pytest
 from mqclient.admin import MQAdmin
 from mqclient.cli import mqadmin
 from tests.acl.conftest import CLUSTER_KEY, KEYS
-from tests.broker.conftest import Processes, broker_props, wait_until, write_conf
+from tests.support.brokers import broker_props, write_conf
+from tests.support.processes import Processes
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture(autouse=True)

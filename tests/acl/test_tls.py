@@ -15,8 +15,8 @@ from ha.codec import SlaveHello
 from mqclient.admin import AdminError, MQAdmin
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
 from remoting.tls import ClientTls, ServerTls, grpc_channel, make_local_ca
-from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props
 from tests.ha.conftest import MemoryStore, master, slave
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread, broker_props
 
 CaFiles = tuple[Path, Path, Path]
 

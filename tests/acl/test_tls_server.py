@@ -9,7 +9,6 @@ import asyncio
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from mqclient.send_channel import BlockingSendConnections, SendChannelClosed
 from remoting.framing import KIND_SEND_BATCH, FrameReader, encode_frame
 from remoting.tls import ClientTls, ServerTls, make_local_ca
 from remoting.tls_server import TlsServerProtocol
+from tests.support.waiting import wait_until
 
 CaFiles = tuple[Path, Path, Path]
 TIMEOUT_S = 10.0
@@ -105,13 +105,6 @@ def client(ca: CaFiles) -> BlockingSendConnections:
     return BlockingSendConnections(ssl_context=ClientTls(str(ca[0])).ssl_context())
 
 
-def wait_for(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
-
-
 def test_frames_of_any_size_both_ways(echo_server: Server, ca: CaFiles,
                                       events: list[str]) -> None:
     conns = client(ca)
@@ -123,7 +116,7 @@ def test_frames_of_any_size_both_ways(echo_server: Server, ca: CaFiles,
                                  TIMEOUT_S) == payload[::-1]
     finally:
         conns.close()
-    wait_for(lambda: "lost" in events)
+    wait_until(lambda: "lost" in events, TIMEOUT_S)
     assert events[0].startswith("made TLS")
 
 
@@ -225,6 +218,6 @@ def test_close_from_the_application_ends_the_connection(ca: CaFiles,
                 frames = reader.feed(sock.recv(65536))
             assert frames == [(7, KIND_SEND_BATCH, b"eyb")]
             assert sock.recv(1) == b""  # close_notify, then EOF
-        wait_for(lambda: "lost" in events)
+        wait_until(lambda: "lost" in events, TIMEOUT_S)
     finally:
         server.stop()

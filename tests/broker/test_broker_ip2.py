@@ -15,14 +15,9 @@ import pytest
 
 from broker.slave_sync import master_admin_address
 from mqproto import admin_pb2, common_pb2, messaging_pb2, namesrv_pb2, namesrv_pb2_grpc
-from tests.broker.conftest import (
-    RPC_TIMEOUT_S,
-    Node,
-    Processes,
-    broker_props,
-    wait_until,
-    write_conf,
-)
+from tests.support.brokers import RPC_TIMEOUT_S, Node, broker_props, write_conf
+from tests.support.processes import Processes
+from tests.support.waiting import wait_until
 
 A = admin_pb2
 C = common_pb2

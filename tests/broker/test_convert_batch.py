@@ -24,8 +24,7 @@ from common import native
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import decode_batch, encode_batch_message
 from store.message import Message
-from tests.broker.conftest import BrokerThread
-from tests.broker.test_send_pull import pull_all
+from tests.support.brokers import BrokerThread, pull_all
 
 TOPIC, QUEUE_ID, BORN_HOST, BORN_TS = "TopicX", 3, ("10.0.0.7", 5123), 1_700_000_000_123
 _NO_C = "the store's C fast paths are not built (no C compiler) or are off (STORE_NATIVE=0)"

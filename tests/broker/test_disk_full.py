@@ -14,15 +14,10 @@ from pathlib import Path
 from mqclient import ConsumeFromWhere, ConsumeStatus, Message, MQClientError, Producer, PushConsumer
 from mqproto import admin_pb2, common_pb2, messaging_pb2
 from store.inspect import inspect_store
-from tests.broker.conftest import (
-    RPC_TIMEOUT_S,
-    Node,
-    Processes,
-    broker_props,
-    wait_until,
-    write_conf,
-)
-from tests.small_fs import fill, free_bytes, mounted_tmpfs, run_in_child
+from tests.support.brokers import RPC_TIMEOUT_S, Node, broker_props, write_conf
+from tests.support.processes import Processes
+from tests.support.small_fs import fill, free_bytes, mounted_tmpfs, run_in_child
+from tests.support.waiting import wait_until
 
 C = common_pb2
 TOPIC = "DiskTopic"

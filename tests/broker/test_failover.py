@@ -15,16 +15,10 @@ import time
 from pathlib import Path
 
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import (
-    RPC_TIMEOUT_S,
-    Node,
-    Process,
-    Processes,
-    broker_props,
-    wait_until,
-    write_conf,
-)
 from tests.broker.test_ha import topic_list
+from tests.support.brokers import RPC_TIMEOUT_S, Node, broker_props, write_conf
+from tests.support.processes import Process, Processes
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 A = admin_pb2

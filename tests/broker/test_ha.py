@@ -14,16 +14,9 @@ from pathlib import Path
 from ha.codec import SlaveHello, encode_hello
 from ha.proof import with_proof
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import (
-    RPC_TIMEOUT_S,
-    BrokerThread,
-    Node,
-    Processes,
-    broker_props,
-    wait_until,
-    write_conf,
-)
-from tests.broker.test_send_pull import send
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread, Node, broker_props, send, write_conf
+from tests.support.processes import Processes
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 A = admin_pb2

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import BrokerThread, broker_props, create_topic, wait_until
-from tests.broker.test_send_pull import code, send
+from tests.support.brokers import BrokerThread, broker_props, code, create_topic, send
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(120)
 FILE = 128 * 1024

@@ -12,9 +12,9 @@ import pytest
 
 from broker.consumer_offsets import ConsumerOffsetManager
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread, broker_props, create_topic, wait_until
 from tests.broker.test_offsets_admin import commit, query
-from tests.broker.test_send_pull import code, pull, send
+from tests.support.brokers import BrokerThread, broker_props, code, create_topic, pull, send
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 A = admin_pb2

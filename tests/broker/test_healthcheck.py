@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.broker.conftest import REPO_ROOT, Processes, broker_props, child_env, write_conf
+from tests.support.brokers import broker_props, write_conf
+from tests.support.processes import REPO_ROOT, Processes, child_env
 
 
 def healthcheck(*args: str) -> subprocess.CompletedProcess[str]:

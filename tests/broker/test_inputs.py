@@ -8,9 +8,8 @@ import grpc
 import pytest
 
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread, create_topic
-from tests.broker.test_send_pull import code, send
 from tests.proto.undecodable import bad_requests, call_raw
+from tests.support.brokers import BrokerThread, code, create_topic, send
 
 M = messaging_pb2
 A = admin_pb2

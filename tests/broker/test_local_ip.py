@@ -14,7 +14,7 @@ import pytest
 from mqclient.instance import CLIENT_IP_ENV, ClientInstance
 from mqclient.producer import Producer
 from remoting.local_address import local_ip
-from tests.broker.conftest import BrokerThread
+from tests.support.brokers import BrokerThread
 
 Start = Callable[..., BrokerThread]
 SIOCGIFADDR = 0x8915

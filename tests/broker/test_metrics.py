@@ -16,17 +16,17 @@ import pytest
 
 from broker.config import ConfigError, parse_config
 from mqproto import common_pb2, messaging_pb2
-from tests.broker.conftest import (
+from tests.support.brokers import (
     RPC_TIMEOUT_S,
     BrokerThread,
     Node,
-    Processes,
     broker_props,
     pull_everything,
-    wait_until,
     write_conf,
 )
-from tests.prom import Scrape, raw_http, scrape, status_of
+from tests.support.processes import Processes
+from tests.support.prom import Scrape, raw_http, scrape, status_of
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 C = common_pb2

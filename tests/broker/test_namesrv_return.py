@@ -14,16 +14,10 @@ import pytest
 
 from broker.constants import REGISTER_BROKER_TIMEOUT_MS, RETRY_FAILED_REGISTER_S
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from tests.broker.conftest import (
-    BrokerThread,
-    Node,
-    Processes,
-    broker_props,
-    create_topic,
-    wait_until,
-    write_conf,
-)
 from tests.broker.test_registration import NamesrvThread, Start
+from tests.support.brokers import BrokerThread, Node, broker_props, create_topic, write_conf
+from tests.support.processes import Processes
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -11,9 +11,9 @@ import pytest
 from broker.controller import StoreDirLocked
 from broker.persistence import ConfigFileCorrupt
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread, wait_until
-from tests.broker.test_send_pull import code, pull, pull_all, send
-from tests.processes import send_garbage
+from tests.support.brokers import BrokerThread, code, pull, pull_all, send
+from tests.support.processes import send_garbage
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 A = admin_pb2

@@ -18,7 +18,7 @@ from broker.persistence import (
     write_json_atomic,
 )
 from broker.topic_config import DataVersion, TopicConfig, TopicConfigManager
-from tests.nameserver.fake_time import FakeClock
+from tests.support.clock import FakeClock
 
 
 def ident(data: object) -> object:

@@ -26,19 +26,15 @@ from mqproto import (
     namesrv_pb2,
     namesrv_pb2_grpc,
 )
-from tests.broker.conftest import (
-    REPO_ROOT,
+from tests.support.brokers import (
     RPC_TIMEOUT_S,
-    Process,
-    Processes,
     broker_props,
-    child_env,
     create_topic,
     pull_everything,
-    wait_until,
     write_conf,
 )
-from tests.processes import send_garbage
+from tests.support.processes import REPO_ROOT, Process, Processes, child_env, send_garbage
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 C = common_pb2

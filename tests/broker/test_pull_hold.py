@@ -8,7 +8,7 @@ import time
 
 from broker.pull import PullRequestHoldService
 from broker.stats import BrokerStats
-from tests.nameserver.fake_time import FakeClock
+from tests.support.clock import FakeClock
 
 
 def test_wait_is_woken_from_another_thread_quickly() -> None:

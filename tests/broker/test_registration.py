@@ -14,9 +14,9 @@ import pytest
 
 from mqproto import namesrv_pb2
 from nameserver.controller import NamesrvController
-from tests.broker.conftest import BrokerThread, wait_until
-from tests.broker.test_send_pull import send
-from tests.nameserver.fake_time import FakeTime
+from tests.support.brokers import BrokerThread, send
+from tests.support.clock import FakeTime
+from tests.support.waiting import wait_until
 
 Start = Callable[..., BrokerThread]
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 
@@ -13,8 +12,9 @@ from broker.schedule import to_schedule_topic
 from mqproto import messaging_pb2
 from store.message import Message
 from store.reading import GetMessageStatus
-from tests.broker.conftest import BrokerThread
-from tests.broker.test_send_pull import code, pull, pull_all, send
+from tests.support.brokers import BrokerThread, code, pull, pull_all, send
+from tests.support.clock import FakeClock
+from tests.support.waiting import assert_never, wait_until
 
 M = messaging_pb2
 Start = Callable[..., BrokerThread]
@@ -27,29 +27,6 @@ def delayed(level: int) -> M.SystemProperties:
 
 def queue_size(b: BrokerThread, topic: str, queue_id: int) -> int:
     return b.call(lambda: b.controller.store.get_max_offset_in_queue(topic, queue_id))
-
-
-def wait_for(what: Callable[[], bool], timeout_s: float, step_s: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(step_s)
-    return what()
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now_ms = 1_700_000_000_000
-        self.lock = threading.Lock()
-
-    def __call__(self) -> int:
-        with self.lock:
-            return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        with self.lock:
-            self.now_ms += ms
 
 
 def test_schedule_topic_moves_and_restores_a_message() -> None:
@@ -74,7 +51,7 @@ def test_a_delayed_message_waits_its_level_then_keeps_everything_but_the_delay(
     assert held.system_properties.real_queue_id == 2
     assert held.system_properties.delay_time_level == 1
     assert queue_size(b, "T", 2) == 0
-    assert wait_for(lambda: queue_size(b, "T", 2) == 1, timeout_s=5)
+    wait_until(lambda: queue_size(b, "T", 2) == 1, timeout=5)
     assert time.monotonic() - sent_at >= 0.9
     [got] = pull_all(b, "T", 2, expect=1)
     sp = got.system_properties
@@ -92,8 +69,8 @@ def test_levels_deliver_in_order_and_past_the_table_take_the_last(start_broker: 
         assert code(send(b, "T", str(i).encode(), system_properties=delayed(1 + i % 3))) == (
             "SUCCESS")
     # Levels 2 and 3 share the table's last level (queue 1).
-    assert wait_for(lambda: (queue_size(b, SCHEDULE, 0), queue_size(b, SCHEDULE, 1)) == (7, 13),
-                    timeout_s=2)
+    wait_until(lambda: (queue_size(b, SCHEDULE, 0), queue_size(b, SCHEDULE, 1)) == (7, 13),
+                    timeout=2)
     got = pull_all(b, "T", 0, expect=20)
     by_level = [[int(m.body) for m in got if int(m.body) % 3 == 0],
                 [int(m.body) for m in got if int(m.body) % 3 != 0]]
@@ -105,10 +82,10 @@ def test_delivery_follows_the_broker_clock(start_broker: Start) -> None:
     clock = FakeClock()
     b = start_broker({"clock_ms": clock}, messageDelayLevel="1m 1h")
     assert code(send(b, "T", b"x", system_properties=delayed(2))) == "SUCCESS"
-    clock.advance(59 * 60_000)
-    assert not wait_for(lambda: queue_size(b, "T", 0) == 1, timeout_s=0.5)
-    clock.advance(60_000)
-    assert wait_for(lambda: queue_size(b, "T", 0) == 1, timeout_s=3)
+    clock.advance(59 * 60)
+    assert_never(lambda: queue_size(b, "T", 0) == 1, 0.5)
+    clock.advance(60)
+    wait_until(lambda: queue_size(b, "T", 0) == 1, timeout=3)
 
 
 def test_progress_survives_a_restart_and_nothing_is_delivered_twice(
@@ -116,7 +93,7 @@ def test_progress_survives_a_restart_and_nothing_is_delivered_twice(
     b = start_broker(messageDelayLevel="1s 3s")
     assert code(send(b, "T", b"early", system_properties=delayed(1))) == "SUCCESS"
     assert code(send(b, "T", b"late", system_properties=delayed(2))) == "SUCCESS"
-    assert wait_for(lambda: queue_size(b, "T", 0) == 1, timeout_s=5)
+    wait_until(lambda: queue_size(b, "T", 0) == 1, timeout=5)
     b.stop()
     saved = json.loads((b.controller.root / "config" / "delayOffset.json").read_text())
     assert saved == {"offsetTable": {"1": 1}}  # level 2 has delivered nothing yet
@@ -154,7 +131,7 @@ def send_back(b: BrokerThread, msg: M.Message, group: str = "G", **kw: object
 
 def dlq_messages(b: BrokerThread, group: str) -> list[Message]:
     """The dead-letter queue is write-only for consumers (as in RocketMQ): read the store."""
-    assert wait_for(lambda: queue_size(b, f"%DLQ%{group}", 0) > 0, timeout_s=2)
+    wait_until(lambda: queue_size(b, f"%DLQ%{group}", 0) > 0, timeout=2)
     result = b.call(lambda: b.controller.store.get_message("admin", f"%DLQ%{group}", 0, 0, 32))
     assert result.status is GetMessageStatus.FOUND, result.status
     return result.decoded()
@@ -181,7 +158,7 @@ def test_a_failed_message_retries_with_growing_delay_then_goes_to_the_dlq(
     assert reserved["ORIGIN_MESSAGE_ID"] == r.result.message_id
 
     assert code(send_back(b, retry1, max_reconsume_times=2)) == "SUCCESS"
-    assert wait_for(lambda: queue_size(b, SCHEDULE, 3) == 1, timeout_s=2)  # level 3 + 1
+    wait_until(lambda: queue_size(b, SCHEDULE, 3) == 1, timeout=2)  # level 3 + 1
     retry2 = pull_all(b, "%RETRY%G", 0, expect=2)[1]
     assert retry2.system_properties.reconsume_times == 2
 
@@ -201,7 +178,7 @@ def test_a_consumer_may_choose_the_level_or_the_dlq(start_broker: Start) -> None
     send(b, "T", b"b")
     a, bb = pull_all(b, "T", 0, expect=2)
     assert code(send_back(b, a, delay_level=1)) == "SUCCESS"
-    assert wait_for(lambda: queue_size(b, SCHEDULE, 0) == 1, timeout_s=2)
+    wait_until(lambda: queue_size(b, SCHEDULE, 0) == 1, timeout=2)
     assert code(send_back(b, bb, delay_level=-1)) == "SUCCESS"
     [dead] = dlq_messages(b, "G")
     assert (dead.body, dead.reconsume_times) == (b"b", 1)

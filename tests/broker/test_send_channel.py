@@ -27,8 +27,8 @@ from remoting.framing import (
     encode_batch_message,
     encode_frame,
 )
-from tests.broker.conftest import BrokerThread, Processes
-from tests.broker.test_send_pull import pull_all
+from tests.support.brokers import BrokerThread, pull_all
+from tests.support.processes import Processes
 
 Start = Callable[..., BrokerThread]
 Frame = tuple[int, int, bytes]

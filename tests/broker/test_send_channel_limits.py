@@ -20,9 +20,9 @@ import pytest
 
 from mqclient.send_channel import split_address
 from remoting.framing import KIND_SEND_BATCH, encode_frame
-from tests.broker.conftest import REPO_ROOT, BrokerThread, broker_props, child_env, write_conf
 from tests.broker.test_send_channel import Raw, answer, batch_request, raw, send_channel_address
-from tests.processes import stop_process
+from tests.support.brokers import BrokerThread, broker_props, write_conf
+from tests.support.processes import REPO_ROOT, child_env, stop_process
 
 Start = Callable[..., BrokerThread]
 __all__ = ["raw"]  # the fixture, imported

@@ -9,46 +9,11 @@ import grpc
 import pytest
 
 from mqproto import admin_pb2, common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread
+from tests.support.brokers import BrokerThread, code, pull, pull_all, send
 
 M = messaging_pb2
 C = common_pb2
 Start = Callable[..., BrokerThread]
-
-
-def send(b: BrokerThread, topic: str, body: bytes, queue_id: int = 0, tag: str = "",
-         **kw: object) -> messaging_pb2.SendMessageResponse:
-    return b.messaging.SendMessage(M.SendMessageRequest(
-        producer_group="PG", message=M.Message(topic=topic, body=body, tag=tag, **kw),
-        queue_id=queue_id), timeout=10)
-
-
-def pull(b: BrokerThread, topic: str, queue_id: int, offset: int, sub: str = "*",
-         suspend_ms: int = 0, **kw: object) -> messaging_pb2.PullMessageResponse:
-    return b.messaging.PullMessage(M.PullMessageRequest(
-        consumer_group="CG", topic=topic, queue_id=queue_id, queue_offset=offset,
-        max_msg_nums=32, subscription=sub, suspend_timeout_millis=suspend_ms, **kw),
-        timeout=30)
-
-
-def pull_all(b: BrokerThread, topic: str, queue_id: int, sub: str = "*", expect: int = 0
-             ) -> list[messaging_pb2.Message]:
-    """Everything in a queue from offset 0, waiting (long poll) until `expect` arrived."""
-    out: list[messaging_pb2.Message] = []
-    offset = 0
-    while True:
-        r = pull(b, topic, queue_id, offset, sub, suspend_ms=300)
-        if r.status.code == C.SUCCESS:
-            out.extend(r.messages)
-        elif r.status.code == C.NO_NEW_MSG and len(out) >= expect:
-            return out
-        elif r.status.code not in (C.NO_NEW_MSG, C.NO_MATCHED_MSG):
-            raise AssertionError(r.status)
-        offset = r.next_begin_offset
-
-
-def code(r: object) -> str:
-    return C.ResponseCode.Name(r.status.code)  # type: ignore[attr-defined]
 
 
 def test_send_then_pull_round_trip(start_broker: Start) -> None:

@@ -13,7 +13,7 @@ import broker.pull
 from broker.message_filter import FilterRegistry
 from broker.status import RequestError
 from mqproto import common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread
+from tests.support.brokers import BrokerThread
 
 M = messaging_pb2
 C = common_pb2

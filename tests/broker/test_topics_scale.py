@@ -21,8 +21,9 @@ from common.constants import PERM_READ, PERM_READ_WRITE
 from mqproto import admin_pb2, common_pb2, namesrv_pb2
 from nameserver.controller import NamesrvController
 from remoting.serving import run_steps_on_loop
-from tests.broker.conftest import BrokerThread, wait_until
 from tests.broker.test_registration import NamesrvThread
+from tests.support.brokers import BrokerThread
+from tests.support.waiting import wait_until
 
 Start = Callable[..., BrokerThread]
 

@@ -8,7 +8,8 @@ from typing import Any
 from broker.transaction.messages import CID_RMQ_SYS_TRANS
 from common.constants import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
 from mqproto import common_pb2, messaging_pb2
-from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, pull_everything, wait_until
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread, pull_everything
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 GROUP = "PG_TXN"

@@ -14,7 +14,8 @@ import grpc
 
 from common.constants import RMQ_SYS_TRANS_HALF_TOPIC
 from mqproto import common_pb2, messaging_pb2
-from tests.broker.conftest import RPC_TIMEOUT_S, BrokerThread, broker_props, wait_until
+from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread, broker_props
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 GROUP = "PG_TIMING"

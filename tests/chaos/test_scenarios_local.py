@@ -18,9 +18,9 @@ from chaos.history import read_history
 from chaos.operations import consumes, fault_windows, run_info, sends
 from chaos.runner import RunOptions, run
 from chaos.scenarios import SCENARIOS
-from tests.broker.conftest import wait_until
 from tests.chaos.leftovers import chaos_names, cleanup_note
-from tests.processes import LocalCluster
+from tests.support.processes import LocalCluster
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 SCENARIO_NAMES = ("kill-master-sync", "kill-master-async", "kill-master-async-lagging")

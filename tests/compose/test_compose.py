@@ -39,7 +39,7 @@ from tests.compose.cluster import (
     timed,
 )
 from tests.compose.roundtrip import round_trip, wait_for_slaves_in_sync
-from tests.prom import Scrape
+from tests.support.prom import Scrape
 
 pytestmark = pytest.mark.timeout(1200)  # the first test may build the images from nothing
 

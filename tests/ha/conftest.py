@@ -7,7 +7,7 @@ import contextlib
 import inspect
 import random
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -145,16 +145,6 @@ async def slave(store: MemoryStore, port: int, **kw: object) -> AsyncIterator[HA
         yield client
     finally:
         await client.stop()
-
-
-async def wait_until(cond: Callable[[], bool], timeout: float = 5.0,
-                     step: float = 0.005) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(step)
 
 
 def proven_hello(store: HAStore, offset: int, broker_id: int = 1,

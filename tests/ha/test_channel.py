@@ -13,7 +13,8 @@ import pytest
 
 from ha.codec import FrameParser, encode_ack, encode_frame, encode_heartbeat
 from store.waiters import OffsetWaiters
-from tests.ha.conftest import MemoryStore, master, slave, wait_until
+from tests.ha.conftest import MemoryStore, master, slave
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(20)
 FILE = 64 * 1024
@@ -40,12 +41,12 @@ async def test_slave_catches_up_and_follows_new_data() -> None:
     m.fill(300_000)
     acks: list[int] = []
     async with master(m, on_ack=acks.append) as service, slave(s, service.port) as client:
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         m.fill(50_000, seed=2)
         service.notify_data_arrived()
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         assert s.content() == m.content()
-        await wait_until(lambda: acks and acks[-1] == m.max_phy_offset)
+        await wait_until_async(lambda: acks and acks[-1] == m.max_phy_offset)
         assert client.status.connected
         (status,) = service.slave_statuses()
         assert status.ack_offset == m.max_phy_offset and status.in_sync
@@ -79,7 +80,7 @@ async def test_slave_buffer_smaller_than_a_frame_grows_and_split_frames_apply() 
     m.fill(1_000_000, body_size=7000)
     async with master(m, transfer_batch_size=150 * 1024) as service, \
             slave(s, service.port, read_size=64 * 1024) as client:
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         assert s.content() == m.content()
         assert max(size for _, size in s.appends) > 64 * 1024
         assert client.status.last_error == "" and client.status.connect_count == 1
@@ -92,7 +93,7 @@ async def test_empty_slave_gets_whole_retained_log_from_min_offset() -> None:
     m.drop_first_file()  # retained: files 2.. (several files, not only the last)
     assert m.min_phy_offset == 2 * FILE and len(m.files) >= 4
     async with master(m) as service, slave(s, service.port):
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
     assert s.min_phy_offset == m.min_phy_offset
     assert s.content() == m.content()
     assert s.appends[0][0] == 2 * FILE
@@ -104,12 +105,12 @@ async def test_slave_reconnects_after_master_restarts() -> None:
     async with master(m) as service:
         port = service.port
         async with slave(s, port) as client:
-            await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+            await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
             await service.stop()
-            await wait_until(lambda: not client.status.connected)
+            await wait_until_async(lambda: not client.status.connected)
             m.fill(100_000, seed=3)
             async with master(m, port=port):
-                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+                await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
             assert client.status.connect_count >= 2
     assert s.content() == m.content()
 
@@ -150,7 +151,7 @@ async def test_ack_beyond_master_max_is_rejected_and_never_acked() -> None:
         async with asyncio.timeout(3):
             while await reader.read(65536):
                 pass  # heartbeats until the master closes the link
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         assert all(a <= m.max_phy_offset for a in acks)
         (status,) = service.slave_statuses()
         assert not status.connected and not status.in_sync
@@ -181,7 +182,7 @@ async def test_sync_waits_released_by_slave_acks() -> None:
     m.fill(50_000)
     waiters = OffsetWaiters(time.monotonic)
     async with master(m, on_ack=waiters.advance) as service, slave(s, service.port):
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         m.fill(3000, seed=9)
         fut = waiters.wait_async(m.max_phy_offset, 3)
         service.notify_data_arrived()
@@ -200,7 +201,7 @@ async def test_slave_below_min_or_diverged_is_reported(offset_kind: str) -> None
         writer.write(encode_ack(report))
         async with asyncio.timeout(3):
             assert await reader.read(100) == b""
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         (status,) = service.slave_statuses()
         expected = ("below the master's min offset" if offset_kind == "below_min"
                     else "not a record boundary")
@@ -218,7 +219,7 @@ async def test_master_drops_a_silent_slave() -> None:
             while await reader.read(65536):  # the data, then EOF
                 pass
         assert 0.15 < time.monotonic() - t0 < 2
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         assert "no report from the slave" in service.slave_statuses()[0].problem
         writer.close()
 
@@ -241,7 +242,7 @@ async def test_links_that_never_spoke_are_not_listed_as_slaves(
         async with asyncio.timeout(3):
             assert await reader.read(100) == b""
         writer.close()
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         assert service.slave_statuses() == []
         assert "no report from the slave" in caplog.text
 
@@ -260,7 +261,7 @@ async def test_slave_drops_a_silent_master_reports_periodically_and_reconnects()
     server = await asyncio.start_server(silent_master, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with slave(s, port, housekeeping_interval=0.3, report_interval=0.05) as client:
-        await wait_until(lambda: len(links) >= 2, timeout=5)
+        await wait_until_async(lambda: len(links) >= 2, timeout=5)
         assert "nothing from the master" in client.status.last_error
     reports = b"".join(links[0])
     assert len(reports) >= 3 * 8 and reports[:8] == encode_ack(s.max_phy_offset)
@@ -286,7 +287,7 @@ async def test_slave_accepts_heartbeats_at_its_offset() -> None:
     port = server.sockets[0].getsockname()[1]
     async with slave(s, port) as client:
         await served.wait()
-        await wait_until(lambda: client.status.master_offset == s.max_phy_offset)
+        await wait_until_async(lambda: client.status.master_offset == s.max_phy_offset)
         await asyncio.sleep(0.05)
         assert client.status.connected and client.status.last_error == ""
     server.close()
@@ -298,7 +299,7 @@ async def test_replication_throughput() -> None:
     async with master(m) as service:
         t0 = time.perf_counter()
         async with slave(s, service.port):
-            await wait_until(lambda: s.max_phy_offset == m.max_phy_offset, timeout=15,
+            await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset, timeout=15,
                              step=0.001)
         elapsed = time.perf_counter() - t0
     mb_s = m.max_phy_offset / elapsed / 1e6
@@ -323,7 +324,7 @@ async def test_an_unreadable_max_offset_waits_instead_of_closing_the_link() -> N
     m, s = EarlyMaxStore(FILE), MemoryStore(FILE)
     m.fill(20_000)
     async with master(m) as service, slave(s, service.port) as client:
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         m.fill(5_000, seed=4)
         m.hidden = 3_000  # max offset already reports data that is not readable yet
         service.notify_data_arrived()
@@ -331,7 +332,7 @@ async def test_an_unreadable_max_offset_waits_instead_of_closing_the_link() -> N
         assert service.connection_count == 1 and not service.slave_statuses()[0].problem
         m.hidden = 0
         service.notify_data_arrived()
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         assert client.status.connect_count == 1
     assert s.content() == m.content()
 
@@ -360,7 +361,7 @@ async def test_a_failed_transfer_closes_the_link_at_once_while_acks_stream_in() 
                     while await reader.read(65536):
                         pass
             assert time.monotonic() - t0 < 2.0
-            await wait_until(lambda: service.connection_count == 0)
+            await wait_until_async(lambda: service.connection_count == 0)
             assert "disk gone" in service.slave_statuses()[0].problem
             writer.close()
 
@@ -376,7 +377,7 @@ async def test_slave_reconnects_with_a_doubling_backoff_reset_by_a_working_link(
     server = await asyncio.start_server(closing_master, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     async with slave(s, port, reconnect_min_interval=0.1, reconnect_interval=0.8) as client:
-        await wait_until(lambda: len(connects) >= 6, timeout=8)
+        await wait_until_async(lambda: len(connects) >= 6, timeout=8)
         gaps = [b - a for a, b in zip(connects, connects[1:], strict=False)]
         # 0.1, 0.2, 0.4, 0.8, 0.8 s (plus the time each attempt takes)
         assert gaps[0] < 0.3 and gaps[2] > 2 * gaps[0], gaps
@@ -386,10 +387,10 @@ async def test_slave_reconnects_with_a_doubling_backoff_reset_by_a_working_link(
         m = MemoryStore(FILE)
         m.fill(1000)
         async with master(m, port=port):
-            await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+            await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
             assert client.reconnect_delay == 0.8
         # The link worked: the first retry comes after the shortest wait again (then 0.2 s).
-        await wait_until(lambda: not client.status.connected)
+        await wait_until_async(lambda: not client.status.connected)
         assert client.reconnect_delay == 0.2
 
 
@@ -421,10 +422,10 @@ async def test_data_arrived_wakes_the_loop_only_for_connected_slaves() -> None:
             from_thread(lambda: [service.notify_data_arrived() for _ in range(100)])
             assert calls == 0
             async with slave(s, service.port):
-                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+                await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
                 m.fill(5_000, seed=2)
                 from_thread(service.notify_data_arrived)
                 assert calls >= 1
-                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+                await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         finally:
             del loop.call_soon_threadsafe

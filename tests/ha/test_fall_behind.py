@@ -14,7 +14,8 @@ from store.config import StoreConfig
 from store.constants import BrokerRole
 from store.message import Message
 from store.message_store import DefaultMessageStore
-from tests.ha.conftest import proven_hello, wait_until
+from tests.ha.conftest import proven_hello
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 FILE = 64 * 1024
@@ -84,7 +85,7 @@ async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
             # A slave holding records 0..3 lacks record 4, stored at BORN + 4 s.
             writer.write(proven_hello(store, offsets[4]) + encode_ack(offsets[4]))
             await writer.drain()
-            await wait_until(lambda: bool(service.slave_statuses())
+            await wait_until_async(lambda: bool(service.slave_statuses())
                              and service.slave_statuses()[0].ack_offset == offsets[4])
             now[0] = BORN + 12_500
             (status,) = service.slave_statuses()
@@ -95,7 +96,7 @@ async def test_fall_behind_seconds_of_a_slave_link(tmp_path: Path) -> None:
             assert await reader.read(65536)  # the master streams what the slave lacks
             writer.write(encode_ack(store.max_phy_offset))
             await writer.drain()
-            await wait_until(lambda: service.slave_statuses()[0].fall_behind_bytes == 0)
+            await wait_until_async(lambda: service.slave_statuses()[0].fall_behind_bytes == 0)
             assert service.slave_statuses()[0].fall_behind_seconds == 0.0
         finally:
             writer.close()
@@ -119,7 +120,7 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
         writer.write(proven_hello(store, offsets[4], 2, hello.broker_addr)
                      + encode_ack(offsets[4]))
         await writer.drain()
-        await wait_until(lambda: service.connection_count == 1
+        await wait_until_async(lambda: service.connection_count == 1
                          and [s.ack_offset for s in service.slave_statuses()] == [offsets[4]])
         (live,) = service.slave_statuses()
         assert (live.broker_id, live.broker_addr, live.name) == (2, hello.broker_addr,
@@ -133,7 +134,7 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
 
         # Gone: it stays a slave of the group, its fall-behind growing from its last ack.
         writer.close()
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         now[0] = BORN + 30_000
         (gone,) = service.slave_statuses()
         assert (gone.broker_id, gone.connected, gone.in_sync) == (2, False, False)
@@ -152,12 +153,12 @@ async def test_an_absent_slave_stays_in_the_figures_with_growing_fall_behind(
         writer.write(proven_hello(store, store.max_phy_offset, 2, hello.broker_addr)
                      + encode_ack(store.max_phy_offset))
         await writer.drain()
-        await wait_until(lambda: [s.connected for s in service.slave_statuses()] == [True])
+        await wait_until_async(lambda: [s.connected for s in service.slave_statuses()] == [True])
         (back,) = service.slave_statuses()
         assert back.fall_behind_bytes == 0 and back.in_sync
         assert not service.remove_slave(2)  # connected: not removable
         writer.close()
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         assert service.remove_slave(2) and service.slave_statuses() == []
     finally:
         await service.stop()
@@ -172,11 +173,11 @@ async def test_a_new_link_of_the_same_slave_replaces_the_old_one(tmp_path: Path)
     try:
         _, old = await asyncio.open_connection("127.0.0.1", service.port)
         old.write(hello + encode_ack(0))
-        await wait_until(lambda: service.connection_count == 1
+        await wait_until_async(lambda: service.connection_count == 1
                          and [s.broker_id for s in service.slave_statuses()] == [1])
         _, new = await asyncio.open_connection("127.0.0.1", service.port)
         new.write(hello + encode_ack(0))
-        await wait_until(lambda: service.connection_count == 1)
+        await wait_until_async(lambda: service.connection_count == 1)
         (status,) = service.slave_statuses()
         assert status.connected and status.broker_id == 1
         old.close()

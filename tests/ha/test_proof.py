@@ -12,8 +12,9 @@ import pytest
 from ha.codec import SlaveHello, decode_hello, encode_ack, encode_hello
 from ha.proof import with_proof
 from store.waiters import OffsetWaiters
-from tests.ha.conftest import MemoryStore, proven_hello, wait_until
+from tests.ha.conftest import MemoryStore, proven_hello
 from tests.ha.test_channel import FILE, master, raw_link, read_frames, slave
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(20)
 HELLO = SlaveHello(1, "broker-a", "10.0.0.9:10911")
@@ -37,7 +38,7 @@ async def test_a_fake_slave_reporting_the_masters_max_offset_releases_no_send(
         for _ in range(5):
             writer.write(encode_ack(top))
             await asyncio.sleep(0.05)
-        await wait_until(lambda: bool(service.slave_statuses())
+        await wait_until_async(lambda: bool(service.slave_statuses())
                          and service.slave_statuses()[0].problem != "")
         assert not sent.done() and not service.slave_ok()
         (status,) = service.slave_statuses()
@@ -72,7 +73,7 @@ async def test_a_diverged_slave_is_reported_and_never_in_sync() -> None:
     s.files = [(start, bytearray(data)) for start, data in m.files]
     s.files[-1][1][-100] ^= 0xFF  # same length, other bytes
     async with master(m) as service, slave(s, service.port, hello=HELLO) as client:
-        await wait_until(lambda: client.status.connect_count >= 1
+        await wait_until_async(lambda: client.status.connect_count >= 1
                          and service.connection_count == 0 and bool(service.slave_statuses()))
         (status,) = service.slave_statuses()
         assert "diverged" in status.problem and not status.in_sync and not service.slave_ok()
@@ -93,12 +94,12 @@ async def test_acks_never_go_back_and_end_where_a_frame_ends(bad: str) -> None:
         end = frames[-1][0] + len(frames[-1][1])
         if bad == "backwards":
             writer.write(encode_ack(end))
-            await wait_until(lambda: service.slave_statuses()[0].ack_offset == end)
+            await wait_until_async(lambda: service.slave_statuses()[0].ack_offset == end)
             assert service.slave_ok() and acks[-1] == end
             writer.write(encode_ack(start))
         else:  # inside the frame [start, end): not where the slave can have stopped
             writer.write(encode_ack(start + 100))
-        await wait_until(lambda: service.connection_count == 0)
+        await wait_until_async(lambda: service.connection_count == 0)
         (status,) = service.slave_statuses()
         expected = "went back" if bad == "backwards" else "not the end of a frame"
         assert expected in status.problem and not status.in_sync
@@ -126,7 +127,7 @@ async def test_a_slave_that_stopped_mid_record_proves_its_bytes_and_catches_up()
     s.files = [(start, bytearray(data)) for start, data in m.files]
     del s.files[-1][1][-500:]  # the link broke inside a record
     async with master(m) as service, slave(s, service.port, hello=HELLO):
-        await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+        await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
         (status,) = service.slave_statuses()
         assert status.verified and status.in_sync and status.problem == ""
     assert s.content() == m.content()
@@ -137,7 +138,7 @@ async def test_an_empty_slave_of_an_empty_master_counts() -> None:
     waiters = OffsetWaiters(time.monotonic)
     async with master(m, on_ack=waiters.advance) as service, slave(s, service.port,
                                                                     hello=HELLO):
-        await wait_until(lambda: service.slave_ok())
+        await wait_until_async(lambda: service.slave_ok())
         m.fill(2000)
         sent = waiters.wait_async(m.max_phy_offset, 5)
         service.notify_data_arrived()

@@ -13,7 +13,7 @@ from store.config import StoreConfig
 from store.constants import BrokerRole
 from store.message import Message
 from store.message_store import DefaultMessageStore
-from tests.ha.conftest import wait_until
+from tests.support.waiting import wait_until_async
 
 pytestmark = pytest.mark.timeout(30)
 SMALL = dict(mapped_file_size_commit_log=64 * 1024, mapped_file_size_consume_queue=100 * 20,
@@ -54,9 +54,10 @@ async def test_slave_store_is_byte_identical_and_serves_the_same_messages(
         client = HAClient(slave, f"127.0.0.1:{service.port}", reconnect_interval=0.05)
         client.start()
         try:
-            await wait_until(lambda: slave.max_phy_offset == master.max_phy_offset, timeout=15)
+            await wait_until_async(lambda: slave.max_phy_offset == master.max_phy_offset,
+                                   timeout=15)
             await asyncio.to_thread(slave.do_reput)
-            await wait_until(lambda: slave.dispatch_behind_bytes == 0)
+            await wait_until_async(lambda: slave.dispatch_behind_bytes == 0)
         finally:
             await client.stop()
             await service.stop()

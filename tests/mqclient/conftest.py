@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from mqclient import PushConsumer
-from tests.broker.conftest import Process, Processes, broker_props, wait_until, write_conf
+from tests.support.brokers import broker_props, write_conf
+from tests.support.processes import Process, Processes
 
-__all__ = ["Cluster", "wait_until"]
+__all__ = ["Cluster"]
 
 
 @dataclasses.dataclass

@@ -8,9 +8,8 @@ import threading
 from collections.abc import Callable
 
 from mqproto import common_pb2, messaging_pb2
-from tests.broker.conftest import BrokerThread, create_topic, start_broker, wait_until
-
-__all__ = ["start_broker"]  # the fixture
+from tests.support.brokers import BrokerThread, create_topic
+from tests.support.waiting import wait_until
 
 M = messaging_pb2
 Start = Callable[..., BrokerThread]

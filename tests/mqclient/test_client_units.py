@@ -23,6 +23,7 @@ from mqclient.puller import PullService
 from mqclient.route import BrokerGroup, TopicRoute
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import decode_batch, encode_batch_message
+from tests.support.clock import FakeClock
 
 QUEUES = [MessageQueue("T", "broker-a", i) for i in range(16)]
 CIDS = ["c0", "c1", "c2"]
@@ -64,14 +65,6 @@ def test_allocation_is_a_partition(strategy: AllocateAveragely, n_queues: int,
     assert max(map(len, parts)) - min(map(len, parts)) <= 1
 
 
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_fault_tolerance_backs_off_failed_and_slow_brokers() -> None:
     clock = FakeClock()
     fault = LatencyFaultTolerance(clock)
@@ -79,16 +72,16 @@ def test_fault_tolerance_backs_off_failed_and_slow_brokers() -> None:
     assert fault.is_available("a")
     fault.update("a", 600, failed=False)  # >= 550 ms: 30 s
     assert not fault.is_available("a")
-    clock.now += 29_999
+    clock.now_ms += 29_999
     assert not fault.is_available("a")
-    clock.now += 1
+    clock.now_ms += 1
     assert fault.is_available("a")
     fault.update("b", 5, failed=True)  # a failure: isolated 30 s
     assert not fault.is_available("b")
-    clock.now += 30_000
+    clock.now_ms += 30_000
     assert fault.is_available("b")
     fault.update("b", 3_500, failed=False)  # >= 3000 ms: 180 s
-    clock.now += 179_000
+    clock.now_ms += 179_000
     assert not fault.is_available("b")
 
 
@@ -103,11 +96,11 @@ def test_selector_round_robins_and_skips_unavailable_and_last_broker() -> None:
     fault.update("a", 0, failed=True)
     assert {selector.select(queues).broker_name for _ in range(6)} == {"b"}
     # A retry avoids the broker that just failed even when it is the only available one.
-    clock.now += 60_000
+    clock.now_ms += 60_000
     assert {selector.select(queues, last_broker="b").broker_name for _ in range(6)} == {"a"}
     # Everything in back-off: the broker whose back-off ends first.
     fault.update("a", 0, failed=True)
-    clock.now += 1
+    clock.now_ms += 1
     fault.update("b", 0, failed=True)
     assert selector.select(queues).broker_name == "a"
 
@@ -502,7 +495,7 @@ def test_async_batches_stick_to_a_queue_until_batch_max_bytes_went_there() -> No
     # A slow producer: the queue changes after STICKY_QUEUE_MS even with few bytes sent.
     slow = TopicRoute("S", {}, tuple(MessageQueue("S", "b", i) for i in range(4)), ())
     first = producer._sticky_queue("S", slow, 10)
-    clock.now += STICKY_QUEUE_MS - 1
+    clock.now_ms += STICKY_QUEUE_MS - 1
     assert producer._sticky_queue("S", slow, 10) == first
-    clock.now += 1
+    clock.now_ms += 1
     assert producer._sticky_queue("S", slow, 10) != first

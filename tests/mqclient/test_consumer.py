@@ -27,9 +27,9 @@ from mqclient import (
     PushConsumer,
 )
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
-from tests.broker.conftest import REPO_ROOT, child_env
-from tests.mqclient.conftest import Cluster, wait_until
-from tests.processes import stop_process
+from tests.mqclient.conftest import Cluster
+from tests.support.processes import REPO_ROOT, child_env, stop_process
+from tests.support.waiting import wait_until
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 TIMEOUT_S = 30.0

@@ -34,10 +34,10 @@ from mqclient.admin import MQAdmin
 from mqclient.admin_types import AdminError
 from mqclient.cli import mqadmin
 from mqclient.rebalance import LOCK_UNREACHABLE_WAIT_S, Rebalancer
-from tests.broker.conftest import REPO_ROOT, child_env
-from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.conftest import Cluster
 from tests.mqclient.test_consumer import Collector, create_topic, start_consumer
-from tests.processes import stop_process
+from tests.support.processes import REPO_ROOT, child_env, stop_process
+from tests.support.waiting import wait_until
 
 FIRST = ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET
 TIMEOUT_S = 30.0

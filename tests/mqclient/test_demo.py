@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from spark_analytics.session import java_problem
-from tests.broker.conftest import REPO_ROOT
-from tests.processes import stop_local_cluster
+from tests.support.processes import REPO_ROOT, stop_local_cluster
 
 
 @pytest.mark.timeout(900)  # the lag job starts a JVM: slow on a loaded 2-core machine

@@ -19,8 +19,9 @@ from mqclient import (
 )
 from mqclient.admin import MQAdmin
 from spark_analytics.collect import Collector
-from tests.mqclient.conftest import Cluster, wait_until
-from tests.prom import scrape
+from tests.mqclient.conftest import Cluster
+from tests.support.prom import scrape
+from tests.support.waiting import wait_until
 
 TOPIC = "FilteredT"
 GROUP = "FilteredG"

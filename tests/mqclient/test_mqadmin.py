@@ -22,8 +22,8 @@ from mqclient.admin import MQAdmin
 from mqclient.admin_types import AdminError
 from mqclient.cli import mqadmin
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
-from tests.broker.conftest import wait_until
-from tests.processes import LocalCluster
+from tests.support.processes import LocalCluster
+from tests.support.waiting import wait_until
 
 CLUSTER = "DefaultCluster"
 MQADMIN_SCRIPT = Path(sys.executable).parent / "mqadmin"

@@ -29,8 +29,8 @@ from mqclient.cli.local_cluster import (
     port_is_free,
     records_to_json,
 )
-from tests.broker.conftest import wait_until
-from tests.processes import LocalCluster, run_mqcluster
+from tests.support.processes import LocalCluster, run_mqcluster
+from tests.support.waiting import wait_until
 
 SMALL_STORE = ("--set", "mappedFileSizeCommitLog=1048576", "--set", "maxHashSlotNum=1000",
                "--set", "maxIndexNum=4000")

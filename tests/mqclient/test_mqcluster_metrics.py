@@ -15,8 +15,8 @@ from mqclient.cli.local_cluster import (
     process_argv,
     prometheus_config,
 )
-from tests.processes import LocalCluster
-from tests.prom import scrape
+from tests.support.processes import LocalCluster
+from tests.support.prom import scrape
 
 DASHBOARD = (Path(__file__).resolve().parents[2] / "compose" / "monitoring" / "grafana"
              / "dashboards" / "rocketmq-cluster.json")

@@ -14,8 +14,9 @@ import pytest
 
 from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
 from mqproto import messaging_pb2_grpc
-from tests.broker.conftest import Node, pull_everything
-from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.conftest import Cluster
+from tests.support.brokers import Node, pull_everything
+from tests.support.waiting import wait_until
 
 
 def stub(address: str) -> messaging_pb2_grpc.MessagingServiceStub:

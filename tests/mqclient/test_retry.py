@@ -13,8 +13,9 @@ import pytest
 
 from mqclient import ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from mqclient.admin import MQAdmin
-from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.conftest import Cluster
 from tests.mqclient.test_consumer import FIRST, create_topic, start_consumer
+from tests.support.waiting import wait_until
 
 FAST_LEVELS = " ".join(["1s"] * 18)
 TIMEOUT_S = 30.0

@@ -22,8 +22,10 @@ from mqclient import Message, MQClientError, Producer, SendResult, SendStatus
 from mqclient.send_channel import BlockingSendConnections, SendChannel, SendChannelClosed
 from mqproto import messaging_pb2, messaging_pb2_grpc
 from remoting.framing import KIND_SEND_BATCH, encode_frame
-from tests.broker.conftest import Process, pull_everything
-from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.conftest import Cluster
+from tests.support.brokers import pull_everything
+from tests.support.processes import Process
+from tests.support.waiting import wait_until
 
 RPC_TIMEOUT_S = 10.0
 

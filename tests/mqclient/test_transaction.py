@@ -25,7 +25,8 @@ from mqclient import (
     TransactionProducer,
 )
 from mqclient.admin import MQAdmin
-from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.conftest import Cluster
+from tests.support.waiting import wait_until
 
 COMMIT = LocalTransactionState.COMMIT
 ROLLBACK = LocalTransactionState.ROLLBACK

@@ -26,9 +26,11 @@ from mqclient import (
     TransactionProducer,
 )
 from mqproto import common_pb2, messaging_pb2, messaging_pb2_grpc
-from tests.broker.conftest import REPO_ROOT, RPC_TIMEOUT_S, Process, child_env
-from tests.mqclient.conftest import Cluster, wait_until
+from tests.mqclient.conftest import Cluster
 from tests.mqclient.test_transaction import Seen, pending
+from tests.support.brokers import RPC_TIMEOUT_S
+from tests.support.processes import REPO_ROOT, Process, child_env
+from tests.support.waiting import wait_until
 
 COMMIT = LocalTransactionState.COMMIT
 UNKNOWN = LocalTransactionState.UNKNOWN

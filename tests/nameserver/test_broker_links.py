@@ -16,8 +16,9 @@ import pytest
 from common.constants import MASTER_ID
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from nameserver.routeinfo import DataVersion, RouteInfoManager
-from tests.broker.conftest import Processes, broker_props, write_conf
 from tests.nameserver.registration import MASTER_A, register_request
+from tests.support.brokers import broker_props, write_conf
+from tests.support.processes import Processes
 
 pytestmark = pytest.mark.timeout(60)
 

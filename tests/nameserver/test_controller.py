@@ -13,8 +13,8 @@ from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from nameserver.controller import NamesrvController, split_host_port
 from nameserver.routeinfo import DataVersion
-from tests.nameserver.fake_time import FakeTime
 from tests.nameserver.registration import CLUSTER, MASTER_A, SLAVE_A, TOPIC, register_request
+from tests.support.clock import FakeTime
 
 
 @contextlib.asynccontextmanager

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.broker.conftest import REPO_ROOT, Processes, child_env
+from tests.support.processes import REPO_ROOT, Processes, child_env
 
 
 def healthcheck(*args: str) -> subprocess.CompletedProcess[str]:

@@ -13,9 +13,10 @@ import pytest
 
 from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from tests.broker.conftest import REPO_ROOT, Process, Processes, child_env, wait_until
 from tests.nameserver.registration import CLUSTER, MASTER_A, SLAVE_A, TOPIC, register_request
-from tests.prom import raw_http, scrape, status_of
+from tests.support.processes import REPO_ROOT, Process, Processes, child_env
+from tests.support.prom import raw_http, scrape, status_of
+from tests.support.waiting import wait_until
 
 RPC_TIMEOUT_S = 5.0
 _METRICS_LINE = re.compile(r"metrics served on http://(\S+)/metrics")

@@ -11,7 +11,6 @@ import pytest
 
 from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
-from tests.broker.conftest import Process, Processes
 from tests.nameserver.registration import (
     CLUSTER,
     MASTER_A,
@@ -20,6 +19,7 @@ from tests.nameserver.registration import (
     ha_addr,
     register_request,
 )
+from tests.support.processes import Process, Processes
 
 RPC_TIMEOUT_S = 5.0
 MASTER_A_HA = ha_addr(MASTER_A)

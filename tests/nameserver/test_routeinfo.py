@@ -19,7 +19,7 @@ from nameserver.routeinfo import (
     TopicConfig,
     is_writeable,
 )
-from tests.nameserver.fake_time import FakeClock
+from tests.support.clock import FakeClock
 
 CLUSTER = "DefaultCluster"
 TOPIC = "TopicTest"

@@ -15,8 +15,8 @@ from common.route import QueueData
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from nameserver.controller import NamesrvController
 from nameserver.routeinfo import DataVersion, RouteInfoManager, TopicConfig
-from tests.nameserver.fake_time import FakeTime
 from tests.nameserver.registration import CLUSTER, MASTER_A, ha_addr
+from tests.support.clock import FakeTime
 
 LONG = "x" * 90  # topic names of about 100 characters
 

@@ -14,9 +14,9 @@ from common.constants import MASTER_ID
 from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from nameserver.controller import NamesrvController
 from nameserver.validation import address_problem
-from tests.nameserver.fake_time import FakeTime
 from tests.nameserver.registration import CLUSTER, MASTER_A, SLAVE_A, TOPIC, register_request
 from tests.nameserver.test_controller import running_namesrv
+from tests.support.clock import FakeTime
 
 Request = namesrv_pb2.RegisterBrokerRequest
 

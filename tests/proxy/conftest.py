@@ -15,14 +15,9 @@ from typing import Any
 
 import pytest
 
-from tests.broker.conftest import (
-    Node,
-    Process,
-    Processes,
-    broker_props,
-    write_conf,
-)
 from tests.proxy.sdk_venv import SDK_PACKAGE, SDK_VERSION, run_sdk_client, sdk_python
+from tests.support.brokers import Node, broker_props, write_conf
+from tests.support.processes import Process, Processes
 
 SDK_RUN_TIMEOUT_S = 120
 MAX_ATTEMPTS = 3  # grpcProxyMaxDeliveryAttempts of the test brokers

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 
 from mqclient import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
-from tests.broker.conftest import wait_until
 from tests.proxy.conftest import Sdk, V2Cluster
+from tests.support.waiting import wait_until
 
 TOPIC = "V2Interop"
 

@@ -19,8 +19,8 @@ from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from mqproto.v2 import definition_pb2 as D
 from mqproto.v2 import service_pb2 as S
 from mqproto.v2 import service_pb2_grpc
-from tests.broker.conftest import wait_until
 from tests.proxy.conftest import V2Broker, V2Cluster
+from tests.support.waiting import wait_until
 
 TOPIC = "V2Peers"
 GROUP = "GroupPeers"

@@ -15,8 +15,8 @@ import pytest
 
 from mqproto import namesrv_pb2, namesrv_pb2_grpc
 from mqproto.v2 import definition_pb2, service_pb2, service_pb2_grpc
-from tests.broker.conftest import wait_until
 from tests.proxy.conftest import MAX_ATTEMPTS, Sdk, V2Cluster
+from tests.support.waiting import wait_until
 
 TOPIC = "V2Topic"
 

@@ -17,8 +17,8 @@ import pytest
 
 from mqclient.admin import MQAdmin
 from spark_analytics.collect import Collector, write_snapshot
-from tests.broker.conftest import REPO_ROOT, wait_until
-from tests.processes import LocalCluster
+from tests.support.processes import REPO_ROOT, LocalCluster
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -30,8 +30,8 @@ from spark_analytics.constants import (
     SLAVE_FALL_BEHIND,
 )
 from spark_analytics.lag import run_lag_job
-from tests.broker.conftest import wait_until
-from tests.processes import LocalCluster
+from tests.support.processes import LocalCluster
+from tests.support.waiting import wait_until
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

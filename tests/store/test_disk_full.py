@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from store.constants import FlushDiskType, GetMessageStatus, PutMessageStatus
 from store.inspect import inspect_store
 from store.message import Message
 from store.message_store import DefaultMessageStore
-from tests.small_fs import (
+from tests.support.small_fs import (
     LogLines,
     fill,
     fill_inodes,
@@ -30,6 +29,7 @@ from tests.small_fs import (
     mounted_tmpfs,
     run_in_child,
 )
+from tests.support.waiting import wait_until
 
 S = PutMessageStatus
 CONF = dict(
@@ -62,14 +62,6 @@ def open_store(root: Path, **overrides: Any) -> DefaultMessageStore:
     store.load()
     store.start()
     return store
-
-
-def wait_for(predicate: Callable[[], object], what: str, timeout: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def dispatched(store: DefaultMessageStore) -> bool:
@@ -110,7 +102,7 @@ def assert_one_line_each(logs: LogLines, expected_warning: str = "") -> None:
 
 def resume(store: DefaultMessageStore, ballast: Path) -> None:
     ballast.unlink()
-    wait_for(lambda: store.writeable, "writes to resume once space was freed")
+    wait_until(lambda: store.writeable, WAIT_S, message="writes to resume once space was freed")
     assert store.put_message(msg(20_000)).ok
 
 
@@ -130,12 +122,12 @@ def commitlog_full(disk: Path, flush: FlushDiskType) -> None:
             assert "commitlog" in r.append.error, r.append.error
             assert store.commitlog.queue.files[-1].file_from_offset == 0  # no sparse file
             assert_refused(store, "commitlog")
-            wait_for(lambda: dispatched(store), "dispatch")
+            wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             assert len(read_bodies(store)) == stored  # reads go on
             resume(store, ballast)
             for i in range(200):
                 assert store.put_message(msg(30_000 + i)).ok
-            wait_for(lambda: dispatched(store), "dispatch")
+            wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             assert len(read_bodies(store)) == stored + 201
         assert_one_line_each(logs)
     finally:
@@ -150,16 +142,17 @@ def consume_queue_full(disk: Path) -> None:
         with LogLines() as logs:
             for i in range(20):
                 assert store.put_message(msg(i)).ok
-            wait_for(lambda: dispatched(store), "dispatch")
+            wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             ballast = fill(disk)
             # The commitlog file has room (it is allocated); queue 1's first page has none.
             assert store.put_message(msg(100, queue_id=1)).ok
-            wait_for(lambda: not store.writeable, "the store to refuse writes")
+            wait_until(lambda: not store.writeable, WAIT_S, message="the store to refuse writes")
             assert_refused(store, "consume queue TopicA-1")
             assert len(read_bodies(store)) == 20
             assert read_bodies(store, 1) == []
             resume(store, ballast)
-            wait_for(lambda: dispatched(store) and read_bodies(store, 1), "queue 1's entry")
+            wait_until(lambda: dispatched(store) and read_bodies(store, 1), WAIT_S,
+                       message="queue 1's entry")
             assert read_bodies(store, 1)[0].startswith(b"message-100|")
             assert len(read_bodies(store)) == 21
         assert_one_line_each(logs)
@@ -175,7 +168,7 @@ def index_full(disk: Path) -> None:
         with LogLines() as logs:
             for i in range(20):
                 assert store.put_message(msg(i)).ok
-            wait_for(lambda: dispatched(store), "dispatch")
+            wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             ballast = fill(disk)
             # 3 keys a message: the index file fills and the next one has no space. The
             # consume queue's page and the commitlog file have room.
@@ -183,15 +176,16 @@ def index_full(disk: Path) -> None:
             while store.writeable and stored < 200:
                 if store.put_message(msg(stored)).ok:
                     stored += 1
-                wait_for(lambda: dispatched(store), "dispatch")
+                wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             assert_refused(store, "index")
             assert len(read_bodies(store)) == stored  # the consume queue has them all
             assert store.query_message("TopicA", "key-3", 5)
             last = f"key-{stored - 1}"
             assert not store.query_message("TopicA", last, 5)  # its keys wait for space
             resume(store, ballast)
-            wait_for(lambda: store.query_message("TopicA", last, 5), "the held keys indexed")
-            wait_for(lambda: dispatched(store), "dispatch")
+            wait_until(lambda: store.query_message("TopicA", last, 5), WAIT_S,
+                       message="the held keys indexed")
+            wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             assert len(store.query_message("TopicA", "shared", 1000)) == stored + 1
         assert_one_line_each(logs)
     finally:
@@ -208,7 +202,7 @@ def checkpoint_full(disk: Path) -> None:
             assert_refused(store, "checkpoint")
             resume(store, ballast)
             assert (disk / "store" / "checkpoint").stat().st_blocks * 512 >= 4096
-            wait_for(lambda: dispatched(store), "dispatch")
+            wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
             assert len(read_bodies(store)) == 1
         finally:
             store.shutdown()
@@ -231,7 +225,8 @@ def abort_file_full(disk: Path) -> None:
             assert len(read_bodies(store)) == 20
             for p in fillers:
                 p.unlink()
-            wait_for(lambda: store.writeable, "writes to resume once inodes were freed")
+            wait_until(lambda: store.writeable, WAIT_S,
+                       message="writes to resume once inodes were freed")
             assert (disk / "store" / "abort").exists()  # before any write
             assert store.put_message(msg(20)).ok
         finally:
@@ -244,7 +239,7 @@ def inspect_on_full_disk(disk: Path) -> None:
     store = open_store(disk / "store", max_hash_slot_num=100_000, max_index_num=2_000_000)
     for i in range(50):
         assert store.put_message(msg(i, queue_id=i % 2)).ok
-    wait_for(lambda: dispatched(store), "dispatch")
+    wait_until(lambda: dispatched(store), WAIT_S, message="dispatch")
     store.commitlog.flush()
     ballast = fill(disk)
     before = free_bytes(disk)

@@ -31,7 +31,7 @@ async def broker_context(root: Path, clock_ms: Clock | None = None,
                          **props: object) -> AsyncIterator[BrokerContext]:
     """A master's context over a store under `root` (broker.conf keys in `props`), on the
     running loop; the store is shut down on leaving. `topics_changed` only persists."""
-    from tests.broker.conftest import broker_props
+    from tests.support.brokers import broker_props
 
     loaded = parse_config(broker_props(root, **props), env={})
     clock = clock_ms or (lambda: time.time_ns() // 1_000_000)

@@ -1,15 +1,28 @@
-"""Helpers shared by the tests that start real processes."""
+"""Real processes for tests: `python -m nameserver` / `python -m broker` on free loopback
+ports (`Processes`), a local cluster by `mqcluster up` (`LocalCluster`), and stopping them by
+their own handles (never by name)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import re
+import select
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqclient.cli.local_cluster import STATE_FILE, records_from_json, stop_processes
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BOOT_TIMEOUT_S = 20.0
+STOP_TIMEOUT_S = 15.0
 
 
 def stop_process(process: subprocess.Popen[Any], timeout: float) -> None:
@@ -98,3 +111,80 @@ def stop_local_cluster(directory: Path, *args: str) -> subprocess.CompletedProce
         if state.exists():
             data = json.loads(state.read_text())
             stop_processes(records_from_json(data["processes"]), timeout=10.0)
+
+
+def child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
+
+
+def wait_for_line(process: subprocess.Popen[str], prefix: str, log_path: Path) -> str:
+    assert process.stdout is not None
+    deadline = time.monotonic() + BOOT_TIMEOUT_S
+    while (remaining := deadline - time.monotonic()) > 0:
+        readable, _, _ = select.select([process.stdout], [], [], remaining)
+        if not readable:
+            break
+        line = process.stdout.readline()
+        if not line:
+            break
+        if line.startswith(prefix):
+            return line.strip()
+    raise AssertionError(f"process did not boot (exit code {process.poll()}):\n"
+                         f"{log_path.read_text()}")
+
+
+_BROKER_BOOT = re.compile(r"The broker\[(?P<name>[^,]+), (?P<addr>[^\]]+)\] boot success")
+
+
+@dataclasses.dataclass
+class Process:
+    process: subprocess.Popen[str]
+    address: str
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def stop(self, signum: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        return self.process.wait(timeout=timeout)
+
+    def log_text(self) -> str:
+        return self.log_path.read_text()
+
+
+class Processes:
+    """Starts name servers and brokers; `stop_all` stops each by its own handle."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.started: list[subprocess.Popen[str]] = []
+
+    def _spawn(self, args: list[str], log_name: str) -> tuple[subprocess.Popen[str], Path]:
+        log_path = self.tmp_path / f"{log_name}-{len(self.started)}.log"
+        with log_path.open("w") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, *args], cwd=REPO_ROOT, env=child_env(), text=True,
+                stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
+        self.started.append(process)
+        return process, log_path
+
+    def namesrv(self, *args: str) -> Process:
+        process, log_path = self._spawn(["-m", "nameserver", "--listen", "127.0.0.1:0",
+                                         *args], "namesrv")
+        line = wait_for_line(process, NAMESRV_BOOT_SUCCESS_MESSAGE, log_path)
+        return Process(process, line.rpartition("listen=")[2], log_path)
+
+    def broker(self, conf: Path) -> Process:
+        process, log_path = self._spawn(["-m", "broker", "-c", str(conf)], "broker")
+        line = wait_for_line(process, BROKER_BOOT_SUCCESS_PREFIX, log_path)
+        match = _BROKER_BOOT.match(line)
+        assert match is not None, line
+        return Process(process, match["addr"], log_path)
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            stop_process(process, STOP_TIMEOUT_S)

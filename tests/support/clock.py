@@ -1,25 +1,31 @@
-"""Deterministic time for name server tests, in the manner of trio's MockClock."""
+"""Deterministic time for tests, in the manner of trio's MockClock: clocks that move only when
+told, and an asyncio sleep that returns when the clock passes its deadline."""
 
 from __future__ import annotations
 
 import asyncio
 import heapq
 import itertools
+import threading
 
 START_MS = 1_700_000_000_000
 
 
 class FakeClock:
-    """A clock in milliseconds that moves only when told."""
+    """A clock in milliseconds that moves only when told (safe to read from other threads:
+    the store's services read it too)."""
 
     def __init__(self, now_ms: int = START_MS) -> None:
         self.now_ms = now_ms
+        self._lock = threading.Lock()
 
     def __call__(self) -> int:
-        return self.now_ms
+        with self._lock:
+            return self.now_ms
 
     def advance(self, seconds: float) -> None:
-        self.now_ms += round(seconds * 1000)
+        with self._lock:
+            self.now_ms += round(seconds * 1000)
 
 
 class FakeTime(FakeClock):

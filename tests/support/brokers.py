@@ -1,40 +1,25 @@
-"""Fixtures of the broker tests: brokers in this process (a loop in a thread, sync stubs)
-and real `python -m nameserver` / `python -m broker` processes on free loopback ports.
-
-Every broker and process started here is stopped in the fixture's finalizer, processes by
-their own Popen handle (never by name).
-"""
+"""Brokers for tests: a BrokerController on its own loop in this process (`BrokerThread`),
+broker.conf properties with small store files, stubs of a broker (`Node`) and the calls most
+tests make (send, pull, create a topic)."""
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
-import re
-import select
-import signal
-import subprocess
-import sys
 import threading
-import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import grpc
-import pytest
 
 from broker.config import parse_config
 from broker.controller import BrokerController
-from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
-from tests.processes import stop_process
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BOOT_TIMEOUT_S = 20.0
-STOP_TIMEOUT_S = 15.0
 RPC_TIMEOUT_S = 10.0
 T = TypeVar("T")
+M = messaging_pb2
+C = common_pb2
 
 # Small files so that rolling over happens in tests.
 SMALL_STORE = {
@@ -110,120 +95,6 @@ class BrokerThread:
             self.loop.close()
 
 
-@pytest.fixture
-def start_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerThread]]:
-    """`start_broker(**broker.conf keys)` -> a BrokerThread storing under tmp_path/store."""
-    started: list[BrokerThread] = []
-
-    def start(controller_kwargs: dict[str, Any] | None = None, **props: object) -> BrokerThread:
-        b = BrokerThread(broker_props(tmp_path / "store", **props), **(controller_kwargs or {}))
-        started.append(b)
-        return b
-
-    yield start
-    for b in started:
-        b.stop()
-
-
-# -- real processes ----------------------------------------------------------------------------
-def child_env() -> dict[str, str]:
-    return dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-
-
-def _wait_for_line(process: subprocess.Popen[str], prefix: str, log_path: Path) -> str:
-    assert process.stdout is not None
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while (remaining := deadline - time.monotonic()) > 0:
-        readable, _, _ = select.select([process.stdout], [], [], remaining)
-        if not readable:
-            break
-        line = process.stdout.readline()
-        if not line:
-            break
-        if line.startswith(prefix):
-            return line.strip()
-    raise AssertionError(f"process did not boot (exit code {process.poll()}):\n"
-                         f"{log_path.read_text()}")
-
-
-_BROKER_BOOT = re.compile(r"The broker\[(?P<name>[^,]+), (?P<addr>[^\]]+)\] boot success")
-
-
-@dataclasses.dataclass
-class Process:
-    process: subprocess.Popen[str]
-    address: str
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self, signum: int = signal.SIGTERM, timeout: float = STOP_TIMEOUT_S) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        return self.process.wait(timeout=timeout)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text()
-
-
-class Processes:
-    """Starts name servers and brokers; `stop_all` stops each by its own handle."""
-
-    def __init__(self, tmp_path: Path) -> None:
-        self.tmp_path = tmp_path
-        self.started: list[subprocess.Popen[str]] = []
-
-    def _spawn(self, args: list[str], log_name: str) -> tuple[subprocess.Popen[str], Path]:
-        log_path = self.tmp_path / f"{log_name}-{len(self.started)}.log"
-        with log_path.open("w") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, *args], cwd=REPO_ROOT, env=child_env(), text=True,
-                stdout=subprocess.PIPE, stderr=log_file, stdin=subprocess.DEVNULL)
-        self.started.append(process)
-        return process, log_path
-
-    def namesrv(self, *args: str) -> Process:
-        process, log_path = self._spawn(["-m", "nameserver", "--listen", "127.0.0.1:0",
-                                         *args], "namesrv")
-        line = _wait_for_line(process, NAMESRV_BOOT_SUCCESS_MESSAGE, log_path)
-        return Process(process, line.rpartition("listen=")[2], log_path)
-
-    def broker(self, conf: Path) -> Process:
-        process, log_path = self._spawn(["-m", "broker", "-c", str(conf)], "broker")
-        line = _wait_for_line(process, BROKER_BOOT_SUCCESS_PREFIX, log_path)
-        match = _BROKER_BOOT.match(line)
-        assert match is not None, line
-        return Process(process, match["addr"], log_path)
-
-    def stop_all(self) -> None:
-        for process in self.started:
-            stop_process(process, STOP_TIMEOUT_S)
-
-
-@pytest.fixture
-def processes(tmp_path: Path) -> Iterator[Processes]:
-    procs = Processes(tmp_path)
-    try:
-        yield procs
-    finally:
-        procs.stop_all()
-
-
-def wait_until(predicate: Callable[[], T], timeout: float = 10.0, interval: float = 0.02,
-               message: str = "condition") -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
-        time.sleep(interval)
-
-
 def pull_everything(messaging: messaging_pb2_grpc.MessagingServiceStub, topic: str,
                     queue_id: int, sub: str = "*", group: str = "CG") -> list[Any]:
     """Everything in a queue from offset 0 (no waiting: the caller knows it is there)."""
@@ -284,14 +155,37 @@ class Node:
         self.channel.close()
 
 
-@pytest.fixture
-def nodes() -> Iterator[list[Node]]:
-    """Node stubs the test opens (append them); closed after the test."""
-    opened: list[Node] = []
-    yield opened
-    for n in opened:
-        n.close()
+# -- the calls most tests make ---------------------------------------------------------------
+def send(b: BrokerThread, topic: str, body: bytes, queue_id: int = 0, tag: str = "",
+         **kw: object) -> messaging_pb2.SendMessageResponse:
+    return b.messaging.SendMessage(M.SendMessageRequest(
+        producer_group="PG", message=M.Message(topic=topic, body=body, tag=tag, **kw),
+        queue_id=queue_id), timeout=10)
 
 
-__all__ = ["RPC_TIMEOUT_S", "BrokerThread", "Node", "Process", "Processes", "broker_props",
-           "create_topic", "pull_everything", "wait_until", "write_conf"]
+def pull(b: BrokerThread, topic: str, queue_id: int, offset: int, sub: str = "*",
+         suspend_ms: int = 0, **kw: object) -> messaging_pb2.PullMessageResponse:
+    return b.messaging.PullMessage(M.PullMessageRequest(
+        consumer_group="CG", topic=topic, queue_id=queue_id, queue_offset=offset,
+        max_msg_nums=32, subscription=sub, suspend_timeout_millis=suspend_ms, **kw),
+        timeout=30)
+
+
+def pull_all(b: BrokerThread, topic: str, queue_id: int, sub: str = "*", expect: int = 0
+             ) -> list[messaging_pb2.Message]:
+    """Everything in a queue from offset 0, waiting (long poll) until `expect` arrived."""
+    out: list[messaging_pb2.Message] = []
+    offset = 0
+    while True:
+        r = pull(b, topic, queue_id, offset, sub, suspend_ms=300)
+        if r.status.code == C.SUCCESS:
+            out.extend(r.messages)
+        elif r.status.code == C.NO_NEW_MSG and len(out) >= expect:
+            return out
+        elif r.status.code not in (C.NO_NEW_MSG, C.NO_MATCHED_MSG):
+            raise AssertionError(r.status)
+        offset = r.next_begin_offset
+
+
+def code(r: object) -> str:
+    return C.ResponseCode.Name(r.status.code)  # type: ignore[attr-defined]
