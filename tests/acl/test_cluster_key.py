@@ -18,7 +18,7 @@ from tests.acl.conftest import CLUSTER_KEY
 from tests.ha.conftest import MemoryStore, master, proven_hello, slave
 from tests.support.brokers import RPC_TIMEOUT_S, BrokerThread, broker_props
 from tests.support.processes import Processes
-from tests.support.waiting import wait_until
+from tests.support.waiting import wait_until_async
 
 FILE = 64 * 1024
 
@@ -80,7 +80,7 @@ def test_slave_with_the_key_replicates_strangers_refused(
         hello = SlaveHello(1, "broker-a", "127.0.0.1:10911")
         async with master(m, cluster_key=CLUSTER_KEY) as service:
             async with slave(s, service.port, hello=hello, cluster_key=CLUSTER_KEY):
-                await wait_until(lambda: s.max_phy_offset == m.max_phy_offset)
+                await wait_until_async(lambda: s.max_phy_offset == m.max_phy_offset)
             # no hello: a 4.x-style ack first
             assert await closed_without_data(service.port, encode_ack(0))
             # a hello without proof, and one signed with another key
