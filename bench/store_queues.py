@@ -101,12 +101,12 @@ def snapshot_cost(store: DefaultMessageStore, queues: int) -> dict[str, Any]:
             put_each(store, keys)
             wait_dispatched(store)
         t0, c0 = time.monotonic(), cpu_s()
-        snap = store._encode_snapshot(cq_snapshot.RUNNING)
+        snap = store.queues.encode_snapshot(cq_snapshot.RUNNING, store.reput_from_offset)
         assert snap is not None
-        store._write_snapshot(*snap)
+        store.queues.write_snapshot(*snap)
         out[f"snapshot_{name}_s"] = round(time.monotonic() - t0, 3)
         out[f"snapshot_{name}_cpu_s"] = round(cpu_s() - c0, 3)
-    out["snapshot_kib"] = os.path.getsize(store.snapshot_path) // 1024
+    out["snapshot_kib"] = os.path.getsize(store.queues.snapshot_path) // 1024
     return out
 
 
@@ -119,9 +119,9 @@ def phase_write(root: str, queues: int) -> dict[str, Any]:
     wait_dispatched(store)
     out: dict[str, Any] = {"put_s": round(put_s, 1),
                            "dispatch_s": round(time.monotonic() - t0, 1),
-                           "queues_with_data": sum(1 for cq in store.consume_queues.values()
+                           "queues_with_data": sum(1 for cq in store.queues.table.values()
                                                    if cq.max_offset_in_queue),
-                           "failed_queues": len(store.failed_queues)}
+                           "failed_queues": len(store.queues.failed)}
     out.update(process_stats())
     out.update(snapshot_cost(store, queues))
     t0 = time.monotonic()
@@ -146,10 +146,10 @@ def phase_restart(root: str) -> dict[str, Any]:
     out: dict[str, Any] = {"restart_s": round(time.monotonic() - t0, 1),
                            "restart_cpu_s": round(cpu_s() - c0, 2),
                            "load_avg_1m": os.getloadavg()[0],
-                           "queues": len(store.consume_queues),
+                           "queues": len(store.queues.table),
                            "crashed": store.recovered_from_crash,
                            "messages_in_queues": sum(cq.max_offset_in_queue - cq.min_offset_in_queue
-                                                     for cq in store.consume_queues.values())}
+                                                     for cq in store.queues.table.values())}
     out.update(process_stats())
     result = store.put_message(Message("Q000000", b"after restart", queue_id=0))
     out["put_after_restart"] = result.status.value

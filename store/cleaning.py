@@ -72,16 +72,16 @@ def clean_expired_files(store: DefaultMessageStore, force_time: bool = False) ->
         return deleted
     changed = []  # for the consume-queue snapshot
     files_deleted = deleted > 0
-    for cq in list(store.consume_queues.values()):
+    for cq in list(store.queues.table.values()):
         min_logic = cq.min_logic_offset
         cq_deleted = cq.delete_expired(min_offset)
         if cq_deleted or cq.min_logic_offset != min_logic:
             changed.append(cq)
             files_deleted = files_deleted or cq_deleted > 0
     if files_deleted:  # the snapshot on disk may list them
-        store.invalidate_snapshot(changed)
+        store.queues.invalidate_snapshot(changed)
     elif changed:
-        store.mark_snapshot_changed(changed)
+        store.queues.mark_snapshot_changed(changed)
     store.index.delete_expired(min_offset)
     store.cleaned_min_offset = min_offset
     return deleted

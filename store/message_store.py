@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import functools
 import gc
 import logging
 import os
 import shutil
-import struct
 import threading
 import time
 from collections.abc import Callable
@@ -21,13 +19,12 @@ from store.checkpoint import StoreCheckpoint
 from store.commitlog import AppendResult, CommitLog
 from store.config import StoreConfig
 from store.constants import (
-    CQ_STORE_UNIT_SIZE,
     BrokerRole,
     FlushDiskType,
     PutMessageStatus,
 )
 from store.consume_queue import ConsumeQueue
-from store.cq_files import FileHandles, open_files_cap, sync_filesystem
+from store.consume_queue_store import ArrivingListener, ConsumeQueueStore
 from store.disk_full import CHECK_INTERVAL_S, DiskFull
 from store.histogram import LatencyHistogram
 from store.index import INDEX_DIR_NAME, IndexService
@@ -38,11 +35,6 @@ from store.waiters import OffsetWaiters
 
 log = logging.getLogger(__name__)
 
-ArrivingListener = Callable[[str, int, int], None]  # topic, queueId, max offset in queue
-INT = struct.Struct(">i")
-# Dirty consume queues from which one syncfs replaces an fdatasync per file.
-SYNCFS_MIN_QUEUES = 64
-QUEUE_RETRY_INTERVAL_S = 5.0  # failed consume queues are tried again this often
 # While records keep coming, the dispatch service looks for them this often instead of being
 # woken by each append (as RocketMQ's reput service, which sleeps 1 ms between passes): a
 # wake-up and a pass per one-message send cost the broker ~50 µs of CPU per message.
@@ -83,39 +75,6 @@ class DefaultMessageStore:
         self.clock_ms = clock_ms
         self.root = Path(config.store_path_root_dir)
         self.commitlog = CommitLog(config, clock_ms)
-        self.consume_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        self.cq_root = str(self.root / "consumequeue")
-        self.cq_handles = FileHandles(open_files_cap(config.consume_queue_open_files))
-        # Queues written since their last flush (the flush service visits only these).
-        self._dirty_queues: set[ConsumeQueue] = set()
-        # Queues changed since the consume-queue snapshot last encoded them (same lock).
-        self._snapshot_changed: set[ConsumeQueue] = set()
-        self._dirty_lock = threading.Lock()
-        self.snapshot_path = str(self.root / cq_snapshot.FILE_NAME)
-        self._snapshot_encoder = cq_snapshot.SnapshotEncoder()
-        self._snapshot_encoded = False  # the encoder holds every queue
-        # Bumped when files are deleted: a snapshot encoded before must not be written.
-        self._snapshot_generation = 0
-        self._snapshot_lock = threading.Lock()
-        self._next_snapshot = 0.0  # the first flush round after start writes one
-        self._snapshot_written: tuple[int, int] | None = None  # (S, generation) last written
-        # Queues whose writes fail (e.g. a file that cannot be opened): their puts answer
-        # CREATE_MAPPED_FILE_FAILED, dispatch to the others goes on, a retry runs now and then.
-        self.failed_queues: dict[tuple[str, int], ConsumeQueue] = {}
-        # The commitlog min offset the consume queues and index last followed (cleaning).
-        self.cleaned_min_offset = -1
-        self._next_queue_retry = 0.0
-        self._unlogged_queue_failures = 0
-        self.index = IndexService(self.root / INDEX_DIR_NAME, config.max_hash_slot_num,
-                                  config.max_index_num)
-        self.checkpoint: StoreCheckpoint | None = None
-        self.flush_waiters = OffsetWaiters(monotonic)
-        self.reput_from_offset = 0
-        self.arriving_listeners: list[ArrivingListener] = []
-        # f(committed_offset) after buffered appends became readable (write-buffer mode only;
-        # otherwise an append is readable at once).
-        self.commit_listeners = self.commitlog.commit_listeners
-        self.commit_listeners.append(self._on_commit)
         # Why writes are refused, by cause (empty: they are not); `writeable` and
         # `not_writeable_reason` follow it (the put path reads only `writeable`).
         self._refusals: dict[str, str] = {}
@@ -126,8 +85,20 @@ class DefaultMessageStore:
         self.disk_full.resume_steps += [self._make_abort_file, self._allocate_checkpoint,
                                         self._write_held_entries]
         self.commitlog.disk_full = self.disk_full
-        # Consume queues failed for lack of space: writes resume once they are written again.
-        self._queues_without_space: set[tuple[str, int]] = set()
+        self.queues = ConsumeQueueStore(self.root, config, self.disk_full)
+        # The commitlog min offset the consume queues and index last followed (cleaning).
+        self.cleaned_min_offset = -1
+        self.index = IndexService(self.root / INDEX_DIR_NAME, config.max_hash_slot_num,
+                                  config.max_index_num)
+        self.checkpoint: StoreCheckpoint | None = None
+        self.flush_waiters = OffsetWaiters(monotonic)
+        self.reput_from_offset = 0
+        # f(topic, queue id, max offset in queue) after messages arrived in a queue.
+        self.arriving_listeners: list[ArrivingListener] = self.queues.arriving_listeners
+        # f(committed_offset) after buffered appends became readable (write-buffer mode only;
+        # otherwise an append is readable at once).
+        self.commit_listeners = self.commitlog.commit_listeners
+        self.commit_listeners.append(self._on_commit)
         self._next_clean = 0.0  # when the clean service next deletes files (monotonic)
         self.running = False
         self.shutdown_done = False
@@ -138,7 +109,7 @@ class DefaultMessageStore:
         self.flush_latency = LatencyHistogram()
         self.get_count = 0
         self.disk_fall_behind: dict[str, int] = {}  # group -> bytes, from the last pull
-        self._last_dispatched_ts = 0
+        self.last_dispatched_ts = 0
         self._reput_idle = False
         self._reput_lock = threading.Lock()
         self._sync_flush = config.flush_disk_type is FlushDiskType.SYNC_FLUSH
@@ -200,16 +171,16 @@ class DefaultMessageStore:
         crashed = self.abort_file.exists()
         self.recovered_from_crash = crashed
         self.commitlog.queue.load()
-        restored = self._restore_consume_queues(crashed)
+        restored = self.queues.restore(crashed, self.commitlog.queue.files)
         if restored is None:
-            self.consume_queues.clear()
-            self._load_consume_queues()
+            self.queues.table.clear()
+            self.queues.load()
         self.index.load()
         self.checkpoint = StoreCheckpoint(self.root / "checkpoint")
         if self.checkpoint.allocation_error is not None:
             self.disk_full.report(self.checkpoint.allocation_error,
                                   "cannot allocate the checkpoint file")
-        recover(self, crashed, restored)
+        recover(self, crashed, RestoredQueues(*restored) if restored is not None else None)
         try:
             self._make_abort_file()
         except OSError as e:  # no writes until it is there: a crash must read as one
@@ -228,179 +199,16 @@ class DefaultMessageStore:
         """Writes the consume-queue entries and index keys held for lack of space; raises
         ENOSPC while some still cannot be written."""
         with self._reput_lock:
-            if self.failed_queues:
-                self._next_queue_retry = monotonic()
-                self.retry_failed_queues()
-            if self._queues_without_space:
-                raise OSError(errno.ENOSPC, "consume queues still cannot be written")
+            self.queues.write_held()
             if self.config.message_index_enable:
                 self.index.write_held()
 
-    def _restore_consume_queues(self, crashed: bool) -> RestoredQueues | None:
-        """The queues' positions from the snapshot (store/cq_snapshot.py), or None when there
-        is none or it does not fit (one log line why; every queue is scanned then)."""
-        snap = cq_snapshot.read(self.snapshot_path)
-        if snap is None:
-            if crashed or os.path.isdir(self.cq_root):
-                log.warning("consume-queue snapshot not used (there is none): scanning every "
-                            "queue")
+    def _queue_refusal(self, msgs: list[Message]) -> PutMessageResult | None:
+        reason = self.queues.refusal(msgs)
+        if reason is None:
             return None
-        problem = snap if isinstance(snap, str) else self._snapshot_problem(snap, crashed)
-        if not problem:
-            assert not isinstance(snap, str)
-            new_topics = cq_snapshot.restore(snap, self.cq_root, self._new_consume_queue,
-                                             self._snapshot_encoder)
-            if isinstance(new_topics, str):
-                problem = new_topics
-        if problem:
-            log.warning("consume-queue snapshot not used (%s): scanning every queue", problem)
-            cq_snapshot.discard(self.snapshot_path)
-            self.consume_queues.clear()
-            self._snapshot_encoder.clear()
-            return None
-        assert not isinstance(snap, str) and not isinstance(new_topics, str)
-        self._snapshot_encoded = True
-        restored = RestoredQueues(snap.offset)
-        if new_topics:  # made after the snapshot: their queues are read from disk
-            before = set(self.consume_queues)
-            self._load_consume_queues(new_topics)
-            restored.from_disk = [cq for key, cq in self.consume_queues.items()
-                                  if key not in before]
-            self.mark_snapshot_changed(restored.from_disk)
-        if snap.kind == cq_snapshot.CLEAN:
-            # Kept for the run that follows: after a crash it re-dispatches from S.
-            try:
-                cq_snapshot.write_file(self.snapshot_path, snap.as_running())
-            except OSError as e:
-                if not self.disk_full.report(e, "cannot write the consume-queue snapshot"):
-                    log.warning("consume-queue snapshot not kept for a crash (%s): the next "
-                                "flush round writes one", e)
-                cq_snapshot.discard(self.snapshot_path)
-        return restored
-
-    def _snapshot_problem(self, snap: cq_snapshot.Snapshot, crashed: bool) -> str:
-        """Why the snapshot cannot be used at this start ("" when it can)."""
-        cq_size = self.consume_queue_file_size
-        if snap.cq_file_size != cq_size:
-            return f"written for consume-queue files of {snap.cq_file_size} bytes, not {cq_size}"
-        if crashed and snap.kind == cq_snapshot.CLEAN:
-            return "written at a clean stop, yet the abort file says the store crashed"
-        if not crashed and snap.kind != cq_snapshot.CLEAN:
-            return "written while running: the clean stop did not write its own"
-        if crashed and snap.boot != cq_snapshot.boot_id():
-            return "written in another boot of the machine, whose page cache is lost"
-        files = self.commitlog.queue.files
-        if not files:
-            return "no commitlog"
-        if not files[0].file_from_offset <= snap.offset <= files[-1].file_tail_offset:
-            return (f"its commitlog offset {snap.offset} is outside the commitlog "
-                    f"({files[0].file_from_offset}..{files[-1].file_tail_offset})")
-        return ""
-
-    def _load_consume_queues(self, only: set[str] | None = None) -> None:
-        """Loads the queues of every topic directory (or of the topics `only`)."""
-        cq_root = self.cq_root
-        if not os.path.isdir(cq_root):
-            return
-        with os.scandir(cq_root) as topics:
-            topic_dirs = sorted((e.name, e.path) for e in topics
-                                if e.is_dir() and (only is None or e.name in only))
-        for topic, path in topic_dirs:
-            try:
-                with os.scandir(path) as queues:
-                    queue_dirs = sorted((int(e.name), e.path) for e in queues
-                                        if e.name.isdigit() and e.is_dir())
-            except OSError as e:  # this topic only: the others load
-                log.error("consume queues of topic %s not loaded: %s", topic, e)
-                continue
-            for queue_id, qpath in queue_dirs:
-                cq = self._new_consume_queue(topic, queue_id)
-                try:
-                    cq.load(os.listdir(qpath))
-                except (OSError, ValueError) as e:  # this queue only: the others load
-                    self.queue_failed(cq, e, retry=False)
-
-    def _new_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
-        cq = ConsumeQueue(topic, queue_id, self.cq_root,
-                          self.config.mapped_file_size_consume_queue, self.cq_handles)
-        self.consume_queues[(topic, queue_id)] = cq
-        return cq
-
-    def mark_dirty(self, cqs: list[ConsumeQueue]) -> None:
-        with self._dirty_lock:
-            self._dirty_queues.update(cqs)
-            self._snapshot_changed.update(cqs)
-
-    def mark_snapshot_changed(self, cqs: list[ConsumeQueue]) -> None:
-        with self._dirty_lock:
-            self._snapshot_changed.update(cqs)
-
-    # -- queues that fail ------------------------------------------------------------------
-    def queue_failed(self, cq: ConsumeQueue, err: BaseException, retry: bool = True) -> None:
-        """Writing (or loading) `cq` failed: its puts are refused with the reason until a
-        retry succeeds; one log line, and while failures go on one summary per retry round.
-        A full disk is the store's disk-full state instead (its own log line)."""
-        key = (cq.topic, cq.queue_id)
-        first = len(self.failed_queues) == len(self._queues_without_space)
-        cq.failed = f"consume queue {cq.topic}-{cq.queue_id} cannot be written: {err}"
-        cq.retry = retry
-        self.failed_queues[key] = cq
-        if retry and self.disk_full.report(err, f"cannot write consume queue {cq.topic}-"
-                                                f"{cq.queue_id}"):
-            self._queues_without_space.add(key)
-        elif first:
-            log.error("%s%s", cq.failed, "; dispatch goes on for the other queues, puts to it "
-                      "answer CREATE_MAPPED_FILE_FAILED" if retry else "")
-            self._unlogged_queue_failures = 0
-        else:
-            self._unlogged_queue_failures += 1
-        if not self._next_queue_retry:
-            self._next_queue_retry = monotonic() + QUEUE_RETRY_INTERVAL_S
-
-    def retry_failed_queues(self) -> None:
-        """Writes the entries held for failed queues (dispatch thread, every few seconds)."""
-        if not self.failed_queues or monotonic() < self._next_queue_retry:
-            return
-        if self._unlogged_queue_failures > 0:
-            log.error("%d more consume queues failed (%d failing now), e.g. %s",
-                      self._unlogged_queue_failures, len(self.failed_queues),
-                      next(reversed(self.failed_queues.values())).failed)
-        self._unlogged_queue_failures = 0
-        recovered = 0
-        for key, cq in list(self.failed_queues.items()):
-            if not cq.retry:
-                continue
-            try:
-                while cq.pending:
-                    run = cq.pending[0]
-                    cq.put_entries(run[0], run, 1)
-                    cq.pending.pop(0)
-                if not cq.files:  # nothing held: can its file be made now?
-                    cq._file_for_append(cq._max_pos)
-            except OSError as e:
-                if self.disk_full.report(e, f"cannot write consume queue {cq.topic}-"
-                                            f"{cq.queue_id}"):
-                    self._queues_without_space.add(key)
-                continue
-            cq.failed = ""
-            del self.failed_queues[key]
-            self._queues_without_space.discard(key)
-            self.mark_dirty([cq])
-            recovered += 1
-        if recovered:
-            log.info("%d failed consume queues are written again (%d still failing)",
-                     recovered, len(self.failed_queues))
-        self._next_queue_retry = (monotonic() + QUEUE_RETRY_INTERVAL_S
-                                  if self.failed_queues else 0.0)
-
-    def _failed_queue_put(self, msgs: list[Message]) -> PutMessageResult | None:
-        failed = self.failed_queues
-        for m in msgs:
-            cq = failed.get((m.topic, m.queue_id))
-            if cq is not None:
-                status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
-                return PutMessageResult(status, AppendResult(status, error=cq.failed))
-        return None
+        status = PutMessageStatus.CREATE_MAPPED_FILE_FAILED
+        return PutMessageResult(status, AppendResult(status, error=reason))
 
     def start(self) -> None:
         self.commitlog.queue.prepare_next_file()
@@ -444,12 +252,12 @@ class DefaultMessageStore:
                     raise
         self.commitlog.close()
         # The queues hold no fd of their own, and _flush_logics forced them all to disk.
-        self.cq_handles.close_all()
-        snapshot = self._encode_snapshot(cq_snapshot.CLEAN)
+        self.queues.handles.close_all()
+        snapshot = self.queues.encode_snapshot(cq_snapshot.CLEAN, self.reput_from_offset)
         if snapshot is not None:
-            self._write_snapshot(*snapshot)  # failed: the next start scans the queues
+            self.queues.write_snapshot(*snapshot)  # failed: the next start scans the queues
         else:  # a RUNNING one left would be taken for positions at a clean stop
-            cq_snapshot.discard(self.snapshot_path)
+            self.queues.discard_snapshot()
         self.index.close()
         if self.abort_file.exists():
             self.abort_file.unlink()
@@ -481,8 +289,8 @@ class DefaultMessageStore:
             if problem is not None:
                 status, reason = problem
                 return PutMessageResult(status, AppendResult(status, error=reason))
-        if self.failed_queues:
-            refused = self._failed_queue_put(msgs)
+        if self.queues.failed:
+            refused = self._queue_refusal(msgs)
             if refused is not None:
                 return refused
         result = self.commitlog.put_messages(msgs)
@@ -559,9 +367,9 @@ class DefaultMessageStore:
             status, reason = problem
             return [PutMessageResult(status, AppendResult(status, error=reason)) for _ in groups]
         refused: dict[int, PutMessageResult] = {}
-        if self.failed_queues:
+        if self.queues.failed:
             for i, msgs in enumerate(groups):
-                r = self._failed_queue_put(msgs)
+                r = self._queue_refusal(msgs)
                 if r is not None:
                     refused[i] = r
         kept = [g for i, g in enumerate(groups) if i not in refused] if refused else groups
@@ -618,35 +426,23 @@ class DefaultMessageStore:
         return self.config.flush_interval_consume_queue / 1000
 
     def _flush_logics(self, force: bool) -> None:
-        ts = self._last_dispatched_ts
+        ts = self.last_dispatched_ts
         snapshot = None
         interval = self.config.consume_queue_snapshot_interval
-        if not force and interval > 0 and monotonic() >= self._next_snapshot:
-            self._next_snapshot = monotonic() + interval / 1000
+        queues = self.queues
+        if not force and interval > 0 and monotonic() >= queues.next_snapshot:
+            queues.next_snapshot = monotonic() + interval / 1000
             # Encoded before the queue files are forced below: what it records is on disk
             # before it is written.
-            snapshot = self._encode_snapshot(cq_snapshot.RUNNING)
-        with self._dirty_lock:
-            dirty, self._dirty_queues = self._dirty_queues, set()
-        if len(dirty) >= SYNCFS_MIN_QUEUES and os.path.isdir(self.cq_root):
-            # One syncfs instead of thousands of fdatasyncs (100,000 dirty queues: measured
-            # 22 s one file at a time). Positions are taken first: what is written after
-            # them is in the next round's set.
-            marks = [(mf, mf.wrote_position) for cq in dirty for mf in cq.files[-2:]]
-            sync_filesystem(self.cq_root)
-            for mf, wrote in marks:
-                if wrote > mf.flushed_position:
-                    mf.flushed_position = wrote
-        else:
-            for cq in dirty:
-                cq.flush()
+            snapshot = queues.encode_snapshot(cq_snapshot.RUNNING, self.reput_from_offset)
+        queues.flush_dirty()
         self.index.flush()
         if self.checkpoint is not None and ts:
             self.checkpoint.logics_msg_timestamp = ts
             self.checkpoint.index_msg_timestamp = ts
             self._flush_checkpoint()
         if snapshot is not None:
-            self._write_snapshot(*snapshot)
+            queues.write_snapshot(*snapshot)
 
     def _flush_checkpoint(self) -> None:
         assert self.checkpoint is not None
@@ -655,59 +451,6 @@ class DefaultMessageStore:
         except OSError as e:  # its timestamps only lag: recovery after a crash reads more
             if not self.disk_full.report(e, "cannot allocate the checkpoint file"):
                 raise
-
-    # -- consume-queue snapshot (store/cq_snapshot.py) ------------------------------------
-    def _encode_snapshot(self, kind: int) -> tuple[bytes, int, int] | None:
-        """(file body, S, generation) of a snapshot of the queues now, or None while a queue
-        has failed (its held entries are for records before S) or nothing changed."""
-        # S first: dispatch writes a record's entries before it moves reput_from_offset past
-        # it, and marks the queue changed in between, so every queue holding entries of
-        # records before S is encoded below with at least those entries.
-        offset = self.reput_from_offset
-        if self.failed_queues:
-            return None
-        generation = self._snapshot_generation
-        with self._dirty_lock:
-            changed, self._snapshot_changed = self._snapshot_changed, set()
-        if (kind == cq_snapshot.RUNNING and not changed and self._snapshot_encoded
-                and self._snapshot_written == (offset, generation)):
-            return None  # idle since the last one: the file holds this already
-        encoder = self._snapshot_encoder
-        if not self._snapshot_encoded:
-            encoder.clear()
-            encoder.update(list(self.consume_queues.values()))
-            self._snapshot_encoded = True
-        else:
-            encoder.update(changed)
-        return encoder.body(kind, offset, self.consume_queue_file_size), offset, generation
-
-    def _write_snapshot(self, body: bytes, offset: int, generation: int) -> None:
-        with self._snapshot_lock:
-            if generation != self._snapshot_generation:
-                return  # files were deleted meanwhile: the next round encodes them
-            try:
-                cq_snapshot.write_file(self.snapshot_path, body)
-            except OSError as e:  # a crash scans every queue until one is written
-                if not self.disk_full.report(e, "cannot write the consume-queue snapshot"):
-                    log.warning("consume-queue snapshot not written: %s", e)
-                return
-            self._snapshot_written = (offset, generation)
-
-    def invalidate_snapshot(self, cqs: list[ConsumeQueue]) -> None:
-        """Files of `cqs` (or of the commitlog) were deleted: the snapshot on disk may list
-        them, and one being encoded must not be written."""
-        # Marked before the generation moves: an encode that sees the new generation
-        # encodes them.
-        self.mark_snapshot_changed(cqs)
-        with self._snapshot_lock:
-            self._snapshot_generation += 1
-            cq_snapshot.discard(self.snapshot_path)
-        self._next_snapshot = 0.0
-
-    @property
-    def consume_queue_file_size(self) -> int:
-        size = self.config.mapped_file_size_consume_queue
-        return size - size % CQ_STORE_UNIT_SIZE
 
     # -- dispatch ("reput") ----------------------------------------------------------------
     def _reput_step(self) -> float:
@@ -719,9 +462,9 @@ class DefaultMessageStore:
             commitlog.commit()
         end = commitlog.max_offset
         done = self.do_reput()
-        if self.failed_queues:
+        if self.queues.failed:
             with self._reput_lock:
-                self.retry_failed_queues()
+                self.queues.retry_failed()
         # Idle first, then look again: what is appended or committed after this look finds
         # the flag set and wakes the service, so no wake-up is lost and, when the pass got
         # everything, no empty pass follows (it competed with the group commit for the GIL).
@@ -738,14 +481,6 @@ class DefaultMessageStore:
         """Dispatches committed records past reput_from_offset; returns how many."""
         with self._reput_lock:
             return reput.do_reput(self)
-
-    def _notify_arriving(self, touched: dict[tuple[str, int], ConsumeQueue]) -> None:
-        for (topic, queue_id), cq in touched.items():
-            for listener in self.arriving_listeners:
-                try:
-                    listener(topic, queue_id, cq.max_offset_in_queue)
-                except Exception:
-                    log.exception("message arriving listener failed")
 
     @property
     def dispatch_behind_bytes(self) -> int:
@@ -773,7 +508,7 @@ class DefaultMessageStore:
 
     # -- reading ---------------------------------------------------------------------------
     def find_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self.consume_queues.get((topic, queue_id))
+        return self.queues.table.get((topic, queue_id))
 
     get_message = reading.get_message
     look_message_by_offset = reading.look_message_by_offset
@@ -792,10 +527,10 @@ class DefaultMessageStore:
         return cq.min_offset_in_queue if cq else 0
 
     def queue_ids(self, topic: str) -> list[int]:
-        return sorted(q for (t, q) in self.consume_queues if t == topic)
+        return sorted(q for (t, q) in self.queues.table if t == topic)
 
     def topics(self) -> list[str]:
-        return sorted({t for (t, _) in self.consume_queues})
+        return sorted({t for (t, _) in self.queues.table})
 
     # -- replication interface (ha/) -------------------------------------------------------
     @property

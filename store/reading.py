@@ -106,7 +106,7 @@ def get_message(store: DefaultMessageStore, group: str, topic: str, queue_id: in
     store.get_count += 1
     if message_filter is not None and not message_filter.filters:
         message_filter = None
-    cq = store.find_consume_queue(topic, queue_id)
+    cq = store.queues.find(topic, queue_id)
     if cq is None:
         return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, _correct(store, offset, 0),
                                 0, 0)
@@ -251,7 +251,7 @@ def get_message_store_timestamp(store: DefaultMessageStore, topic: str, queue_id
                                 queue_offset: int) -> int:
     """Store time of the message at a queue offset; -1 when there is none. Reads the
     record's head only (no body, no CRC): consume stats ask this for every queue."""
-    cq = store.find_consume_queue(topic, queue_id)
+    cq = store.queues.find(topic, queue_id)
     entry = cq.get_entry(queue_offset) if cq else None
     if entry is None or entry[1] == BLANK_SIZE:
         return -1
@@ -265,7 +265,7 @@ def get_queue_bytes(store: DefaultMessageStore, topic: str, queue_id: int, begin
     """Bytes of the messages at queue offsets [begin, end) and whether that is exact: the
     sizes of up to `exact_max` consume-queue entries are summed; past that, the mean of
     those times the count (a consumer lag of millions is not read whole)."""
-    cq = store.find_consume_queue(topic, queue_id)
+    cq = store.queues.find(topic, queue_id)
     begin = max(begin, cq.min_offset_in_queue) if cq else begin
     count = end - begin
     if cq is None or count <= 0:
@@ -294,7 +294,7 @@ def get_offset_in_queue_by_time(store: DefaultMessageStore, topic: str, queue_id
                                 timestamp_ms: int) -> int:
     """The first queue offset whose message was stored at or after `timestamp_ms`
     (the max offset when every message is older)."""
-    cq = store.find_consume_queue(topic, queue_id)
+    cq = store.queues.find(topic, queue_id)
     if cq is None:
         return 0
     lo, hi = cq.min_offset_in_queue, cq.max_offset_in_queue

@@ -37,14 +37,51 @@ class RestoredQueues:
 
 def recover(store: DefaultMessageStore, crashed: bool,
             restored: RestoredQueues | None = None) -> None:
-    """SPEC §2.6. `restored`: the queues come from a snapshot. After a clean stop their ends
-    are known; after a crash the commitlog is scanned from the snapshot's offset S instead of
-    from the checkpoint, and only the queues its records touch are read from disk (once each, when
+    """SPEC §2.6, in five phases: the queues' own tails; where the commitlog scan starts; the
+    scan, which after a crash also checks each record against its queue and dispatches what
+    the queues and the index lack; the cut at the end of valid data; where dispatch goes on.
+
+    `restored`: the queues come from a snapshot. After a clean stop their ends are known;
+    after a crash the commitlog is scanned from the snapshot's offset S instead of from the
+    checkpoint, and only the queues its records touch are read from disk (once each, when
     first met: `_QueueCheck`); the others hold nothing past the snapshot, as every entry
     written after it is for a record at or past S."""
+    files = store.commitlog.queue.files
+    _recover_queue_tails(store, crashed, restored)
+    if not files:
+        for cq in store.queues.table.values():
+            cq.destroy()
+        store.index.truncate(0)
+        store.reput_from_offset = 0
+        return
+    start = _scan_start(store, crashed, restored)
+    scan = _scan(store, start, crashed, restored)
+    end = scan.end
+    if scan.problem:
+        log.warning("commitlog recovery: truncating at %d: %s", end, scan.problem)
+    log.info("recovered %s%s: scanned %d records from %d, valid data ends at %d%s",
+             "after a crash" if crashed else "after a clean stop",
+             " from the consume-queue snapshot" if restored is not None else "", scan.count,
+             start, end, f"; {scan.queues_read} queues read from disk"
+             if crashed and restored is not None else "")
+    _cut_at(store, end)
+    if crashed:
+        store.reput_from_offset = end
+    else:
+        dispatched = max((cq.max_physic_offset for cq in store.queues.table.values()),
+                         default=0)
+        store.reput_from_offset = min(end, max(dispatched, store.commitlog.min_offset))
+    for mf in files:
+        mf.store_timestamp = 0
+
+
+def _recover_queue_tails(store: DefaultMessageStore, crashed: bool,
+                         restored: RestoredQueues | None) -> None:
+    """Each queue loaded from disk finds its last valid entry (after a crash, one whose
+    record is torn is dropped); a queue that cannot be read fails alone."""
     commitlog = store.commitlog
     files = commitlog.queue.files
-    to_recover = store.consume_queues.values() if restored is None else restored.from_disk
+    to_recover = store.queues.table.values() if restored is None else restored.from_disk
     for cq in to_recover:
         if cq.failed:
             continue
@@ -53,23 +90,37 @@ def recover(store: DefaultMessageStore, crashed: bool,
             if crashed and files:
                 _drop_torn_last_entry(commitlog, cq, tail)
         except (OSError, ValueError) as e:  # this queue only: the others recover
-            store.queue_failed(cq, e, retry=False)
-    if not files:
-        for cq in store.consume_queues.values():
-            cq.destroy()
-        store.index.truncate(0)
-        store.reput_from_offset = 0
-        return
+            store.queues.queue_failed(cq, e, retry=False)
+
+
+def _scan_start(store: DefaultMessageStore, crashed: bool,
+                restored: RestoredQueues | None) -> int:
+    """The snapshot's S after a crash with one; the checkpoint's file after a crash; the
+    last CLEAN_RECOVERY_FILES files after a clean stop."""
+    files = store.commitlog.queue.files
+    if crashed and restored is not None:
+        return restored.offset
+    if crashed:
+        return files[_crash_start_file(store)].file_from_offset
+    return files[max(0, len(files) - CLEAN_RECOVERY_FILES)].file_from_offset
+
+
+@dataclasses.dataclass
+class _ScanResult:
+    end: int  # where valid data ends
+    count: int  # records scanned
+    problem: str  # why the data ends there, "" at a clean end
+    queues_read: int  # queues read from disk during the scan
+
+
+def _scan(store: DefaultMessageStore, start: int, crashed: bool,
+          restored: RestoredQueues | None) -> _ScanResult:
+    """Scans the commitlog from `start` to the end of valid data. After a crash every
+    record must continue its queue; what the queues or the index lack is dispatched."""
     from_snapshot = crashed and restored is not None
-    if from_snapshot:
-        assert restored is not None
-        start = restored.offset
-    elif crashed:
-        start = files[_crash_start_file(store)].file_from_offset
-    else:
-        start = files[max(0, len(files) - CLEAN_RECOVERY_FILES)].file_from_offset
-    # Queues already read from disk above are not read again when the scan meets them.
-    on_disk = {(cq.topic, cq.queue_id) for cq in restored.from_disk} if from_snapshot else set()
+    # Queues already read from disk are not read again when the scan meets them.
+    on_disk = ({(cq.topic, cq.queue_id) for cq in restored.from_disk}
+               if from_snapshot and restored is not None else set())
     touched: dict[tuple[str, int], ConsumeQueue] = {}
     count = 0
     problem = ""
@@ -77,7 +128,7 @@ def recover(store: DefaultMessageStore, crashed: bool,
     index_end = _index_end(store) if store.config.message_index_enable else 1 << 62
     gathered = Gathered(store)
     checks: dict[tuple[str, int], _QueueCheck] = {}
-    scan = CommitLogScan(commitlog, start)
+    scan = CommitLogScan(store.commitlog, start)
     records = scan.runs()
     for mm, run in records:
         if not crashed:
@@ -120,38 +171,30 @@ def recover(store: DefaultMessageStore, crashed: bool,
     records.close()
     gathered.write(touched)
     if touched:
-        store._notify_arriving(touched)
-    end = problem_at if problem else scan.end
-    problem = problem or scan.error
-    if problem:
-        log.warning("commitlog recovery: truncating at %d: %s", end, problem)
-    log.info("recovered %s%s: scanned %d records from %d, valid data ends at %d%s",
-             "after a crash" if crashed else "after a clean stop",
-             " from the consume-queue snapshot" if restored is not None else "", count, start,
-             end, f"; {len(checks)} queues read from disk" if from_snapshot else "")
+        store.queues.notify_arriving(touched)
+    return _ScanResult(problem_at if problem else scan.end, count, problem or scan.error,
+                       len(checks))
+
+
+def _cut_at(store: DefaultMessageStore, end: int) -> None:
+    """Everything past `end` goes: the commitlog's tail, queue entries and index keys of
+    records past it; the queue-offset table follows the queues."""
+    commitlog = store.commitlog
     commitlog.set_recovered_end(end)
-    for cq in store.consume_queues.values():
+    for cq in store.queues.table.values():
         if cq.failed:
             continue
         max_offset = cq.max_offset_in_queue
         try:
             cq.truncate_dirty(end)
         except OSError as e:
-            store.queue_failed(cq, e, retry=False)
+            store.queues.queue_failed(cq, e, retry=False)
             continue
         if cq.max_offset_in_queue != max_offset:
-            store.mark_snapshot_changed([cq])
+            store.queues.mark_snapshot_changed([cq])
         if cq.max_offset_in_queue:
             commitlog.topic_queue_table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
     store.index.truncate(end)
-    if crashed:
-        store.reput_from_offset = end
-    else:
-        dispatched = max((cq.max_physic_offset for cq in store.consume_queues.values()),
-                         default=0)
-        store.reput_from_offset = min(end, max(dispatched, commitlog.min_offset))
-    for mf in files:
-        mf.store_timestamp = 0
 
 
 class _QueueCheck:
@@ -164,7 +207,7 @@ class _QueueCheck:
                  read_from_disk: bool) -> None:
         self.store = store
         self.key = key
-        cq = store.consume_queues.get(key)
+        cq = store.queues.table.get(key)
         if read_from_disk:
             cq = _read_from_disk(store, key, cq)
         self.next_offset = cq.max_offset_in_queue if cq is not None else 0
@@ -179,10 +222,10 @@ class _QueueCheck:
                   touched: dict[tuple[str, int], ConsumeQueue]) -> bool:
         """Entry `queue_offset` (below next_offset, outside the block the caller looked in
         first) points at `phys`, or has expired; reads the block from that entry on."""
-        cq = self.store.consume_queues.get(self.key)
+        cq = self.store.queues.table.get(self.key)
         if cq is None or queue_offset >= cq.max_offset_in_queue:
             gathered.write(touched)  # the entry is gathered, not yet written
-            cq = self.store.consume_queues.get(self.key)
+            cq = self.store.queues.table.get(self.key)
         if cq is None:
             return True
         raw = cq.read_entries(queue_offset, CHECK_BLOCK)
@@ -201,17 +244,17 @@ def _read_from_disk(store: DefaultMessageStore, key: tuple[str, int],
     restored = cq is not None
     if cq is None:
         topic, queue_id = key
-        if not os.path.isdir(f"{store.cq_root}/{topic}/{queue_id}"):
+        if not os.path.isdir(f"{store.queues.root}/{topic}/{queue_id}"):
             return None
-        cq = store._new_consume_queue(topic, queue_id)
+        cq = store.queues.create(topic, queue_id)
     if cq.failed:
         return cq
-    store.mark_snapshot_changed([cq])  # the encoder holds what the snapshot said
+    store.queues.mark_snapshot_changed([cq])  # the encoder holds what the snapshot said
     try:
         tail = cq.recover_past_snapshot() if restored else cq.reload()
         _drop_torn_last_entry(store.commitlog, cq, tail)
     except (OSError, ValueError) as e:  # this queue only: the others recover
-        store.queue_failed(cq, e, retry=False)
+        store.queues.queue_failed(cq, e, retry=False)
     return cq
 
 

@@ -111,7 +111,7 @@ class Gathered:
             self._write_queue(key, q, touched)
         self.queues = {}
         if self.written:
-            self.store.mark_dirty(self.written)
+            self.store.queues.mark_dirty(self.written)
             self.written = []
         if self.index_items:
             if self.store.config.message_index_enable:  # the index skips what it has
@@ -123,22 +123,22 @@ class Gathered:
                         raise
             self.index_items = []
         if self.last_timestamp:
-            self.store._last_dispatched_ts = self.last_timestamp
+            self.store.last_dispatched_ts = self.last_timestamp
         self.pending = 0
 
     def _write_queue(self, key: QueueKey, q: QueueEntries,
                      touched: dict[QueueKey, ConsumeQueue] | None) -> None:
         store = self.store
-        cq = store.consume_queues.get(key)
+        cq = store.queues.table.get(key)
         if cq is None:
-            cq = store._new_consume_queue(*key)
+            cq = store.queues.create(*key)
         if cq.failed:
             _hold(cq, q)
             return
         try:
             cq.put_entries(q[0], q, 1)
         except OSError as e:  # this queue only: dispatch goes on for the others
-            store.queue_failed(cq, e)
+            store.queues.queue_failed(cq, e)
             _hold(cq, q)
             return
         self.written.append(cq)
@@ -240,7 +240,7 @@ def do_reput(store: DefaultMessageStore) -> int:
             break
         store.reput_from_offset = base + pos
     if touched:
-        store._notify_arriving(touched)
+        store.queues.notify_arriving(touched)
     return gathered.count
 
 

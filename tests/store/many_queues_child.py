@@ -68,7 +68,7 @@ def main() -> None:
         if phase == "stop":
             store.shutdown()
     else:
-        assert not store.failed_queues, store.failed_queues
+        assert not store.queues.failed, store.queues.failed
         check_each(store, queues, 1)
         put_each(store, queues, 1)
         check_each(store, queues, 2)

@@ -114,7 +114,7 @@ def _put_mixed(store: DefaultMessageStore) -> list[tuple[Message, int]]:
 
 def _queue_bytes(store: DefaultMessageStore) -> dict[tuple[str, int], bytes]:
     out = {}
-    for key, cq in store.consume_queues.items():
+    for key, cq in store.queues.table.items():
         out[key] = b"".join(cq.read_entries(i, 1) for i in range(cq.max_offset_in_queue))
     return out
 
@@ -142,7 +142,7 @@ def test_dispatch_of_appended_batches_equals_dispatch_of_the_parsed_commitlog(
     assert queues == _queue_bytes(parsed)
     assert len(queues) == 9  # TopicA and TopicB 0..3, and the schedule topic
     assert _index_entries(by_batches) == _index_entries(parsed)
-    assert by_batches._last_dispatched_ts == parsed._last_dispatched_ts == T0
+    assert by_batches.last_dispatched_ts == parsed.last_dispatched_ts == T0
     entries = {}
     for (topic, _), raw in queues.items():
         for i in range(0, len(raw), CQ_STORE_UNIT_SIZE):

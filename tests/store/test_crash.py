@@ -106,7 +106,7 @@ def check_acked(store_dir: Path, acks: list[Ack]) -> None:
     store.start()
     try:
         by_position: dict[tuple[str, int, int], tuple[str, bytes, int]] = {}
-        for (topic, qid), cq in sorted(store.consume_queues.items()):
+        for (topic, qid), cq in sorted(store.queues.table.items()):
             assert cq.min_offset_in_queue == 0, (topic, qid)
             offsets: list[int] = []
             offset, end = 0, cq.max_offset_in_queue
@@ -272,7 +272,7 @@ def check_damaged(store_dir: Path, recs: list[Rec], j: int, must_cut: bool) -> l
         if max_offset not in allowed:
             errors.append(f"commitlog ends at {max_offset}, expected one of {allowed}")
         limit = max_offset
-        for cq in store.consume_queues.values():
+        for cq in store.queues.table.values():
             for i in range(cq.min_offset_in_queue, cq.max_offset_in_queue):
                 entry = cq.get_entry(i)
                 if entry is not None and entry[1] != BLANK_SIZE and entry[0] + entry[1] > limit:

@@ -100,10 +100,10 @@ def test_snapshot_of_another_boot_is_not_used(
     assert store.put_messages([Message("T", b"x", queue_id=q) for q in range(4)]).ok
     wait_dispatched(store)
     store.shutdown()
-    snap = cq_snapshot.read(store.snapshot_path)
+    snap = cq_snapshot.read(store.queues.snapshot_path)
     assert isinstance(snap, cq_snapshot.Snapshot) and snap.kind == cq_snapshot.CLEAN
     monkeypatch.setattr(cq_snapshot, "boot_id", lambda: bytes(range(16)))
-    cq_snapshot.write_file(store.snapshot_path, snap.as_running())  # "written before"
+    cq_snapshot.write_file(store.queues.snapshot_path, snap.as_running())  # "written before"
     monkeypatch.undo()
     (root / "abort").touch()
     caplog.set_level(logging.INFO, logger="store")
@@ -124,9 +124,9 @@ def test_a_queue_written_after_the_snapshot_is_read_from_disk_and_the_others_are
     store = make_store(root=root)
     assert store.put_messages([Message(f"T{q}", b"x", queue_id=0) for q in range(20)]).ok
     wait_dispatched(store)
-    snap = store._encode_snapshot(cq_snapshot.RUNNING)
+    snap = store.queues.encode_snapshot(cq_snapshot.RUNNING, store.reput_from_offset)
     assert snap is not None
-    store._write_snapshot(*snap)
+    store.queues.write_snapshot(*snap)
     assert store.put_messages([Message("T3", b"y", queue_id=0), Message("New", b"z")]).ok
     wait_dispatched(store)
     # As a kill leaves it: the abort file stays, the snapshot is the last one written.
@@ -148,7 +148,7 @@ def test_a_queue_written_after_the_snapshot_is_read_from_disk_and_the_others_are
     assert again.get_max_offset_in_queue("T3", 0) == 2
     assert again.get_max_offset_in_queue("New", 0) == 1
     assert [m.body for m in again.get_message("g", "T3", 0, 0, 32).decoded()] == [b"x", b"y"]
-    assert sum(cq.max_offset_in_queue for cq in again.consume_queues.values()) == 22
+    assert sum(cq.max_offset_in_queue for cq in again.queues.table.values()) == 22
 
 
 def test_recover_past_snapshot_reads_from_the_recorded_end(tmp_path: Path) -> None:

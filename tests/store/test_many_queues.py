@@ -62,7 +62,7 @@ def test_queue_whose_file_cannot_be_opened_fails_alone(
         make_store: MakeStore, caplog: pytest.LogCaptureFixture) -> None:
     store = make_store()
     # TopicB's queue 1 cannot be made: a plain file stands where its directory goes.
-    broken = Path(store.cq_root) / "TopicB" / "1"
+    broken = Path(store.queues.root) / "TopicB" / "1"
     broken.parent.mkdir(parents=True)
     broken.write_bytes(b"in the way")
     caplog.set_level(logging.ERROR, logger="store")
@@ -88,10 +88,10 @@ def test_queue_whose_file_cannot_be_opened_fails_alone(
     assert store.get_max_offset_in_queue("TopicB", 2) == 2
     # Once the obstacle is gone the retry writes the entries it held.
     broken.unlink()
-    store._next_queue_retry = 0.0
+    store.queues.next_retry = 0.0
     with store._reput_lock:
-        store.retry_failed_queues()
-    assert not store.failed_queues
+        store.queues.retry_failed()
+    assert not store.queues.failed
     got = store.get_message("g", "TopicB", 1, 0, 32)
     assert got.status is GetMessageStatus.FOUND
     assert [m.body for m in got.decoded()] == [b"TopicB-1"]
@@ -110,7 +110,7 @@ def test_restart_with_a_broken_queue_loads_the_others(make_store: MakeStore,
     size = store.config.mapped_file_size_consume_queue
     (qdir / f"{2 * size:020d}").write_bytes(bytes(size))  # a gap before it
     again = make_store(root=root)
-    assert set(again.failed_queues) == {("T", 1)}
+    assert set(again.queues.failed) == {("T", 1)}
     assert again.get_message("g", "T", 0, 0, 32).status is GetMessageStatus.FOUND
     assert again.get_message("g", "T", 2, 0, 32).status is GetMessageStatus.FOUND
     refused = again.put_message(Message("T", b"y", queue_id=1))
@@ -181,7 +181,7 @@ def test_snapshot_of_a_clean_stop_is_kept_for_a_crash_and_used_only_when_it_chec
     snap = cq_snapshot.read(str(snapshot))
     assert isinstance(snap, cq_snapshot.Snapshot) and snap.kind == cq_snapshot.RUNNING
     assert [again.get_max_offset_in_queue(f"T{q % 3}", q) for q in range(9)] == [1] * 9
-    assert ("Extra", 0) in again.consume_queues
+    assert ("Extra", 0) in again.queues.table
     assert again.put_message(Message("T0", b"y", queue_id=0)).ok
     wait_dispatched(again)
     again.shutdown()

@@ -278,16 +278,16 @@ def test_expired_files_are_deleted_with_their_queues_and_index(make_store: MakeS
     for mf in store.commitlog.queue.files[-1:]:
         os.utime(mf.path, (1, now[0] / 1000))
     store.config.delete_when = str(__import__("time").localtime(now[0] / 1000).tm_hour)
-    snapshot = store._encode_snapshot(cq_snapshot.RUNNING)
+    snapshot = store.queues.encode_snapshot(cq_snapshot.RUNNING, store.reput_from_offset)
     assert snapshot is not None
-    store._write_snapshot(*snapshot)
+    store.queues.write_snapshot(*snapshot)
     deleted = store.clean_expired_files()
     assert 0 < deleted <= 10
     # The consume-queue snapshot listed deleted files: gone until the next one is written,
     # and one encoded before the deletion is not written.
-    assert not os.path.exists(store.snapshot_path)
-    store._write_snapshot(*snapshot)
-    assert not os.path.exists(store.snapshot_path)
+    assert not os.path.exists(store.queues.snapshot_path)
+    store.queues.write_snapshot(*snapshot)
+    assert not os.path.exists(store.queues.snapshot_path)
     while store.clean_expired_files():
         pass
     assert len(store.commitlog.queue.files) == 1 < n_files
