@@ -67,3 +67,24 @@ def test_the_rule_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from broker.controller import BrokerController\n")
     assert "broker.controller" in imported_modules(module)
+
+
+STORE_PARTS = ("store/reading.py", "store/reput.py", "store/recovery.py", "store/cleaning.py")
+
+
+def private_store_uses(path: Path) -> list[str]:
+    """`store._x` / `self.store._x` in `path`: a private member of DefaultMessageStore."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if not isinstance(node, ast.Attribute) or not node.attr.startswith("_"):
+            continue
+        owner = node.value
+        if (isinstance(owner, ast.Name) and owner.id == "store") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "store"):
+            found.append(f"{path.name}:{node.lineno} {node.attr}")
+    return found
+
+
+def test_the_store_s_parts_use_its_public_members_and_the_queue_table() -> None:
+    assert [use for part in STORE_PARTS
+            for use in private_store_uses(REPO_ROOT / part)] == []
