@@ -57,8 +57,8 @@ class Batch:
         self.ids: list[str] = []  # UNIQ_KEYs
         self.elements: list[bytes] = []  # MessageBatch elements (remoting/framing.py)
         self.futures: list[SendFuture | None] = []  # None: one-way
-        # time.monotonic() of each message's, packed doubles: a bytearray is no object the
-        # garbage collector walks (see SendFuture)
+        # Each message's deadline (the accumulator's clock), packed doubles: a bytearray is
+        # no object the garbage collector walks (see SendFuture)
         self.deadlines = bytearray()
         self.size = 0
         self.deadline = 0.0  # the latest message deadline: the batch's sends end by then
@@ -108,8 +108,10 @@ class BatchAccumulator:
                  max_count: int, max_bytes: int, max_inflight: int,
                  max_pending: int = MAX_PENDING_MESSAGES,
                  multi_sender: MultiSender | None = None,
-                 max_inflight_rounds: int = MAX_INFLIGHT_ROUNDS) -> None:
+                 max_inflight_rounds: int = MAX_INFLIGHT_ROUNDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.loop = loop
+        self.clock = clock  # monotonic seconds of the messages' deadlines
         self.sender = sender
         self.multi_sender = multi_sender
         self._drain_scheduled = False
@@ -137,7 +139,7 @@ class BatchAccumulator:
     def append(self, topic: str, message_id: str, element: bytes,
                future: SendFuture | None, timeout_s: float, delay_level: int = 0) -> None:
         key = (topic, delay_level)
-        deadline = time.monotonic() + timeout_s  # before any state changes (bad input)
+        deadline = self.clock() + timeout_s  # before any state changes (bad input)
         on_loop = self.loop.in_loop_thread()
         with self._lock:
             if self.closed:
@@ -231,7 +233,7 @@ class BatchAccumulator:
         return batches
 
     def _start(self, batches: list[Batch]) -> None:
-        now = time.monotonic()
+        now = self.clock()
         loop = asyncio.get_running_loop()
         if any(batch.earliest <= now for batch in batches):
             kept = []

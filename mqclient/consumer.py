@@ -22,7 +22,7 @@ import asyncio
 import concurrent.futures
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -100,7 +100,8 @@ class PushConsumer:
                  max_reconsume_times: int = -1,
                  shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
                  loop: ClientLoop | None = None, access_key: str | None = None,
-                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
+                 secret_key: str | None = None, tls_ca: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         """Flow control: pulling a queue pauses while it buffers
         `pull_threshold_for_queue` messages or `pull_threshold_size_for_queue` MiB of
         bodies; the `*_for_topic` thresholds (-1: none) are shared by the queues of the
@@ -108,7 +109,8 @@ class PushConsumer:
         concurrent listeners and no limit (the queue waits) for orderly ones; 0 = a
         failed message goes to the dead-letter queue at once. `shutdown_timeout_s`: how
         long shutdown() waits for the listener calls in progress before it commits and
-        leaves."""
+        leaves. `clock`: monotonic seconds of the queue-lock and pull-address timing (tests
+        pass a clock they move)."""
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a consumer needs a group")
         if pull_batch_size <= 0 or consume_message_batch_max_size <= 0:
@@ -133,7 +135,7 @@ class PushConsumer:
         self.instance = ClientInstance(namesrv_addr, consumer_group=group, loop=loop,
                                        poll_name_server_interval_s=poll_name_server_interval_s,
                                        access_key=access_key, secret_key=secret_key,
-                                       tls_ca=tls_ca)
+                                       tls_ca=tls_ca, clock=clock)
         self.loop = self.instance.loop
         self.executor = ThreadPoolExecutor(consume_thread_nums,
                                            thread_name_prefix=f"consume-{group}")
@@ -393,7 +395,7 @@ class PushConsumer:
         for handovers only)."""
         if self.rebalancer is None or not self.rebalancer.locks_queues or not self._orderly:
             return True
-        return pq.locked and time.monotonic() - pq.last_lock_time < LOCK_TRUSTED_S
+        return pq.locked and self.instance.clock() - pq.last_lock_time < LOCK_TRUSTED_S
 
     def _route_changed(self, topic: str, route: TopicRoute) -> None:
         if topic in self.instance.subscriptions and self._rebalance_now is not None:

@@ -58,8 +58,12 @@ class ClientInstance:
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  heartbeat_interval_s: float = HEARTBEAT_BROKER_INTERVAL_S,
                  client_ip: str = "", access_key: str | None = None,
-                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
+                 secret_key: str | None = None, tls_ca: str | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         namesrv_addrs = parse_namesrv_addr(namesrv_addr)
+        # Monotonic seconds of the consumer's timing (queue locks, pull addresses found
+        # down, rebalance waits); tests pass one they move.
+        self.clock = clock
         self.client_ip = resolve_client_ip(namesrv_addrs, client_ip)
         self.client_id = new_client_id(self.client_ip)
         self.loop = loop or ClientLoop.shared()

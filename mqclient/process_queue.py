@@ -4,7 +4,6 @@ Client loop only."""
 from __future__ import annotations
 
 import itertools
-import time
 
 from mqclient.message import MessageExt, MessageQueue
 
@@ -31,7 +30,6 @@ class ProcessQueue:
         self.locked = False
         self.last_lock_time = 0.0
         self.consuming = False
-        self.last_pull_time = time.monotonic()
         # Clustering, concurrent: read the committed offset again before consuming the
         # first messages pulled (the previous owner may commit late), and skip below it.
         self.catch_up = False

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 
@@ -94,7 +93,7 @@ class PullService:
         group = self.instance.broker_group(mq)
         if group is None:
             return []
-        now = time.monotonic()
+        now = self.instance.clock()
         addrs = group.pull_addrs(self.suggested_broker.get(mq, MASTER_ID))
         # All down: the one that failed longest ago first (it may be back; pulling only
         # the one that failed last would never see another come back).
@@ -132,13 +131,13 @@ class PullService:
             except grpc.RpcError as e:
                 code = e.code()  # type: ignore[attr-defined]
                 if code in _DOWN_CODES:
-                    self._down_until[addr] = time.monotonic() + PULL_ADDRESS_DOWN_S
+                    self._down_until[addr] = self.instance.clock() + PULL_ADDRESS_DOWN_S
                 if code in ACCESS_REFUSED:
                     log.warning("pull of %s from %s refused: %s: %s", mq, addr, code.name,
                                 e.details())  # type: ignore[attr-defined]  (access control)
                 else:
                     log.info("pull of %s from %s failed: %s", mq, addr, code.name)
-                now = time.monotonic()
+                now = self.instance.clock()
                 # Straight on only to another address not known down (all down: the
                 # loop would spin on them).
                 if code not in _DOWN_CODES or all(self._down_until.get(a, 0.0) > now
@@ -152,7 +151,6 @@ class PullService:
                 await self._catch_up(pq)
                 if pq.dropped:
                     return
-            pq.last_pull_time = time.monotonic()
             self._handle(pq, addr, response)
             if response.status.code not in (common_pb2.SUCCESS, common_pb2.NO_NEW_MSG,
                                              common_pb2.NO_MATCHED_MSG,

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections.abc import Callable
 
 import grpc
@@ -167,7 +166,7 @@ class Rebalancer:
             # read; read it again before consuming (see PullService._catch_up).
             pq.catch_up = mq in unlocked
             if self.locks_queues and mq not in unlocked:
-                pq.locked, pq.last_lock_time = True, time.monotonic()
+                pq.locked, pq.last_lock_time = True, self.instance.clock()
             self.offset_store.update(mq, offset, False)
             self.process_queues[mq] = pq
             self.start_pull(pq)
@@ -182,7 +181,7 @@ class Rebalancer:
         comes soon, see lock_retry_s); a concurrent consumer takes a queue whose broker
         does not answer after LOCK_UNREACHABLE_WAIT_S, without the lock."""
         locked, unreachable = await self._lock_batch(added)
-        now = time.monotonic()
+        now = self.instance.clock()
         take, unlocked = [], set()
         for mq in added:
             if mq in locked:
@@ -240,9 +239,9 @@ class Rebalancer:
 
     async def _release_when_idle(self, mq: MessageQueue, pq: ProcessQueue) -> None:
         try:
-            deadline = None if self.orderly else time.monotonic() + RELEASE_WAIT_S
+            deadline = None if self.orderly else self.instance.clock() + RELEASE_WAIT_S
             while pq.busy:
-                if deadline is not None and time.monotonic() > deadline:
+                if deadline is not None and self.instance.clock() > deadline:
                     log.warning("group %s: calls on %s still running after %.1f s; the queue "
                                 "goes to its next owner, which consumes them again",
                                 self.group, mq, RELEASE_WAIT_S)
@@ -372,7 +371,7 @@ class Rebalancer:
         mqs = sorted(self.process_queues)
         renew = sorted({*mqs, *self.releasing})
         locked = await self.lock(renew) if renew else set()
-        now = time.monotonic()
+        now = self.instance.clock()
         out = []
         for mq in mqs:
             pq = self.process_queues.get(mq)

@@ -258,27 +258,25 @@ def test_send_future_behaves_as_a_concurrent_future() -> None:
     assert [o for o in gc.get_referents(pending) if gc.is_tracked(o) and o is not SendFuture] == []
 
 
-def test_pull_addresses_try_the_one_that_failed_longest_ago_when_all_are_down(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_pull_addresses_try_the_one_that_failed_longest_ago_when_all_are_down() -> None:
     """Master and slave both failed: the next pull goes to the one that failed first (the
     slave may be back), not always to the master that failed last."""
     master, slave = "10.0.0.1:1", "10.0.0.2:1"
     group = BrokerGroup("DefaultCluster", "broker-a", {0: master, 1: slave})
-    instance = SimpleNamespace(broker_group=lambda mq: group)
+    clock = FakeClock()
+    instance = SimpleNamespace(broker_group=lambda mq: group, clock=clock.monotonic)
     pulls = PullService(instance, "G", None, batch_size=32, threshold=1000,  # type: ignore[arg-type]
                         commit_on_pull=True, may_pull=lambda pq: True,
                         on_messages=lambda pq, msgs: None)
     mq = MessageQueue("T", "broker-a", 0)
-    now = [100.0]
-    monkeypatch.setattr("mqclient.puller.time.monotonic", lambda: now[0])
     assert pulls._addresses(mq) == [(master, True), (slave, False)]
-    pulls._down_until[slave] = now[0] + 30   # the slave failed first
+    pulls._down_until[slave] = clock.monotonic() + 30   # the slave failed first
     assert pulls._addresses(mq) == [(master, True), (slave, False)]
-    now[0] += 1
-    pulls._down_until[master] = now[0] + 30  # then the master
+    clock.advance(1)
+    pulls._down_until[master] = clock.monotonic() + 30  # then the master
     assert pulls._addresses(mq) == [(slave, False), (master, True)]
-    now[0] += 1
-    pulls._down_until[slave] = now[0] + 30   # the slave again
+    clock.advance(1)
+    pulls._down_until[slave] = clock.monotonic() + 30   # the slave again
     assert pulls._addresses(mq) == [(master, True), (slave, False)]
 
 
@@ -424,9 +422,11 @@ def test_an_async_send_times_out_from_its_own_append_not_its_batch_opening() -> 
     release = threading.Event()
     rounds: list[tuple[str, list[str], float]] = []  # a batch each (one per round here)
 
+    clock = FakeClock()  # the messages' deadlines; the linger is the loop's own time
+
     async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float,
                      timeout_s: float) -> list[SendResult]:
-        rounds.append((topic, list(ids), deadline - time.monotonic()))
+        rounds.append((topic, list(ids), deadline - clock.monotonic()))
         if len(rounds) == 1:
             await asyncio.get_running_loop().run_in_executor(None, release.wait, 5.0)
         return [SendResult(SendStatus.SEND_OK, m, "", MessageQueue(topic, "b", 0), i)
@@ -436,7 +436,8 @@ def test_an_async_send_times_out_from_its_own_append_not_its_batch_opening() -> 
         raise AssertionError("one batch a round here")
 
     acc = BatchAccumulator(loop, sender, linger_s=0.01, max_count=100, max_bytes=1 << 20,
-                           max_inflight=4, multi_sender=multi_sender, max_inflight_rounds=1)
+                           max_inflight=4, multi_sender=multi_sender, max_inflight_rounds=1,
+                           clock=clock.monotonic)
 
     def append(topic: str, message_id: str, timeout_s: float) -> SendFuture:
         f = SendFuture()
@@ -448,7 +449,7 @@ def test_an_async_send_times_out_from_its_own_append_not_its_batch_opening() -> 
     while not rounds and time.monotonic() < deadline:
         time.sleep(0.005)
     early = append("B", "early", 0.2)
-    time.sleep(0.4)  # the early one's timeout passes while its batch waits
+    clock.advance(0.4)  # the early one's timeout passes while its batch waits
     late = append("B", "late", 3.0)
     release.set()
     assert first.result(timeout=5).status is SendStatus.SEND_OK
@@ -499,3 +500,21 @@ def test_async_batches_stick_to_a_queue_until_batch_max_bytes_went_there() -> No
     assert producer._sticky_queue("S", slow, 10) == first
     clock.now_ms += 1
     assert producer._sticky_queue("S", slow, 10) != first
+
+
+def test_an_orderly_queue_is_consumed_only_under_a_lock_younger_than_lock_trusted_s() -> None:
+    """The consumer's clock decides how long a broker lock is trusted (no sleeping)."""
+    from mqclient import PushConsumer
+    from mqclient.consumer import LOCK_TRUSTED_S
+
+    clock = FakeClock()
+    consumer = PushConsumer("G", "127.0.0.1:1", clock=clock.monotonic)
+    consumer.register_listener_orderly(lambda msgs: None)  # type: ignore[arg-type,return-value]
+    consumer.rebalancer = SimpleNamespace(locks_queues=True)  # type: ignore[assignment]
+    pq = ProcessQueue(QUEUES[0], 0)
+    assert not consumer._may_consume(pq)  # never locked
+    pq.locked, pq.last_lock_time = True, clock.monotonic()
+    clock.advance(LOCK_TRUSTED_S - 0.001)
+    assert consumer._may_consume(pq)
+    clock.advance(0.001)
+    assert not consumer._may_consume(pq)  # renewals failed for LOCK_TRUSTED_S: it stops

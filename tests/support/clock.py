@@ -27,6 +27,11 @@ class FakeClock:
         with self._lock:
             self.now_ms += round(seconds * 1000)
 
+    def monotonic(self) -> float:
+        """The same clock in seconds, for what takes a `time.monotonic` (the client)."""
+        with self._lock:
+            return self.now_ms / 1000
+
 
 class FakeTime(FakeClock):
     """FakeClock plus an asyncio ``sleep`` that returns when ``advance`` passes its deadline."""
