@@ -27,6 +27,8 @@ from chaos.docker_faults import (
 )
 from chaos.faults import FaultError, heal_fault, start_fault
 
+pytestmark = pytest.mark.docker  # containers of its own
+
 IMAGE = "mqchaos-test-tiny:latest"
 PORT = 7000
 NODE = "broker-a-0"

@@ -41,7 +41,8 @@ from tests.compose.cluster import ASYNC_FILE, BASE_FILE, ComposeCluster, timed
 from tests.compose.conftest import compose_image, compose_tool, docker_client  # noqa: F401
 from tests.compose.roundtrip import wait_for_slaves_in_sync
 
-pytestmark = pytest.mark.timeout(1200)  # the first test may build the images from nothing
+pytestmark = [pytest.mark.docker, pytest.mark.slow,  # chaos runs on compose
+              pytest.mark.timeout(1200)]  # the first test may build the images from nothing
 SCENARIO_3_TIMEOUT_S = 420.0
 WHOLE_TIMEOUT_S = 90.0
 

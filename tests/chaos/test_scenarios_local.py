@@ -22,7 +22,7 @@ from tests.chaos.leftovers import chaos_names, cleanup_note
 from tests.support.processes import LocalCluster
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]  # chaos runs
 SCENARIO_NAMES = ("kill-master-sync", "kill-master-async", "kill-master-async-lagging")
 
 

@@ -16,6 +16,8 @@ import pytest
 from spark_analytics.session import java_problem
 from tests.support.processes import REPO_ROOT, stop_local_cluster
 
+pytestmark = pytest.mark.spark  # `make run`'s lag job starts a JVM
+
 
 @pytest.mark.timeout(900)  # the lag job starts a JVM: slow on a loaded 2-core machine
 def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:

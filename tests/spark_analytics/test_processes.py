@@ -30,6 +30,8 @@ from tests.spark_analytics.spark_processes import (
     wait_for,
 )
 
+pytestmark = pytest.mark.spark  # Spark JVMs as processes
+
 FOLLOW_TIMEOUT_S = 300.0
 # Each of these starts JVMs; on a loaded 2-core machine one takes minutes (the suite's
 # default 300 s cut the standalone and --follow tests short under a load of 20).
