@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench bench-lag clean
+.PHONY: run test test-fast bench bench-lag clean
 
 $(STAMP): pyproject.toml setup.py common/_native.c
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,13 @@ test: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 	STORE_NATIVE=0 $(PY) -m pytest -q -p no:cacheprovider tests/store
+
+# Every test that starts no container, JVM or chaos run, several at a time: the loop for a
+# change in progress. `make test` is what CI runs.
+TEST_WORKERS ?= 6
+test-fast: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not docker and not spark and not slow"
 
 bench: $(STAMP)
 	$(PY) -m bench.store
