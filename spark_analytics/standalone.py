@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from mqclient.cli.arguments import at_least, port_number
 from mqclient.cli.local_cluster import port_is_free, read_json, write_json
 from spark_analytics.session import java_problem
 
@@ -251,20 +252,6 @@ def status(args: argparse.Namespace) -> int:
     return 0 if workers is not None and all(r["alive"] for r in rows) else EXIT_FAILURE
 
 
-def _port(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a port")
-    return value
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is below 1")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A standalone Spark cluster (master "
                                      "and workers) from the installed pyspark package.")
@@ -276,12 +263,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default=DEFAULT_HOST,
                    help=f"address to bind and advertise (default {DEFAULT_HOST}; a LAN address "
                         "for workers on other machines)")
-    p.add_argument("--port", type=_port, default=DEFAULT_PORT,
+    p.add_argument("--port", type=port_number, default=DEFAULT_PORT,
                    help=f"the master's port (default {DEFAULT_PORT})")
-    p.add_argument("--webui-port", type=_port, default=DEFAULT_WEBUI_PORT,
+    p.add_argument("--webui-port", type=port_number, default=DEFAULT_WEBUI_PORT,
                    help=f"the master's web UI port (default {DEFAULT_WEBUI_PORT})")
-    p.add_argument("--workers", type=_positive, default=1, help="workers (default 1)")
-    p.add_argument("--cores", type=_positive, help="cores per worker (default: all)")
+    p.add_argument("--workers", type=at_least(1), default=1, help="workers (default 1)")
+    p.add_argument("--cores", type=at_least(1), help="cores per worker (default: all)")
     p.add_argument("--memory", help="memory per worker, e.g. 2g (default: RAM minus 1 GiB)")
     p.add_argument("--timeout", type=float, default=START_TIMEOUT_S,
                    help=f"seconds to wait for the workers (default {START_TIMEOUT_S:.0f})")

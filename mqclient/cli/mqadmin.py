@@ -25,6 +25,7 @@ from mqclient.admin import (
 )
 from mqclient.admin_queries import BROKER_QUERIES, BrokerQuery
 from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage
+from mqclient.cli.arguments import at_least
 from mqclient.cli.output import (
     TABLE_BODY_CHARS,
     body_text,
@@ -46,6 +47,8 @@ EXIT_INTERRUPTED = 130
 DEFAULT_QUEUE_NUMS = 8  # updateTopic -r / -w (RocketMQ's UpdateTopicSubCommand)
 DEFAULT_CONSUME_COUNT = 128  # consumeMessage -c
 Handler = Callable[[MQAdmin, argparse.Namespace], None]
+POSITIVE = at_least(1)
+NON_NEGATIVE = at_least(0)
 
 
 def _out(text: str) -> None:
@@ -422,20 +425,6 @@ def remove_slave(admin: MQAdmin, args: argparse.Namespace) -> None:
 
 
 # -- arguments -------------------------------------------------------------------------------
-def _positive(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text} is not > 0")
-    return value
-
-
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} is negative")
-    return value
-
-
 def _reset_time(text: str) -> int | str:
     """-s of resetOffsetByTime: epoch ms, `now`, `earliest`, an ISO-8601 time (local time
     unless it says its zone) or RocketMQ's yyyy-MM-dd#HH:mm:ss:SSS."""
@@ -522,9 +511,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("-c", "--clusterName", dest="cluster",
                        help="on every master of this cluster (default: every master)")
     where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="on this broker only")
-    p.add_argument("-r", "--readQueueNums", dest="read_queue_nums", type=_positive,
+    p.add_argument("-r", "--readQueueNums", dest="read_queue_nums", type=POSITIVE,
                    default=DEFAULT_QUEUE_NUMS)
-    p.add_argument("-w", "--writeQueueNums", dest="write_queue_nums", type=_positive,
+    p.add_argument("-w", "--writeQueueNums", dest="write_queue_nums", type=POSITIVE,
                    default=DEFAULT_QUEUE_NUMS)
     p.add_argument("-p", "--perm", type=_perm, default=PERM_READ | PERM_WRITE,
                    help="2 (W), 4 (R) or 6 (RW, default)")
@@ -552,14 +541,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--keys", default="", help="keys, blank-separated")
     p.add_argument("-c", "--tags", default="", help="tag")
     p.add_argument("-b", "--broker", dest="broker_name", help="broker name")
-    p.add_argument("-i", "--qid", dest="queue_id", type=_non_negative, help="queue id")
+    p.add_argument("-i", "--qid", dest="queue_id", type=NON_NEGATIVE, help="queue id")
     p = command("consumeMessage", consume_message,
                 "read messages with raw pulls (commits no offset)")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-b", "--brokerName", dest="broker_name")
-    p.add_argument("-i", "--queueId", dest="queue_id", type=_non_negative)
-    p.add_argument("-o", "--offset", type=_non_negative, help="default: each queue's min")
-    p.add_argument("-c", "--messageNumber", dest="count", type=_positive,
+    p.add_argument("-i", "--queueId", dest="queue_id", type=NON_NEGATIVE)
+    p.add_argument("-o", "--offset", type=NON_NEGATIVE, help="default: each queue's min")
+    p.add_argument("-c", "--messageNumber", dest="count", type=POSITIVE,
                    default=DEFAULT_CONSUME_COUNT)
     p = command("haStatus", ha_status, "replication state of masters and slaves")
     where = p.add_mutually_exclusive_group(required=True)
@@ -578,7 +567,7 @@ def build_parser() -> argparse.ArgumentParser:
                 "make a master forget an absent slave that left its group for good")
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True,
                    help="the master's address")
-    p.add_argument("-i", "--brokerId", dest="broker_id", type=_positive, required=True)
+    p.add_argument("-i", "--brokerId", dest="broker_id", type=POSITIVE, required=True)
     for query in BROKER_QUERIES:
         p = command(query.command, functools.partial(broker_query, query), query.help)
         kind = "master" if query.masters_only else "broker"

@@ -30,6 +30,7 @@ from typing import Any
 
 from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqclient.admin import AdminError, MQAdmin
+from mqclient.cli.arguments import at_least, port_or_any
 from mqclient.cli.local_cluster import (
     BROKER,
     BROKER_CONF,
@@ -127,7 +128,7 @@ def requested_namesrv_port(args: argparse.Namespace) -> int | None:
     if not text:
         return None
     try:
-        return _port(text)
+        return port_or_any(text)
     except (ValueError, argparse.ArgumentTypeError):
         raise LocalClusterError(f"{NAMESRV_PORT_ENV}={text!r}: expected a port, 0 for any "
                                 "free port") from None
@@ -481,22 +482,6 @@ def down(args: argparse.Namespace) -> int:
 
 
 # -- arguments ---------------------------------------------------------------------------------
-def _port(text: str) -> int:
-    value = int(text)
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"{text} is not a port")
-    return value
-
-
-def _count(minimum: int) -> Any:
-    def parse(text: str) -> int:
-        value = int(text)
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{text} is below {minimum}")
-        return value
-    return parse
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description="A local cluster of name servers "
                                      "and brokers on loopback.")
@@ -508,11 +493,11 @@ def build_parser() -> argparse.ArgumentParser:
                              f"{STOP_TIMEOUT_S:.0f} before SIGKILL)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("up", parents=[common], help="start the cluster")
-    p.add_argument("--groups", type=_count(1), help="broker groups (default 1)")
-    p.add_argument("--slaves", type=_count(0), help="slaves per group (default 0)")
-    p.add_argument("--namesrvs", type=_count(1), help="name servers (default 1)")
-    p.add_argument("--base-port", type=_count(1), help="first port (default: free ports)")
-    p.add_argument("--namesrv-port", type=_port, metavar="PORT",
+    p.add_argument("--groups", type=at_least(1), help="broker groups (default 1)")
+    p.add_argument("--slaves", type=at_least(0), help="slaves per group (default 0)")
+    p.add_argument("--namesrvs", type=at_least(1), help="name servers (default 1)")
+    p.add_argument("--base-port", type=at_least(1), help="first port (default: free ports)")
+    p.add_argument("--namesrv-port", type=port_or_any, metavar="PORT",
                    help=f"the (first) name server's port (default ${NAMESRV_PORT_ENV}, else "
                         f"{DEFAULT_NAMESRV_PORT} when free, else a free port; 0: any free "
                         "port)")
