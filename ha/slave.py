@@ -108,7 +108,7 @@ class HAClient:
         self.connect_timeout = min(connect_timeout, housekeeping_interval)
         self._sleep = sleep
         self._link_connected = False  # the master took this attempt's connection
-        self._link_worked = False  # and sent something on it
+        self._link_worked = False  # and its frames were applied
         self._failures = 0  # attempts failed since the last link that worked
         self._failing_since = 0.0
         self._warned = ""  # the error logged last at WARNING
@@ -136,6 +136,12 @@ class HAClient:
         if self._link_task is not None:
             self._link_task.cancel()
         self._wake.set()
+
+    def reconnect_now(self) -> None:
+        """The master is back (the name server says it registered anew): a slave without
+        a link tries at once instead of after the rest of its wait."""
+        if not self.status.connected:
+            self._wake.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="HAClient")
@@ -205,7 +211,7 @@ class HAClient:
         self._failures += 1
 
     async def _pause(self, delay: float) -> None:
-        """`delay` seconds, or until woken (a new master address)."""
+        """`delay` seconds, or until woken (a new master address, or the master back)."""
         sleeper = asyncio.ensure_future(self._sleep(delay))
         changed = asyncio.ensure_future(self._wake.wait())
         try:
