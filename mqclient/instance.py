@@ -133,18 +133,20 @@ class ClientInstance:
         """Fetches the route of `topic`; for a topic no broker has yet, a producer routes by
         TBW102 (auto-create). None when there is no route."""
         data = await self.namesrv.get_route(topic)
-        self.watch.checked([topic])
         if data is not None:
             route = TopicRoute.from_proto(topic, data)
         elif self.default_topic_queue_nums is not None:
             default = await self.namesrv.get_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             if default is None:
                 self._route_gone(topic)
+                self.watch.checked([topic])
                 return self.routes.get(topic)
             route = self._route_by_default(topic, default)
         else:
+            self.watch.checked([topic])
             return self.routes.get(topic)
         self._set_route(topic, route)
+        self.watch.checked([topic])
         return route
 
     def _route_gone(self, topic: str) -> None:
@@ -276,7 +278,6 @@ class ClientInstance:
         if self.default_topic_queue_nums is not None:
             asked = [*topics, AUTO_CREATE_TOPIC_KEY_TOPIC]
         response = await self.namesrv.get_routes(asked)
-        self.watch.checked(topics)
         groups = {b.broker_name: b for b in response.broker_datas}
         groups_seen = b"".join(b.SerializeToString(deterministic=True)
                                for b in response.broker_datas)
@@ -309,6 +310,7 @@ class ClientInstance:
                     self._set_route(topic, self._route_by_default(topic, default_route))
                 else:
                     self._route_gone(topic)
+        self.watch.checked(topics)  # the cache holds their answers now
 
     def _route_by_default(self, topic: str, default: namesrv_pb2.TopicRouteData) -> TopicRoute:
         """The route of a topic no broker has yet, by TBW102's brokers: the producer's

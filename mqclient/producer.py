@@ -255,10 +255,11 @@ class Producer:
             return route
         timeout_s = timeout_s or self.send_timeout_s
         instance = self.instance
+        cached = instance.routes.get(topic)
         if instance.watch.watching(topic):  # its master is gone: the send waits for it
             route = self.loop.run(instance.watch.wait_publish_route(topic, timeout_s))
-        elif instance.watch.fresh(topic):
-            route = instance.routes.get(topic)  # just fetched: no master, no new fetch
+        elif cached is not None and instance.watch.fresh(topic):
+            route = cached  # just fetched, without a master: not asked again
         else:
             try:
                 route = self.loop.run(instance.fetch_route(topic), timeout_s)
@@ -273,10 +274,11 @@ class Producer:
             return route
         timeout_s = timeout_s or self.send_timeout_s
         watch = self.instance.watch
+        cached = self.instance.routes.get(topic)
         if watch.watching(topic):  # its master is gone: the send waits for it
             route = await watch.wait_publish_route(topic, timeout_s)
-        elif watch.fresh(topic):
-            route = self.instance.routes.get(topic)  # just fetched: no master, no new fetch
+        elif cached is not None and watch.fresh(topic):
+            route = cached  # just fetched, without a master: not asked again
         else:
             try:
                 async with asyncio.timeout(timeout_s):  # the fetch itself goes on (shared)

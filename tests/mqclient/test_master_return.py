@@ -91,3 +91,17 @@ def test_sends_to_a_lost_master_wait_for_it_without_asking_the_name_server_each(
             print(f"\nthe waiting send stored {time.monotonic() - booted:.2f} s after the "
                   "broker's boot line")
             assert time.monotonic() - booted < 2.0
+
+
+def test_a_topic_asked_a_moment_ago_but_not_cached_is_fetched_not_refused(
+        cluster: Cluster) -> None:
+    """Only a cached route without a master is answered NO_ROUTE from the cache; a topic
+    whose lookup is still on its way (a new topic's first batches: its TBW102 lookup) is
+    fetched (async sends to a new topic failed NO_ROUTE when this was not so)."""
+    cluster.start_broker("broker-a")
+    with Producer("PG", cluster.namesrv_addr, default_topic_queue_nums=2) as producer:
+        producer.instance.watch.checked(["TopicNew"])  # as the first lookup does
+        assert producer.send(Message("TopicNew", b"x")).status is SendStatus.SEND_OK
+        producer.instance.watch.checked(["TopicNewAsync"])
+        future = producer.send_async(Message("TopicNewAsync", b"x"))
+        assert future.result(timeout=10).status is SendStatus.SEND_OK
