@@ -329,10 +329,12 @@ class Producer:
                      selector: QueueSelectorFn = select_by_hash,
                      timeout_s: float | None = None) -> SendResult:
         """Ordered send: `selector(queues, msg, sharding_key)` picks the queue (by default
-        the key's hash), so messages of one key stay in one queue in send order."""
+        the key's hash), so messages of one key stay in one queue in send order. The queues
+        include those of a group whose master is away (a send there fails until it is
+        back): a key does not move to another queue meanwhile."""
         ids, encoded = self._prepare([msg], str(sharding_key))
-        queues = self.publish_route(msg.topic).publish_queues
-        mq = selector(queues, msg, sharding_key)
+        route = self.publish_route(msg.topic)
+        mq = selector(route.ordered_queues or route.publish_queues, msg, sharding_key)
         [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0)
         return result
 

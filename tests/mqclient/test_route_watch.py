@@ -1,6 +1,7 @@
 """RouteWatch (mqclient/route_watch.py) on a client loop, with routes set by the test: a
 route that lost a master is watched until it is back, its return told once; sends wait
-for it within their timeout; a suspect route is refreshed once."""
+for it within their timeout; a suspect route is refreshed once. And the queues ordered
+sends pick from, which keep a group whose master is away."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mqclient.loop import ClientLoop
 from mqclient.message import MessageQueue
 from mqclient.route import BrokerGroup, TopicRoute
 from mqclient.route_watch import RouteWatch
+from mqproto import common_pb2, namesrv_pb2
 
 A, B = "10.0.0.1:10911", "10.0.0.2:10911"
 
@@ -141,3 +143,30 @@ def test_route_changes_wake_waiters_on_the_loop() -> None:
         await watch.stop()
 
     asyncio.run(scenario())
+
+
+def test_ordered_queues_keep_a_masterless_group_so_keys_do_not_move() -> None:
+    """The name server strips a masterless group's write perm (its slave's read-only data):
+    publish queues leave it, ordered sends keep picking among the same queues (a key on it
+    fails until its master is back rather than moving and breaking its order). A group
+    whose master made the topic read-only leaves both."""
+    def data(a_master: bool, a_perm: int, b_perm: int = 6) -> namesrv_pb2.TopicRouteData:
+        return namesrv_pb2.TopicRouteData(
+            queue_datas=[common_pb2.QueueData(broker_name="broker-a", read_queue_nums=4,
+                                              write_queue_nums=4, perm=a_perm),
+                         common_pb2.QueueData(broker_name="broker-b", read_queue_nums=4,
+                                              write_queue_nums=4, perm=b_perm)],
+            broker_datas=[common_pb2.BrokerData(
+                cluster="C", broker_name="broker-a",
+                broker_addrs={0: A, 1: "10.0.0.9:1"} if a_master else {1: "10.0.0.9:1"}),
+                common_pb2.BrokerData(cluster="C", broker_name="broker-b",
+                                      broker_addrs={0: B})])
+
+    both = TopicRoute.from_proto("T", data(True, 6))
+    away = TopicRoute.from_proto("T", data(False, 4))
+    assert both.ordered_queues == both.publish_queues and len(both.publish_queues) == 8
+    assert {q.broker_name for q in away.publish_queues} == {"broker-b"}
+    assert away.ordered_queues == both.ordered_queues  # no key moves
+    assert not away.same_as(both)
+    drained = TopicRoute.from_proto("T", data(True, 4))
+    assert {q.broker_name for q in drained.ordered_queues} == {"broker-b"}
