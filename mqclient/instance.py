@@ -101,7 +101,8 @@ class ClientInstance:
         self.poll_name_server_interval_s = poll_name_server_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.route_listeners: list[Callable[[str, TopicRoute], None]] = []
-        self.watch = RouteWatch(self.routes, self.loop, self._refresh, self.client_id)
+        self.watch = RouteWatch(self.routes, self.loop, self._refresh, self.client_id,
+                                clock)
         self._tasks: list[asyncio.Task[None]] = []
         self.running = False
 

@@ -26,9 +26,11 @@ class RouteWatch:
     """Methods run on the client loop unless marked "any thread"."""
 
     def __init__(self, routes: dict[str, TopicRoute], loop: ClientLoop,
-                 refresh: Callable[[list[str]], Awaitable[None]], name: str) -> None:
+                 refresh: Callable[[list[str]], Awaitable[None]], name: str,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.routes = routes  # the instance's route cache (read here, never written)
         self.loop = loop
+        self.clock = clock  # monotonic seconds (the instance's)
         self.refresh = refresh  # fetches the routes of topics into the cache
         self.name = name
         # (broker name, master address) of a group whose master a route had lost and lists
@@ -50,7 +52,7 @@ class RouteWatch:
     # -- what the cache tells ------------------------------------------------------------------
     def checked(self, topics: Iterable[str]) -> None:
         """The routes of `topics` were just fetched (any thread)."""
-        now = time.monotonic()
+        now = self.clock()
         for topic in topics:
             self._checked[topic] = now
 
@@ -61,7 +63,7 @@ class RouteWatch:
         """The route of `topic` was fetched within ROUTE_WATCH_INTERVAL_S (any thread): a
         send to it without a master fails from the cache, without asking again."""
         checked = self._checked.get(topic)
-        return checked is not None and time.monotonic() - checked < ROUTE_WATCH_INTERVAL_S
+        return checked is not None and self.clock() - checked < ROUTE_WATCH_INTERVAL_S
 
     def route_changed(self, topic: str, old: TopicRoute | None, new: TopicRoute) -> None:
         """A group whose master left the route: the topic is watched. A group whose master a
@@ -97,7 +99,7 @@ class RouteWatch:
     def watch(self, topic: str, lost: Iterable[str] = ()) -> None:
         """Refreshes the route of `topic` soon, and until the groups in `lost` have a
         master in it again."""
-        self._watched.setdefault(topic, (time.monotonic(), set()))[1].update(lost)
+        self._watched.setdefault(topic, (self.clock(), set()))[1].update(lost)
         if self.running and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(
                 self._run(), name=f"watchRoutes-{self.name}")
@@ -138,7 +140,7 @@ class RouteWatch:
                 (log.debug if failed else log.warning)(
                     "routes of %d watched topics not refreshed: %s", len(topics), e)
                 failed = True
-            now = time.monotonic()
+            now = self.clock()
             for topic in topics:
                 since, lost = self._watched[topic]
                 route = self.routes.get(topic)

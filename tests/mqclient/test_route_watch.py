@@ -11,12 +11,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqclient.constants import ROUTE_WATCH_INTERVAL_S
+from mqclient.constants import ROUTE_WATCH_INTERVAL_S, ROUTE_WATCH_MAX_S
 from mqclient.loop import ClientLoop
 from mqclient.message import MessageQueue
 from mqclient.route import BrokerGroup, TopicRoute
 from mqclient.route_watch import RouteWatch
 from mqproto import common_pb2, namesrv_pb2
+from tests.support.clock import FakeClock
 
 A, B = "10.0.0.1:10911", "10.0.0.2:10911"
 
@@ -34,10 +35,11 @@ class Harness:
 
     def __init__(self, loop: ClientLoop) -> None:
         self.loop = loop
+        self.clock = FakeClock()
         self.routes: dict[str, TopicRoute] = {}
         self.refreshes: list[list[str]] = []
         self.next: dict[str, TopicRoute] = {}
-        self.watch = RouteWatch(self.routes, loop, self.refresh, "test")
+        self.watch = RouteWatch(self.routes, loop, self.refresh, "test", self.clock.monotonic)
         self.returned: list[tuple[str, str]] = []
         self.watch.master_listeners.append(lambda name, addr: self.returned.append((name, addr)))
 
@@ -92,6 +94,23 @@ def test_a_lost_master_is_watched_until_listed_again_and_its_return_told_once(
     assert len(h.refreshes) == refreshed  # nothing watched: nothing asked
 
 
+def test_a_master_that_never_returns_is_watched_at_most_route_watch_max_s(
+        harness: Harness) -> None:
+    h = harness
+    h.run(lambda: h.set(route("T", **{"broker-a": A})))
+    h.run(lambda: h.set(route("T", **{"broker-a": None})))
+    time.sleep(2 * ROUTE_WATCH_INTERVAL_S)
+    assert h.watch.watching("T")
+    h.clock.advance(ROUTE_WATCH_MAX_S)
+    deadline = time.monotonic() + 5
+    while h.watch.watching("T"):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    asked = len(h.refreshes)
+    time.sleep(2 * ROUTE_WATCH_INTERVAL_S)
+    assert len(h.refreshes) == asked  # back to the periodic refresh only
+
+
 def test_a_send_waits_for_the_return_within_its_timeout(harness: Harness) -> None:
     h = harness
     h.run(lambda: h.set(route("T", **{"broker-a": A})))
@@ -121,7 +140,7 @@ def test_a_suspect_route_is_refreshed_once_and_a_fresh_one_not_asked_again(
     assert h.refreshes == [["T"]]  # still listed: not watched on
     h.watch.checked(["T"])
     assert h.watch.fresh("T")
-    time.sleep(ROUTE_WATCH_INTERVAL_S)
+    h.clock.advance(ROUTE_WATCH_INTERVAL_S)
     assert not h.watch.fresh("T")
 
 
