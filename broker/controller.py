@@ -269,7 +269,8 @@ class BrokerController:
                 "topics is routable: " + "; ".join(
                     f"{a}: {why}" for a, why in self.outer_api.refused.items()))
         # A name server that comes back (or restarted) hears from this broker at once.
-        self.outer_api.start_links(self.broker_addr, lambda _addr: self._register_now.set())
+        self.outer_api.start_links(self.broker_addr, lambda _addr: self._register_now.set(),
+                                   self._master_registered)
         self._tasks = [
             asyncio.create_task(self._register_loop(), name="registerBrokerAll"),
             asyncio.create_task(self._periodic(
@@ -608,6 +609,22 @@ class BrokerController:
                     and not self.config.ha_master_address):
                 self.ha_client.update_master_address(answer.ha_server_addr)
         return len(answers)
+
+    def _master_registered(self, master_addr: str, ha_server_addr: str) -> None:
+        """A name server says this group's master registered anew (it started or
+        restarted): a slave links to it now, not at its next reconnect attempt."""
+        client = self.ha_client
+        if client is None:
+            return
+        log.info("name server: master %s of %s registered (HA %s)", master_addr,
+                 self.config.broker_name, ha_server_addr)
+        if master_addr != self.master_addr:
+            self.master_addr = master_addr
+            if self.slave_sync is not None:
+                self.slave_sync.wake()
+        if ha_server_addr and not self.config.ha_master_address:
+            client.update_master_address(ha_server_addr)
+        client.reconnect_now()
 
     async def unregister_broker_all(self) -> int:
         if not self.outer_api.namesrv_addrs:

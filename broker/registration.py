@@ -11,7 +11,9 @@ that says the broker's topics are not routable there.
 While the broker runs it also keeps a link (a `WatchBrokerLink` stream) open to every name
 server over the channel it registers on: the name server drops the broker at once when that
 connection closes (the process exited), and the link coming back up after a name server
-outage or restart has the broker register at once instead of at its next period.
+outage or restart has the broker register at once instead of at its next period. On a
+slave's link the name server also says when the group's master registers anew (restarted):
+the slave links to it at once.
 """
 
 from __future__ import annotations
@@ -162,23 +164,31 @@ class BrokerOuterAPI:
         return sum(await asyncio.gather(*(one(a) for a in self.namesrv_addrs)))
 
     # -- links -----------------------------------------------------------------------------
-    def start_links(self, broker_addr: str, on_back: Callable[[str], None]) -> None:
+    def start_links(self, broker_addr: str, on_back: Callable[[str], None],
+                    on_master: Callable[[str, str], None] | None = None) -> None:
         """Keeps a link open to every name server; `on_back(addr)` runs (on the loop) each
-        time a link comes up after it was down, or when the last registration there failed."""
+        time a link comes up after it was down, or when the last registration there failed;
+        `on_master(master_addr, ha_server_addr)` when a name server says the group's master
+        registered anew."""
         for addr in self.namesrv_addrs:
             if addr not in self._links:
                 self._links[addr] = asyncio.create_task(
-                    self._link_loop(addr, broker_addr, on_back), name=f"namesrvLink-{addr}")
+                    self._link_loop(addr, broker_addr, on_back, on_master),
+                    name=f"namesrvLink-{addr}")
 
-    async def _link_loop(self, addr: str, broker_addr: str,
-                         on_back: Callable[[str], None]) -> None:
+    async def _link_loop(self, addr: str, broker_addr: str, on_back: Callable[[str], None],
+                         on_master: Callable[[str, str], None] | None) -> None:
         request = namesrv_pb2.WatchBrokerLinkRequest(broker_addr=broker_addr)
         delay = INITIAL_RECONNECT_BACKOFF_MS / 1000
         was_down = False
         while True:
             try:
                 call = self._stub(addr).WatchBrokerLink(request, wait_for_ready=True)
-                async for _event in call:
+                async for event in call:
+                    if event.master_addr:
+                        if on_master is not None:
+                            on_master(event.master_addr, event.ha_server_addr)
+                        continue
                     self.linked.add(addr)
                     delay = INITIAL_RECONNECT_BACKOFF_MS / 1000
                     if was_down or addr in self._failing:

@@ -9,10 +9,17 @@ HA_HOUSEKEEPING_INTERVAL = 20_000  # haHousekeepingInterval: a link silent this 
 HA_SLAVE_FALLBEHIND_MAX = 256 * 1024 * 1024  # haSlaveFallbehindMax
 # haMaxTimeSlaveNotCatchup (RocketMQ 5): a slave silent this long is not in sync.
 HA_MAX_TIME_SLAVE_NOT_CATCHUP = 15_000
-# HAClient: the slave reconnects after HA_CONNECT_RETRY_MIN_INTERVAL, doubling per failed
-# attempt up to HA_CONNECT_RETRY_INTERVAL (RocketMQ: a fixed 5 s); a link that worked resets it.
+# HAClient (ha/backoff.py): the slave reconnects after HA_CONNECT_RETRY_MIN_INTERVAL,
+# doubling per failed attempt up to HA_CONNECT_RETRY_DOWN_INTERVAL while the master's port
+# does not take the connection (it is down or restarting), up to HA_CONNECT_RETRY_INTERVAL
+# (RocketMQ: a fixed 5 s) while the master takes it and drops it before any data; each wait
+# jittered to [wait/2, wait]. A link that worked starts over.
 HA_CONNECT_RETRY_INTERVAL = 5_000
-HA_CONNECT_RETRY_MIN_INTERVAL = 100
+HA_CONNECT_RETRY_DOWN_INTERVAL = 500
+HA_CONNECT_RETRY_MIN_INTERVAL = 50
+# A connect that gets no answer (the master's host gone) is given up after this long, and
+# tried again (a SYN retransmitted by the kernel comes seconds late).
+HA_CONNECT_TIMEOUT = 3_000
 SLAVE_TIMEOUT = 3_000  # slaveTimeout: a SYNC_MASTER send waits this long for a slave ack
 
 # Slave: its hello proves what it holds by a CRC32 of this many bytes before its max offset.

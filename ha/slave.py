@@ -2,7 +2,8 @@
 
 Connects to the master's HA address, reports its commitlog max offset (on connect, after
 applied frames that moved it, and every haSendHeartbeatInterval), appends frame bodies at
-exactly its max offset, drops a link silent for haHousekeepingInterval and reconnects.
+exactly its max offset, drops a link silent for haHousekeepingInterval and reconnects
+(soon while the master is down or restarting: ha/backoff.py).
 The socket reads straight into one large buffer (a BufferedProtocol) and frame bodies go
 to the store as views of it: no copy on the way, few large reads.
 """
@@ -16,9 +17,10 @@ import errno
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ha.auth import sign_hello
+from ha.backoff import ReconnectBackoff
 from ha.codec import (
     FRAME_HEADER_SIZE,
     FrameSpan,
@@ -29,8 +31,10 @@ from ha.codec import (
     scan_frames,
 )
 from ha.constants import (
+    HA_CONNECT_RETRY_DOWN_INTERVAL,
     HA_CONNECT_RETRY_INTERVAL,
     HA_CONNECT_RETRY_MIN_INTERVAL,
+    HA_CONNECT_TIMEOUT,
     HA_HOUSEKEEPING_INTERVAL,
     HA_READ_MAX_SIZE,
     HA_SEND_HEARTBEAT_INTERVAL,
@@ -76,24 +80,38 @@ class HAClient:
                  report_interval: float = HA_SEND_HEARTBEAT_INTERVAL / 1000,
                  housekeeping_interval: float = HA_HOUSEKEEPING_INTERVAL / 1000,
                  reconnect_interval: float = HA_CONNECT_RETRY_INTERVAL / 1000,
+                 reconnect_down_interval: float = HA_CONNECT_RETRY_DOWN_INTERVAL / 1000,
                  reconnect_min_interval: float = HA_CONNECT_RETRY_MIN_INTERVAL / 1000,
+                 connect_timeout: float = HA_CONNECT_TIMEOUT / 1000,
                  read_size: int = HA_READ_MAX_SIZE,
                  clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 backoff: ReconnectBackoff | None = None,
                  on_connected: Callable[[], None] | None = None,
                  cluster_key: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
         """`on_connected` runs on the loop each time a link to the master is up (the broker
         then reconciles its consumer offsets with the master at once). `hello` tells the
-        master who this slave is, first thing on every link."""
+        master who this slave is, first thing on every link. The reconnect waits
+        (ha/backoff.py): from `reconnect_min_interval`, doubling up to
+        `reconnect_down_interval` while the master's port does not take the connection, up
+        to `reconnect_interval` while the master takes it and drops it before any data;
+        `backoff` replaces them (a test's, with its own random numbers)."""
         self.store = store
         self.hello = hello
         self.cluster_key = cluster_key  # signs the hello (ha/auth.py); empty: unsigned
         self.ssl_context = ssl_context  # TLS to the master's HA port; None: plain TCP
         self.report_interval = report_interval
         self.housekeeping_interval = housekeeping_interval
-        self.reconnect_interval = reconnect_interval
-        self.reconnect_min_interval = min(reconnect_min_interval, reconnect_interval)
-        self.reconnect_delay = self.reconnect_min_interval  # the wait after the next failure
-        self._link_worked = False
+        down_cap = min(reconnect_down_interval, reconnect_interval)
+        self.backoff = backoff or ReconnectBackoff(min(reconnect_min_interval, down_cap),
+                                                   down_cap, reconnect_interval)
+        self.connect_timeout = min(connect_timeout, housekeeping_interval)
+        self._sleep = sleep
+        self._link_connected = False  # the master took this attempt's connection
+        self._link_worked = False  # and its frames were applied
+        self._failures = 0  # attempts failed since the last link that worked
+        self._failing_since = 0.0
+        self._warned = ""  # the error logged last at WARNING
         self.read_size = read_size
         self.clock = clock
         self.on_connected = on_connected
@@ -101,7 +119,7 @@ class HAClient:
         self.received = TransferRate(clock)
         self._task: asyncio.Task[None] | None = None
         self._link_task: asyncio.Task[None] | None = None
-        self._address_changed = asyncio.Event()
+        self._wake = asyncio.Event()  # ends the wait before the next attempt
         self._last_report = 0.0
         self._stopping = False
 
@@ -117,7 +135,13 @@ class HAClient:
         self.status.master_address = address
         if self._link_task is not None:
             self._link_task.cancel()
-        self._address_changed.set()
+        self._wake.set()
+
+    def reconnect_now(self) -> None:
+        """The master is back (the name server says it registered anew): a slave without
+        a link tries at once instead of after the rest of its wait."""
+        if not self.status.connected:
+            self._wake.set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="HAClient")
@@ -137,9 +161,10 @@ class HAClient:
 
     async def _run(self) -> None:
         while not self._stopping:
+            self._wake.clear()  # a wake-up from here on ends the wait after this attempt
             address = self.status.master_address
             if address:
-                self._link_worked = False
+                self._link_connected = self._link_worked = False
                 self._link_task = asyncio.create_task(self._link(address))
                 try:
                     await self._link_task
@@ -148,42 +173,72 @@ class HAClient:
                         raise
                     self.status.last_error = f"link to {address} closed: master address changed"
                 except (OSError, ValueError, HACodecError, HALinkError, TimeoutError) as e:
-                    self.status.last_error = f"link to {address}: {e}"
+                    error = f"link to {address}: {str(e) or type(e).__name__}"
                     if isinstance(e, OSError) and e.errno in _NO_SPACE:
-                        # The store's disk-full state said so once; try again less often.
+                        # The store's disk-full state said so once; try again less often
+                        # (connected, not worked: the waits grow as for a refused link).
+                        self.status.last_error = error
                         self._link_worked = False
                     else:
-                        log.warning("HA %s", self.status.last_error)
+                        self._link_failed(error)
                 except Exception as e:  # a store failure: report it, keep retrying
-                    self.status.last_error = f"link to {address} failed: {e!r}"
-                    log.exception("HA link to %s failed", address)
+                    self._link_failed(f"link to {address} failed: {e!r}", exc_info=True)
                 finally:
                     self._link_task = None
                     self.status.connected = False
                 if self.status.master_address != address:
+                    self.backoff.reset()
+                    self._failures = 0
                     continue
             if self._link_worked:
-                self.reconnect_delay = self.reconnect_min_interval
-            delay = self.reconnect_delay
-            self.reconnect_delay = min(delay * 2, self.reconnect_interval)
-            self._address_changed.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await self._address_changed.wait()
+                self.backoff.reset()
+            await self._pause(self.backoff.after_failure(self._link_connected))
+
+    def _link_failed(self, error: str, exc_info: bool = False) -> None:
+        """Logs the first failure since a link that worked, and each that fails otherwise
+        than the one before; retries that fail alike only at DEBUG (a master down a while
+        is retried every few hundred milliseconds)."""
+        self.status.last_error = error
+        if self._link_worked or not self._failures:
+            self._failures = 0
+            self._failing_since = self.clock()
+            self._warned = ""
+        if error != self._warned:
+            self._warned = error
+            log.warning("HA %s; reconnecting", error, exc_info=exc_info)
+        else:
+            log.debug("HA %s", error, exc_info=exc_info)
+        self._failures += 1
+
+    async def _pause(self, delay: float) -> None:
+        """`delay` seconds, or until woken (a new master address, or the master back)."""
+        sleeper = asyncio.ensure_future(self._sleep(delay))
+        changed = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({sleeper, changed}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            changed.cancel()
 
     async def _link(self, address: str) -> None:
         host, port = split_address(address)
         loop = asyncio.get_running_loop()
-        transport, link = await asyncio.wait_for(
-            loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port,
-                                   ssl=self.ssl_context,
-                                   server_hostname=host if self.ssl_context else None),
-            self.housekeeping_interval)
-        self.status.connected = True
+        try:
+            transport, link = await asyncio.wait_for(
+                loop.create_connection(lambda: _LinkProtocol(self, self.read_size), host, port,
+                                       ssl=self.ssl_context,
+                                       server_hostname=host if self.ssl_context else None),
+                self.connect_timeout)
+        except TimeoutError:
+            raise HALinkError(f"no answer to the connect within {self.connect_timeout:g} s "
+                              "(TimeoutError)") from None
+        self._link_connected = self.status.connected = True
         self.status.connect_count += 1
         self.status.last_read_time = self.clock()
-        log.info("HA connected to master %s, slave max offset %d", address,
-                 self.store.max_phy_offset)
+        retried = (f" (link down {self.clock() - self._failing_since:.1f} s, attempt "
+                   f"{self._failures})" if self._failures else "")
+        log.info("HA connected to master %s, slave max offset %d%s", address,
+                 self.store.max_phy_offset, retried)
         if self.on_connected is not None:
             try:
                 self.on_connected()
@@ -236,11 +291,11 @@ class HAClient:
                   transport: asyncio.BaseTransport) -> None:
         """The whole frames of one read, applied in order; one report after them."""
         self.status.last_read_time = self.clock()
-        self._link_worked = True
         self.received.add(received)
         moved = False
         for frame in frames:
             moved = self._apply(view, frame) or moved
+        self._link_worked = True  # applied: a store that refuses frames backs off as refused
         if moved:
             self._report(transport)
 

@@ -17,6 +17,15 @@ NAMESRV_CALL_TIMEOUT_S = 3.0
 ROUTE_IDLE_ROUNDS = 4
 # The batched refresh handles this many routes per client loop turn.
 ROUTE_REFRESH_CHUNK = 2000
+# A topic whose route lost a group's master (the name servers dropped it: the process died),
+# or whose send found its broker unreachable, is refreshed this often (jittered +-20%, one
+# batched call for all such topics) until the master is listed again, at most
+# ROUTE_WATCH_MAX_S: a restarted master is sent to within this much of registering again,
+# not at the next POLL_NAME_SERVER_INTERVAL_S. Meanwhile a send to a route left without any
+# master waits for one within its timeout; one to a masterless route fetched this recently
+# fails NO_ROUTE from the cache (each used to ask the name server).
+ROUTE_WATCH_INTERVAL_S = 0.25
+ROUTE_WATCH_MAX_S = 120.0
 ADMIN_CALL_TIMEOUT_S = 3.0  # heartbeats, offsets, consumer lists
 
 # Producer (DefaultMQProducer).

@@ -51,6 +51,11 @@ class LatencyFaultTolerance:
         """Some broker failed or was slow and has not answered well since."""
         return bool(self._not_available_until)
 
+    def clear(self, broker_name: str) -> None:
+        """The broker is back (a restarted master listed again): no longer avoided."""
+        with self._lock:
+            self._not_available_until.pop(broker_name, None)
+
     def is_available(self, broker_name: str) -> bool:
         until = self._not_available_until.get(broker_name)
         return until is None or self.clock_ms() >= until

@@ -1,5 +1,7 @@
 """One producer's or consumer's link to the cluster (RocketMQ's MQClientInstance): its client
-id, channels, route cache refreshed from the name servers, and heartbeats to the brokers."""
+id, channels, route cache refreshed from the name servers, and heartbeats to the brokers.
+Routes are refreshed every POLL_NAME_SERVER_INTERVAL_S; those that lost a master sooner
+(route_watch.py)."""
 
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ from mqclient.constants import (
 from mqclient.loop import ACCESS_REFUSED, Channels, ClientLoop, cancel_and_wait
 from mqclient.message import MessageQueue, MQClientError, code_name
 from mqclient.route import BrokerGroup, NameServerClient, TopicRoute, parse_namesrv_addr
+from mqclient.route_watch import RouteWatch
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
 from remoting.local_address import local_ip
 from remoting.tls import ClientTls
@@ -98,6 +101,8 @@ class ClientInstance:
         self.poll_name_server_interval_s = poll_name_server_interval_s
         self.heartbeat_interval_s = heartbeat_interval_s
         self.route_listeners: list[Callable[[str, TopicRoute], None]] = []
+        self.watch = RouteWatch(self.routes, self.loop, self._refresh, self.client_id,
+                                clock)
         self._tasks: list[asyncio.Task[None]] = []
         self.running = False
 
@@ -112,6 +117,7 @@ class ClientInstance:
     async def shutdown(self) -> None:
         self.running = False
         await cancel_and_wait(self._tasks, ADMIN_CALL_TIMEOUT_S, f"client {self.client_id}")
+        await self.watch.stop()
         await self.unregister_all()
         await self.channels.close()
 
@@ -133,12 +139,24 @@ class ClientInstance:
         elif self.default_topic_queue_nums is not None:
             default = await self.namesrv.get_route(AUTO_CREATE_TOPIC_KEY_TOPIC)
             if default is None:
+                self._route_gone(topic)
+                self.watch.checked([topic])
                 return self.routes.get(topic)
             route = self._route_by_default(topic, default)
         else:
+            self.watch.checked([topic])
             return self.routes.get(topic)
         self._set_route(topic, route)
+        self.watch.checked([topic])
         return route
+
+    def _route_gone(self, topic: str) -> None:
+        """A producer's route whose every broker group left the name servers (and there is
+        no TBW102 to route it by): an empty route, so that its sends wait for a master to
+        come back (the topic is watched) instead of going to addresses that are gone. A
+        consumer keeps its last route, as RocketMQ's does."""
+        if self.default_topic_queue_nums is not None and topic in self.routes:
+            self._set_route(topic, TopicRoute(topic, {}, (), ()))
 
     async def fetch_route(self, topic: str) -> TopicRoute | None:
         """`update_route` for a send that found no route: the misses of one loop turn
@@ -189,8 +207,19 @@ class ClientInstance:
             if old is not None or len(self.routes) <= 100:  # not thousands of lines at start
                 log.info("route of %s changed: %s", topic,
                          {b.broker_name: b.addrs for b in route.brokers.values()})
+            self.watch.route_changed(topic, old, route)
             for listener in self.route_listeners:
                 listener(topic, route)
+
+    async def _refresh(self, topics: list[str]) -> None:
+        """The routes of `topics`: batched, or one by one from a name server without it."""
+        try:
+            await self._update_routes_batched(topics)
+        except MQClientError as e:
+            if e.code != "UNIMPLEMENTED":
+                raise
+            for topic in topics:
+                await self.update_route(topic)
 
     def route_used(self, topic: str) -> None:
         """A send used the cached route of `topic` (any thread: one dict store)."""
@@ -207,6 +236,7 @@ class ClientInstance:
             self.routes.pop(topic, None)
             rounds.pop(topic, None)
             self._entries_seen.pop(topic, None)
+            self.watch.forget(topic)
         if idle:
             log.info("%d routes unused for %d refresh rounds dropped from the cache",
                      len(idle), ROUTE_IDLE_ROUNDS)
@@ -273,10 +303,15 @@ class ClientInstance:
                 if entry.topic not in self.routes and entry.topic not in self.subscriptions:
                     continue
             self._set_route(entry.topic, TopicRoute.from_proto(entry.topic, data))
-        if default_route is not None and self.default_topic_queue_nums is not None:
+        if self.default_topic_queue_nums is not None:
             for topic in topics:  # a producer routes a topic no broker has yet by TBW102
-                if topic not in found:
+                if topic in found:
+                    continue
+                if default_route is not None:
                     self._set_route(topic, self._route_by_default(topic, default_route))
+                else:
+                    self._route_gone(topic)
+        self.watch.checked(topics)  # the cache holds their answers now
 
     def _route_by_default(self, topic: str, default: namesrv_pb2.TopicRouteData) -> TopicRoute:
         """The route of a topic no broker has yet, by TBW102's brokers: the producer's

@@ -119,6 +119,7 @@ class Channels:
         self._send_channels: dict[str, SendChannel] = {}
         self._opening: dict[str, asyncio.Future[SendChannel | None]] = {}
         self._send_channel_failed: dict[str, float] = {}  # until when gRPC is used instead
+        self._closing: set[asyncio.Future[None]] = set()  # channels of reset brokers
         self._ssl = tls.ssl_context() if tls is not None else None  # the send channel's
         self.blocking = BlockingSendConnections(auth, self._ssl)
         self._lock = threading.Lock()
@@ -228,6 +229,29 @@ class Channels:
             raise SendChannelClosed("the client is shut down")
         self._send_channels[address] = channel
         return channel
+
+    def reset(self, address: str) -> None:
+        """The broker at `address` came back (loop): its channels start afresh. A gRPC
+        channel that failed to connect while it was down waits out its reconnect backoff
+        (up to 2 s) before trying again, and sends after a send channel failure went by
+        gRPC for SEND_CHANNEL_FALLBACK_S: both are dropped, the send channel asked anew.
+        Calls still waiting on the old channels fail (and are retried)."""
+        self._send_channel_failed.pop(address, None)
+        self.forget_send_address(address)
+        send_channel = self._send_channels.pop(address, None)
+        if send_channel is not None:
+            send_channel.close()
+        with self._lock:
+            sync = self._sync.pop(address, None)
+            self._sync_stubs.pop(address, None)
+        if sync is not None:
+            sync.close()
+        self._aio_stubs.pop(address, None)
+        aio = self._aio.pop(address, None)
+        if aio is not None:
+            task = asyncio.ensure_future(aio.close())
+            self._closing.add(task)
+            task.add_done_callback(self._closing.discard)
 
     def forget_send_address(self, address: str) -> None:
         """After a failed send (any thread): the next one asks the broker where its channel

@@ -11,7 +11,8 @@
 Sync sends run on the caller's thread; async and one-way sends are gathered into batches
 (accumulator.py) and sent on the client loop. Failed sends are retried twice on another
 broker within the send timeout; brokers that failed or answered slowly are avoided for a
-while (fault.py).
+while (fault.py), but a master the name servers list again after losing it (restarted) is
+sent to at once, over fresh connections.
 """
 
 from __future__ import annotations
@@ -124,6 +125,8 @@ class _Attempts:
             why = f"no answer within {timeout:.3f} s"
         else:  # it may have restarted elsewhere: ask it again where its channel is
             self.producer.instance.channels.forget_send_address(addr)
+            # and it may be gone: the name servers tell (its route is watched meanwhile)
+            self.producer.instance.watch.suspect(mq.topic)
             if isinstance(error, SendChannelClosed):  # gRPC meanwhile (it may be full)
                 self.producer.instance.channels.send_channel_failed(addr)
             why = (str(error.code().name)  # type: ignore[attr-defined]
@@ -186,6 +189,7 @@ class Producer:
                                        client_ip=client_ip, access_key=access_key,
                                        secret_key=secret_key, tls_ca=tls_ca)
         self.instance.default_topic_queue_nums = default_topic_queue_nums
+        self.instance.watch.master_listeners.append(self._master_returned)
         self.loop = self.instance.loop
         self.fault = LatencyFaultTolerance(clock_ms)
         self.clock_ms = clock_ms
@@ -226,6 +230,13 @@ class Producer:
         self.shutdown()
 
     # -- routes --------------------------------------------------------------------------------
+    def _master_returned(self, broker_name: str, addr: str) -> None:
+        """A master the routes had lost is listed again (loop): it restarted. Its failures
+        while it was gone no longer avoid it, and its connections start afresh (not after
+        the reconnect backoff of a channel that failed meanwhile)."""
+        self.fault.clear(broker_name)
+        self.instance.channels.reset(addr)
+
     def _check_started(self) -> None:
         if not self.started:
             raise MQClientError("SHUTDOWN", "the producer is not started")
@@ -237,12 +248,21 @@ class Producer:
         return check_timeout(timeout_s)
 
     def publish_route(self, topic: str, timeout_s: float | None = None) -> TopicRoute:
-        """The cached route of `topic`, fetched now when there is none (any thread)."""
+        """The cached route of `topic`, fetched now when there is none (any thread); one
+        whose master is gone (route_watch.py) waited for within `timeout_s`."""
         route = self._cached_route(topic)
-        if route is None:
-            timeout_s = timeout_s or self.send_timeout_s
+        if route is not None:
+            return route
+        timeout_s = timeout_s or self.send_timeout_s
+        instance = self.instance
+        cached = instance.routes.get(topic)
+        if instance.watch.watching(topic):  # its master is gone: the send waits for it
+            route = self.loop.run(instance.watch.wait_publish_route(topic, timeout_s))
+        elif cached is not None and instance.watch.fresh(topic):
+            route = cached  # just fetched, without a master: not asked again
+        else:
             try:
-                route = self.loop.run(self.instance.fetch_route(topic), timeout_s)
+                route = self.loop.run(instance.fetch_route(topic), timeout_s)
             except TimeoutError:
                 raise _no_route_within(topic, timeout_s) from None
         return self._check_route(topic, route)
@@ -250,8 +270,16 @@ class Producer:
     async def publish_route_async(self, topic: str, timeout_s: float | None = None
                                   ) -> TopicRoute:
         route = self._cached_route(topic)
-        if route is None:
-            timeout_s = timeout_s or self.send_timeout_s
+        if route is not None:
+            return route
+        timeout_s = timeout_s or self.send_timeout_s
+        watch = self.instance.watch
+        cached = self.instance.routes.get(topic)
+        if watch.watching(topic):  # its master is gone: the send waits for it
+            route = await watch.wait_publish_route(topic, timeout_s)
+        elif cached is not None and watch.fresh(topic):
+            route = cached  # just fetched, without a master: not asked again
+        else:
             try:
                 async with asyncio.timeout(timeout_s):  # the fetch itself goes on (shared)
                     route = await self.instance.fetch_route(topic)
@@ -301,10 +329,12 @@ class Producer:
                      selector: QueueSelectorFn = select_by_hash,
                      timeout_s: float | None = None) -> SendResult:
         """Ordered send: `selector(queues, msg, sharding_key)` picks the queue (by default
-        the key's hash), so messages of one key stay in one queue in send order."""
+        the key's hash), so messages of one key stay in one queue in send order. The queues
+        include those of a group whose master is away (a send there fails until it is
+        back): a key does not move to another queue meanwhile."""
         ids, encoded = self._prepare([msg], str(sharding_key))
-        queues = self.publish_route(msg.topic).publish_queues
-        mq = selector(queues, msg, sharding_key)
+        route = self.publish_route(msg.topic)
+        mq = selector(route.ordered_queues or route.publish_queues, msg, sharding_key)
         [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0)
         return result
 

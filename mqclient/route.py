@@ -80,6 +80,11 @@ class TopicRoute:
     publish_queues: tuple[MessageQueue, ...]
     # Readable queues of groups with any live broker (what consumers rebalance over).
     subscribe_queues: tuple[MessageQueue, ...]
+    # The publish queues and the write queues of groups whose master is away (only their
+    # slave is listed): what ordered sends pick from, so that a key keeps its queue while
+    # the queue's master is away (its sends fail until the master is back, and its order
+    # holds) instead of moving to another queue; a group that leaves the route moves keys.
+    ordered_queues: tuple[MessageQueue, ...] = ()
 
     @classmethod
     def from_proto(cls, topic: str, data: namesrv_pb2.TopicRouteData,
@@ -89,6 +94,7 @@ class TopicRoute:
                    for b in data.broker_datas}
         publish: list[MessageQueue] = []
         subscribe: list[MessageQueue] = []
+        ordered: list[MessageQueue] = []
         for qd in sorted(data.queue_datas, key=lambda q: q.broker_name):
             group = brokers.get(qd.broker_name)
             if group is None or not group.addrs:
@@ -96,16 +102,21 @@ class TopicRoute:
             writes, reads = qd.write_queue_nums, qd.read_queue_nums
             if max_queue_nums is not None:
                 writes = reads = min(max_queue_nums, reads)
-            if qd.perm & PERM_WRITE and group.master_addr is not None:
-                publish.extend(MessageQueue(topic, qd.broker_name, i) for i in range(writes))
+            writable = [MessageQueue(topic, qd.broker_name, i) for i in range(writes)]
+            if group.master_addr is None:  # the name server took its write perm (no master)
+                ordered.extend(writable)
+            elif qd.perm & PERM_WRITE:
+                ordered.extend(writable)
+                publish.extend(writable)
             if qd.perm & PERM_READ:
                 subscribe.extend(MessageQueue(topic, qd.broker_name, i) for i in range(reads))
-        return cls(topic, brokers, tuple(publish), tuple(subscribe))
+        return cls(topic, brokers, tuple(publish), tuple(subscribe), tuple(ordered))
 
     def same_as(self, other: TopicRoute | None) -> bool:
         return (other is not None and self.brokers == other.brokers
                 and self.publish_queues == other.publish_queues
-                and self.subscribe_queues == other.subscribe_queues)
+                and self.subscribe_queues == other.subscribe_queues
+                and self.ordered_queues == other.ordered_queues)
 
 
 class NameServerClient:

@@ -15,10 +15,14 @@ class WatchBrokerLinkRequest(_message.Message):
     def __init__(self, broker_addr: _Optional[str] = ...) -> None: ...
 
 class BrokerLinkEvent(_message.Message):
-    __slots__ = ("status",)
+    __slots__ = ("status", "master_addr", "ha_server_addr")
     STATUS_FIELD_NUMBER: _ClassVar[int]
+    MASTER_ADDR_FIELD_NUMBER: _ClassVar[int]
+    HA_SERVER_ADDR_FIELD_NUMBER: _ClassVar[int]
     status: _common_pb2.Status
-    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ...) -> None: ...
+    master_addr: str
+    ha_server_addr: str
+    def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
     __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "data_version", "topic_configs", "compressed_topic_configs", "body_omitted")

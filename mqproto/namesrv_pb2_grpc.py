@@ -119,9 +119,10 @@ class NamesrvServiceServicer:
 
     def WatchBrokerLink(self, request, context):
         """A running broker keeps this stream open on the channel it registers over; the
-        name server answers one event and nothing more. When the stream's connection
-        closes (the broker process exited), the broker leaves the route at once if its
-        last registration came over that connection; a silent broker still expires.
+        name server answers one event, then one each time the master of the broker's group
+        registers anew (to a slave). When the stream's connection closes (the broker
+        process exited), the broker leaves the route at once if its last registration came
+        over that connection; a silent broker still expires.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -220,6 +220,8 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
                     await self._take_table(request, name)
                 except TableRefused as e:
                     return self._refuse(request, peer, str(e))
+        # A master not live here before (it started, or restarted after its link closed).
+        new_master = broker_id == MASTER_ID and addr not in rim.broker_live_table
         result = rim.register_broker(
             cluster_name=request.cluster_name,
             broker_addr=addr,
@@ -230,6 +232,8 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             topic_configs=None,  # taken above
             peer=peer,
         )
+        if new_master:  # its slaves link to it now
+            broker_links(rim).master_registered(name, addr, request.ha_server_addr)
         return namesrv_pb2.RegisterBrokerResponse(
             status=ok_status(),
             master_addr=result.master_addr,

@@ -1,5 +1,6 @@
 """A broker whose registration link closes leaves the route at once; a silent one still
-expires after 120 s (issue 16, item 11)."""
+expires after 120 s (issue 16, item 11). A slave's link hears when its master registers
+anew."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import grpc
 import pytest
 
 from common.constants import MASTER_ID
-from mqproto import namesrv_pb2, namesrv_pb2_grpc
+from mqproto import common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from nameserver.routeinfo import DataVersion, RouteInfoManager
-from tests.nameserver.registration import MASTER_A, register_request
+from tests.nameserver.registration import MASTER_A, SLAVE_A, ha_addr, register_request
 from tests.support.brokers import broker_props, write_conf
 from tests.support.processes import Processes
 
@@ -121,5 +122,50 @@ def test_a_stopping_name_server_ends_the_links_at_once_and_drops_nobody() -> Non
             assert time.monotonic() - t0 < 1.0
             assert await link.read() == grpc.aio.EOF  # ended, not cut
             assert MASTER_A in controller.route_info_manager.broker_live_table
+
+    asyncio.run(scenario())
+
+
+def test_a_slave_link_hears_when_its_master_registers_anew() -> None:
+    """Only a master that was not live (it started, or its link closed: it restarted)
+    is told to the group's slaves; its keep-alives and another group's master are not."""
+    from nameserver.controller import NamesrvController
+
+    async def scenario() -> None:
+        async with NamesrvController("127.0.0.1:0") as controller:
+            live = controller.route_info_manager.broker_live_table
+            async with grpc.aio.insecure_channel(controller.listen_address) as slave_ch, \
+                    grpc.aio.insecure_channel(controller.listen_address) as other_ch:
+                slave = namesrv_pb2_grpc.NamesrvServiceStub(slave_ch)
+                await slave.RegisterBroker(register_request(SLAVE_A, 1))
+                link = slave.WatchBrokerLink(
+                    namesrv_pb2.WatchBrokerLinkRequest(broker_addr=SLAVE_A))
+                first = await link.read()
+                assert first.status.code == common_pb2.SUCCESS and not first.master_addr
+                for _ in range(2):  # the master starts; it is killed and restarts
+                    async with grpc.aio.insecure_channel(controller.listen_address) as ch:
+                        master = namesrv_pb2_grpc.NamesrvServiceStub(ch)
+                        await master.RegisterBroker(register_request(MASTER_A, MASTER_ID))
+                        master_link = master.WatchBrokerLink(
+                            namesrv_pb2.WatchBrokerLinkRequest(broker_addr=MASTER_A))
+                        await master_link.read()
+                        async with asyncio.timeout(5):
+                            event = await link.read()
+                        assert (event.master_addr, event.ha_server_addr) == (
+                            MASTER_A, ha_addr(MASTER_A))
+                        # A keep-alive of a live master is not news.
+                        await master.RegisterBroker(register_request(MASTER_A, MASTER_ID))
+                    for _ in range(100):  # its connection closed: it left the route
+                        if MASTER_A not in live:
+                            break
+                        await asyncio.sleep(0.02)
+                    assert MASTER_A not in live
+                other = namesrv_pb2_grpc.NamesrvServiceStub(other_ch)
+                request = register_request("127.0.0.1:10931", MASTER_ID)
+                request.broker_name = "broker-b"
+                await other.RegisterBroker(request)
+                with pytest.raises(TimeoutError):
+                    async with asyncio.timeout(0.5):
+                        await link.read()
 
     asyncio.run(scenario())
