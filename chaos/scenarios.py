@@ -162,8 +162,9 @@ def expect_route_expiry(result: Result) -> list[str]:
     at once, not never) and comes back within a registration period of the heal; no
     ordered message out of order within its queue."""
     out = _queue_problems(result)
-    # While the master is out of the routes, keys of send_orderly move to other queues and
-    # back: order across two queues is not RocketMQ's (reported); within a queue it is.
+    # While the master is out of the routes, keys of send_orderly on its queues fail until
+    # it is back (they keep their queue while its slave keeps the group in the routes);
+    # order across queues is not RocketMQ's promise (reported); within a queue it is.
     if result["order"]["within_queue_count"]:
         out.append(f"{result['order']['within_queue_count']} ordered messages out of order "
                    "within their queue")
