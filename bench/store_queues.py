@@ -96,7 +96,7 @@ def snapshot_cost(store: DefaultMessageStore, queues: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, keys in (("full", None), ("eighth_changed", queue_keys(queues)[::8])):
         if keys is None:
-            store._snapshot_encoded = False
+            store.queues.encode_all_next()
         else:
             put_each(store, keys)
             wait_dispatched(store)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from broker.status import RequestError
@@ -80,6 +81,15 @@ class BrokerContext:
     schedule: ScheduleMessageService | None = None
     transactions: TransactionalMessageService | None = None
     boot_timestamp: int = 0  # ms, when it began serving
+
+    def config_write_failed(self, err: OSError, path: Path) -> bool:
+        """A config file (topics.json, consumerOffset.json, ...) could not be written: True
+        when for lack of space, which becomes the store's disk-full state (puts refused
+        until space is back, one log line); the file is written again later by its periodic
+        persistence or the next change."""
+        root = Path(self.store_config.store_path_root_dir)
+        what = path.relative_to(root) if path.is_relative_to(root) else path
+        return self.store.disk_full.report(err, f"cannot write {what}")
 
     def master_available(self) -> bool:
         """A slave's view: its HA link to the master is up (a master is its own master)."""

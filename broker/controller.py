@@ -226,8 +226,6 @@ class BrokerController:
         store = DefaultMessageStore(self.store_config, clock_ms=self.clock_ms)
         await asyncio.to_thread(store.load)
         self.store = store  # loaded: shutdown() closes it from here on
-        if self._disk_full_at_start is not None:
-            self.config_write_failed(*self._disk_full_at_start)
         if store.recovered_from_crash:
             log.warning("the store was not shut down cleanly: recovered from a crash")
         store.start()
@@ -243,6 +241,8 @@ class BrokerController:
             filters=self.filters, pull_hold=self.pull_hold, putter=self.putter,
             topics_changed=self.topics_changed, check_streams=self.check_streams,
             store_host=self.store_host, uniq_key=self.uniq_key, addresses=self.addresses)
+        if self._disk_full_at_start is not None:
+            self.config_write_failed(*self._disk_full_at_start)
         self._add_services(server, context)
         if self.config.is_slave:
             self.slave_sync = SlaveSynchronizer(
@@ -420,10 +420,7 @@ class BrokerController:
         """A config file could not be written: True when for lack of space, which becomes
         the store's disk-full state (puts refused until space is back, one log line); the
         file is written again by its periodic persistence or the next change."""
-        if self.store is None:
-            return False
-        what = path.relative_to(self.root) if path.is_relative_to(self.root) else path
-        return self.store.disk_full.report(err, f"cannot write {what}")
+        return self.context is not None and self.context.config_write_failed(err, path)
 
     async def _persist_if_dirty(self, manager: ConfigManager[Any]) -> None:
         try:

@@ -127,7 +127,8 @@ class SlaveSynchronizer:
             # A config file not written for lack of space: the store's disk-full state, whose
             # own line says so; the next round writes it.
             quiet = isinstance(e, OSError) and self.broker.config_write_failed(
-                e, Path(e.filename) if e.filename else self.broker.root / "config")
+                e, Path(e.filename) if e.filename
+                else Path(self.broker.store_config.store_path_root_dir) / "config")
             if error != self.last_error and not quiet:  # once per streak of the same failure
                 log.warning("sync from master %s failed: %s", addr, error)
             self.last_error = error

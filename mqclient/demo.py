@@ -26,6 +26,7 @@ from pathlib import Path
 
 from mqclient import ConsumeFromWhere, Message, MessageExt, Producer, PushConsumer
 from mqclient.admin import AdminError, MQAdmin
+from mqclient.admin_types import HAStatus
 from mqclient.cli import mqadmin, mqcluster
 from spark_analytics.collect import Collector, write_snapshot
 from spark_analytics.schema import SNAPSHOTS_DIR
@@ -226,11 +227,13 @@ def _wait_for_slaves(namesrv: str, cluster: str) -> None:
                 statuses = admin.ha_status_of_cluster(cluster)
             except AdminError:
                 statuses = []
-            ends = {s.broker_name: s.master_commit_log_max_offset for s in statuses if s.master}
-            slaves = [s for s in statuses if not s.master]
-            if statuses and all(s.master_link is not None and s.master_link.connected
-                                and s.master_link.max_offset >= ends.get(s.broker_name, 0)
-                                for s in slaves):
+            answered = [s for s in statuses if isinstance(s, HAStatus)]
+            ends = {s.broker_name: s.master_commit_log_max_offset for s in answered if s.master}
+            slaves = [s for s in answered if not s.master]
+            if answered and len(answered) == len(statuses) and all(
+                    s.master_link is not None and s.master_link.connected
+                    and s.master_link.max_offset >= ends.get(s.broker_name, 0)
+                    for s in slaves):
                 return
             time.sleep(0.5)
 
