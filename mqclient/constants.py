@@ -72,5 +72,8 @@ RECONSUME_DELAYS_S = (10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1
                       3600, 7200)
 SUSPEND_CURRENT_QUEUE_TIME_S = 1.0  # orderly: pause after SUSPEND_CURRENT_QUEUE_A_MOMENT
 REBALANCE_LOCK_INTERVAL_S = 20.0  # orderly: queue locks renewed this often
+# ... and this often while an owned queue lacks its lock (another consumer held it for a
+# moment, e.g. around a master's restart): consuming resumes soon after it lets go.
+LOCK_LOST_RETRY_S = 1.0
 WATCH_RECONNECT_DELAY_S = 1.0
 OFFSETS_FILE_NAME = "offsets.json"

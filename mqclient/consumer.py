@@ -33,6 +33,7 @@ from mqclient.allocate import AllocateAveragely, AllocateStrategy
 from mqclient.constants import (
     CONSUME_MESSAGE_BATCH_MAX_SIZE,
     CONSUME_THREAD_NUMS,
+    LOCK_LOST_RETRY_S,
     MAX_RECONSUME_TIMES,
     OFFSETS_FILE_NAME,
     PERSIST_CONSUMER_OFFSET_INTERVAL_S,
@@ -439,7 +440,10 @@ class PushConsumer:
 
     async def _lock_loop(self) -> None:
         while True:
-            await asyncio.sleep(REBALANCE_LOCK_INTERVAL_S)
+            lost = self._orderly and self.rebalancer is not None and any(
+                not pq.locked and not pq.dropped
+                for pq in self.rebalancer.process_queues.values())
+            await asyncio.sleep(LOCK_LOST_RETRY_S if lost else REBALANCE_LOCK_INTERVAL_S)
             await self._renew_locks()
 
     async def _renew_locks(self) -> None:

@@ -367,18 +367,51 @@ class Rebalancer:
 
     async def lock_all(self) -> list[ProcessQueue]:
         """Renews the locks of all owned queues (and of those being released); returns
-        the owned queues now locked."""
+        the owned queues now locked and ready to consume."""
         mqs = sorted(self.process_queues)
         renew = sorted({*mqs, *self.releasing})
         locked = await self.lock(renew) if renew else set()
         now = self.instance.clock()
-        out = []
+        out, regained = [], []
         for mq in mqs:
             pq = self.process_queues.get(mq)
             if pq is None:
                 continue
-            pq.locked = mq in locked
-            if pq.locked:
+            if mq not in locked:
+                pq.locked = False
+            elif pq.locked:
                 pq.last_lock_time = now
                 out.append(pq)
+            else:  # consumed only once _taken_back said so
+                regained.append(pq)
+        for pq in regained:
+            if await self._taken_back(pq) and not pq.dropped:
+                pq.locked, pq.last_lock_time = True, now
+                out.append(pq)
         return out
+
+    async def _taken_back(self, pq: ProcessQueue) -> bool:
+        """`pq`'s lock was lost and is held again: another consumer may have owned the queue
+        meanwhile (views of the group differ for a moment, e.g. around a master's restart,
+        whose locks are gone) and committed past what this one holds. Then the queue starts
+        again from that commit, as a queue newly taken would (its buffered messages are
+        not consumed twice, and no older offset is committed over the newer one); returns
+        whether `pq` may be consumed as it is."""
+        mq = pq.mq
+        try:
+            committed = await self.offset_store.read_from_store(mq)
+        except MQClientError as e:
+            log.debug("offset of %s not read again: %s", mq, e)
+            return True
+        if committed <= self.offset_store.read_memory(mq):
+            return True
+        log.info("group %s: %s was consumed elsewhere while its lock was lost (committed "
+                 "%d); going on from there", self.group, mq, committed)
+        pq.dropped = True  # nothing more of it is consumed; the reset replaces it
+        pq.locked, pq.last_lock_time = True, self.instance.clock()  # the new one has it
+        # Held at once: a commit of this consumer (its final one too) never goes below it.
+        self.offset_store.update(mq, committed, True)
+        task = asyncio.get_running_loop().create_task(self.reset_offsets({mq: committed}))
+        self.release_tasks.add(task)
+        task.add_done_callback(self.release_tasks.discard)
+        return False

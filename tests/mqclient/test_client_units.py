@@ -518,3 +518,59 @@ def test_an_orderly_queue_is_consumed_only_under_a_lock_younger_than_lock_truste
     assert consumer._may_consume(pq)
     clock.advance(0.001)
     assert not consumer._may_consume(pq)  # renewals failed for LOCK_TRUSTED_S: it stops
+
+
+def test_a_queue_whose_lock_comes_back_after_another_consumer_committed_restarts_there() -> None:
+    """Around a master's restart (its locks gone) two consumers may both own a queue for a
+    moment: the one that lost its lock and gets it back must not consume its stale buffer
+    again nor commit below what the other committed (chaos scenario 5 saw 21 -> 18)."""
+    from mqclient.offset_store import _MemoryOffsets
+    from mqclient.rebalance import ConsumeFromWhere, MessageModel, Rebalancer
+
+    class Offsets(_MemoryOffsets):
+        committed = 21
+
+        async def read_from_store(self, mq: MessageQueue) -> int:
+            return self.committed
+
+        async def persist(self, mqs: list[MessageQueue]) -> None:
+            pass
+
+    started: list[ProcessQueue] = []
+    clock = FakeClock()
+    offsets = Offsets()
+    rebalancer = Rebalancer(
+        SimpleNamespace(clock=clock.monotonic), "G", MessageModel.CLUSTERING,  # type: ignore[arg-type]
+        AllocateAveragely(), offsets, ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET, 0,
+        orderly=True, start_pull=started.append, stop_pull=lambda mq: None)
+    mq = QUEUES[0]
+    old = ProcessQueue(mq, 17)  # pulled from 17 before the restart, nothing consumed since
+    old.locked = True
+    rebalancer.process_queues[mq] = old
+    offsets.update(mq, 17, False)
+    grants: list[set[MessageQueue]] = [set(), {mq}]  # lost at the restart, then back
+
+    async def lock(mqs: list[MessageQueue]) -> set[MessageQueue]:
+        return grants.pop(0)
+
+    rebalancer.lock = lock  # type: ignore[method-assign]
+
+    async def scenario() -> tuple[list[ProcessQueue], bool, list[ProcessQueue]]:
+        lost = await rebalancer.lock_all()
+        locked_after_loss = rebalancer.process_queues[mq].locked
+        back = await rebalancer.lock_all()
+        await asyncio.gather(*rebalancer.release_tasks)
+        return lost, locked_after_loss, back
+
+    lost, locked_after_loss, back = asyncio.run(scenario())
+    assert lost == [] and not locked_after_loss
+    assert back == [] and old.dropped  # the stale buffer is not consumed
+    assert offsets.read_memory(mq) == 21  # no commit of this consumer goes below 21
+    new = rebalancer.process_queues[mq]
+    assert new is not old and new.next_offset == 21 and new.locked and started == [new]
+
+    # A lock lost and regained with nobody consuming meanwhile: the queue goes on as it was.
+    offsets.committed = 18
+    grants[:] = [set(), {mq}]
+    lost, locked_after_loss, back = asyncio.run(scenario())
+    assert back == [new] and not new.dropped and new.locked
