@@ -165,10 +165,12 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         kept_v2 = [n.v2_port for n in previous.brokers]
         # A layout from before the v2 endpoint: new ports for it only.
         v2_ports = kept_v2 if all(kept_v2) else free_ports(v2_count)
+        kept_send = [n.send_port for n in previous.brokers]
+        send_ports = kept_send if all(kept_send) else free_ports(v2_count)
     else:
-        # The gRPC and HA ports, then the metrics ports, then the brokers' v2 ports (so the
-        # gRPC and HA ports of a --base-port stay where they were before metrics and v2).
-        total = count + metrics_count + v2_count
+        # The gRPC and HA ports, then the metrics ports, then the brokers' v2 ports, then
+        # their send ports (so the ports of a --base-port stay where they were before).
+        total = count + metrics_count + 2 * v2_count
         if args.base_port is None:
             pool = free_ports(total)
         elif args.base_port + total - 1 > 65535:
@@ -176,19 +178,21 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         else:
             pool = list(range(args.base_port, args.base_port + total))
         ports, metrics_ports = pool[:count], pool[count:count + metrics_count]
-        v2_ports = pool[count + metrics_count:]
+        v2_ports = pool[count + metrics_count:count + metrics_count + v2_count]
+        send_ports = pool[count + metrics_count + v2_count:]
     requested = requested_namesrv_port(args)
     # --base-port lays out every port, the name server's too, unless a port is asked for.
     if args.base_port is None or args.namesrv_port:
         ports[0] = pick_namesrv_port(
             requested, ports[0], reused=same_shape and args.base_port is None,
-            others={*ports[1:], *metrics_ports, *v2_ports})
+            others={*ports[1:], *metrics_ports, *v2_ports, *send_ports})
     if requested and not port_is_free(requested):
         raise LocalClusterError(f"port {requested} (--namesrv-port or {NAMESRV_PORT_ENV}) is "
                                 "taken; choose another, or 0 for any free port")
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
-                         metrics_ports=metrics_ports, v2_ports=v2_ports, **shape)
-    used = [p for n in layout.nodes for p in (n.port, n.ha_port, n.metrics_port, n.v2_port) if p]
+                         metrics_ports=metrics_ports, v2_ports=v2_ports,
+                         send_ports=send_ports, **shape)
+    used = [p for n in layout.nodes for p in n.ports]
     if len(set(used)) != len(used):
         raise LocalClusterError(f"--namesrv-port {requested} is also another process's port "
                                 "in this layout; choose another")

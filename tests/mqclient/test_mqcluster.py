@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.config import read_properties
@@ -29,6 +30,7 @@ from mqclient.cli.local_cluster import (
     port_is_free,
     records_to_json,
 )
+from mqproto import messaging_pb2, messaging_pb2_grpc
 from tests.support.processes import LocalCluster, run_mqcluster
 from tests.support.waiting import wait_until
 
@@ -91,14 +93,20 @@ def test_plan_gives_each_broker_a_grpc_and_an_ha_port_and_slaves_their_master(
     assert slave["maxIndexNum"] == "4000"  # --set reaches every broker
 
 
+def send_channel_address(broker: str) -> str:
+    with grpc.insecure_channel(broker) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        return stub.GetSendChannel(messaging_pb2.GetSendChannelRequest(), timeout=10).address
+
+
 def test_plan_gives_each_broker_its_own_v2_port(tmp_path: Path) -> None:
     """grpcProxyPort is planned (listenPort + 3 may be another node's port here)."""
     layout = plan_layout(groups=1, slaves=1, namesrvs=1, ports=range(20000, 20005),
                          flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={},
-                         v2_ports=[21000, 21001])
+                         v2_ports=[21000, 21001], send_ports=[22000, 22001])
     assert [n.v2_port for n in layout.brokers] == [21000, 21001]
     conf = read_properties(broker_conf(layout, layout.brokers[1], tmp_path))
-    assert conf["grpcProxyPort"] == "21001"
+    assert (conf["grpcProxyPort"], conf["sendListenPort"]) == ("21001", "22001")
 
 
 # -- real processes ----------------------------------------------------------------------------
@@ -113,6 +121,7 @@ def test_default_shape_up_status_down(tmp_path: Path) -> None:
             ("namesrv-0", True, None), ("broker-a-0", True, True)]
         broker = cluster.addresses()[0]
         assert registered(cluster.namesrv_addr) == {"broker-a": {0: broker}}
+        send_channel = send_channel_address(broker)
         with MQAdmin(cluster.namesrv_addr) as admin:
             sent = admin.send_message("KeptTopic", b"survives down and up")
         # The processes are detached from mqcluster, which has exited.
@@ -149,6 +158,7 @@ def test_default_shape_up_status_down(tmp_path: Path) -> None:
             kept = admin.consume_messages("KeptTopic")
         assert [(m.body, m.offset_msg_id) for m in kept] == [
             (b"survives down and up", sent.offset_msg_id)]
+        assert send_channel_address(broker) == send_channel  # a trial saw it move
         cluster.down("--clean")
         assert not directory.exists()
 
