@@ -27,6 +27,7 @@ from chaos.history import HistoryError, read_history
 from chaos.operations import run_info
 from chaos.runner import RunError, RunOptions, evaluate, run
 from chaos.scenarios import SCENARIOS
+from mqclient.cli.errors import stdout_closed
 
 PROG = "mqchaos"
 EXIT_FAILED = 1
@@ -187,6 +188,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
+    except BrokenPipeError:  # `mqchaos ... | head`: the reader had enough
+        return stdout_closed()
     except (RunError, FaultError, HistoryError, OSError) as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from mqclient.cli.arguments import at_least, port_number
+from mqclient.cli.errors import stdout_closed
 from mqclient.cli.local_cluster import port_is_free, read_json, write_json
 from spark_analytics.session import java_problem
 
@@ -287,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # `mqspark status | head`: the reader had enough
+        return stdout_closed()
     except (SparkClusterError, OSError) as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILURE
