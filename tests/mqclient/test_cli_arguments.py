@@ -100,3 +100,17 @@ def test_an_unexpected_error_is_one_line_and_exit_1(capsys: pytest.CaptureFixtur
     assert mqadmin.main(["topicList", "-n", "127.0.0.1:1"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and err.endswith("for the traceback)\n")
+
+
+def test_mqdemo_and_mqspark_check_their_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    from mqclient import demo
+    from spark_analytics import standalone
+
+    for main, argv, says in ((demo.main, ["--messages", "0"], "mqdemo: error: argument"),
+                             (demo.main, ["--messages", HUGE], "--messages"),
+                             (standalone.main, ["start", "--timeout", "nan"], "--timeout"),
+                             (standalone.main, ["stop", "--timeout", "0"], "--timeout")):
+        with pytest.raises(SystemExit) as exited:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and says in err, (argv, err)
