@@ -411,9 +411,10 @@ class SendProcessor:
                                f"the broker[{broker.config.broker_name}] sending message is "
                                "forbidden")
         if broker.config.is_slave:
+            # The remark without the code: clients print "CODE: remark".
             raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
-                               "SERVICE_NOT_AVAILABLE: this broker is a slave and refuses "
-                               "writes; send to the master of its group")
+                               "this broker is a slave and refuses writes; send to the "
+                               "master of its group")
 
     async def _topic_config(self, topic: str, requested_queue_nums: int,
                             queue_id: int = -1) -> TopicConfig:

@@ -196,6 +196,9 @@ def free_ports(count: int) -> list[int]:
             sockets.append(s)
             s.bind((LOOPBACK, 0))
         return [s.getsockname()[1] for s in sockets]
+    except OSError as e:  # e.g. EMFILE: one socket a port, all held at once
+        raise LocalClusterError(f"cannot reserve {count} free ports on {LOOPBACK} (got "
+                                f"{len(sockets) - 1}): {e.strerror or e}") from None
     finally:
         for s in sockets:
             s.close()
@@ -436,11 +439,15 @@ def spawn(node: Node, directory: Path, layout: Layout | None = None
     key = cluster_key_of(directory)  # `up --acl`: name servers and brokers share it
     if key:
         env["MQ_CLUSTER_KEY"] = key
-    with log_path.open("ab") as log:
-        offset = log.tell()
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=directory, env=env,
-                                   start_new_session=True)
+    try:
+        with log_path.open("ab") as log:
+            offset = log.tell()
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, cwd=directory, env=env,
+                                       start_new_session=True)
+    except OSError as e:
+        raise LocalClusterError(f"cannot start {node.name} (log {log_path}): "
+                                f"{e.strerror or e}") from None
     stat = _proc_stat(process.pid)
     # Exited already: recorded with a start time no process has, so it reads as dead.
     record = ProcessRecord(node.name, process.pid, stat[1] if stat else -1, argv, log_rel)
