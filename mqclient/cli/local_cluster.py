@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -187,11 +188,44 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel hands out now (held together so that they differ)."""
-    sockets = []
+# Free ports are picked at random in [SERVER_PORT_LOW, the kernel's ephemeral range): a port
+# bind(0) hands out is one the kernel may also give an outgoing connection, or another
+# process's bind(0), before our server binds it (tests running side by side lost clusters
+# that way); below that range a pick collides only with another random pick.
+SERVER_PORT_LOW = 10_000
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PICK_TRIES_PER_PORT = 50
+
+
+def _first_ephemeral_port() -> int:
     try:
-        for _ in range(count):
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different ports nobody listens on now, outside the ephemeral range (the
+    kernel's own picks where that range leaves too little room below it)."""
+    sockets: list[socket.socket] = []
+    high = _first_ephemeral_port()
+    try:
+        if high - SERVER_PORT_LOW >= 100 * count:
+            for _ in range(PICK_TRIES_PER_PORT * count):
+                if len(sockets) == count:
+                    break
+                port = random.randrange(SERVER_PORT_LOW, high)
+                if any(s.getsockname()[1] == port for s in sockets):
+                    continue  # SO_REUSEADDR would let it bind twice
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+                try:
+                    s.bind((LOOPBACK, port))
+                except OSError:  # taken
+                    s.close()
+                    continue
+                sockets.append(s)
+        while len(sockets) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets.append(s)
             s.bind((LOOPBACK, 0))

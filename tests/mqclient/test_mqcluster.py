@@ -24,6 +24,7 @@ from mqclient.cli.local_cluster import (
     STATE_FILE,
     ProcessRecord,
     broker_conf,
+    free_ports,
     group_name,
     is_alive,
     plan_layout,
@@ -31,6 +32,7 @@ from mqclient.cli.local_cluster import (
     records_to_json,
 )
 from mqproto import messaging_pb2, messaging_pb2_grpc
+from tests.support.ports import free_port
 from tests.support.processes import LocalCluster, run_mqcluster
 from tests.support.waiting import wait_until
 
@@ -53,12 +55,6 @@ def wait_gone(pids: list[int]) -> None:
     while not all(pid_gone(p) for p in pids):
         assert time.monotonic() < deadline, f"still alive: {[p for p in pids if not pid_gone(p)]}"
         time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def registered(namesrv_addr: str) -> dict[str, dict[int, str]]:
@@ -430,3 +426,13 @@ def test_a_tls_and_acl_cluster_says_what_clients_need_at_every_up(tmp_path: Path
         assert listed.returncode == 0, listed.stderr
         again = cluster.mqcluster("up").stdout
         assert "already running" in again and tls_hint in again and acl_hint in again
+
+
+def test_free_ports_lie_below_the_ephemeral_range() -> None:
+    """A port bind(0) hands out may go to an outgoing connection before the server binds it
+    (test clusters side by side lost brokers that way): picks come from below that range."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(200)
+    assert len(set(ports)) == 200
+    assert all(10_000 <= p < low for p in ports)
+    assert all(port_is_free(p) for p in ports)
