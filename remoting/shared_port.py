@@ -79,6 +79,10 @@ class SharedPort:
                 await self._splice(first, reader, writer)
             else:
                 await self.remoting.serve_stream(reader, writer, first)
+        except asyncio.CancelledError:
+            # stop(): the connection ends here (asyncio's stream server logs a handler
+            # task that ends cancelled as an error)
+            writer.close()
         finally:
             self._tasks.discard(task)
 

@@ -1,0 +1,121 @@
+"""Run by the C++ client's python (cpp_venv.py), never imported by the tests:
+
+    cpp_client.py send NAMESRV TOPIC SPECS_JSON
+    cpp_client.py push NAMESRV TOPIC GROUP OPTS_JSON
+
+send: each spec {body, keys, tags, props: {name: value}, delay, mode: sync | oneway |
+orderly (with `key`), batch: [specs]}; prints {"status", "msg_id", "offset"} per send, or
+{"error"}.
+push: a push consumer (opts: expression, orderly, broadcast, expect, timeout_s, settle_s,
+props: names to read, fail_first: bodies whose first delivery fails); prints one line per
+message delivered, then {"done": true} once `expect` arrived and `settle_s` passed (or
+timeout_s). Prints JSON lines only, flushed at once.
+"""
+
+import json
+import sys
+import threading
+import time
+
+from rocketmq.client import Message, Producer, PushConsumer
+from rocketmq.ffi import MessageModel
+
+
+def out(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def message(topic, spec):
+    msg = Message(topic)
+    msg.set_body(spec["body"].encode("utf-8"))
+    if spec.get("keys"):
+        msg.set_keys(spec["keys"])
+    if spec.get("tags"):
+        msg.set_tags(spec["tags"])
+    for name, value in (spec.get("props") or {}).items():
+        msg.set_property(name, value)
+    if spec.get("delay"):
+        msg.set_delay_time_level(spec["delay"])
+    return msg
+
+
+def send(namesrv, topic, specs):
+    producer = Producer("PID_CPP_TEST", timeout=5000)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for spec in specs:
+            try:
+                mode = spec.get("mode", "sync")
+                if spec.get("batch"):
+                    r = producer.send_batch([message(topic, s) for s in spec["batch"]])
+                elif mode == "oneway":
+                    producer.send_oneway(message(topic, spec))
+                    out({"status": "ONEWAY"})
+                    continue
+                elif mode == "orderly":
+                    r = producer.send_orderly(message(topic, spec), spec["key"])
+                else:
+                    r = producer.send_sync(message(topic, spec))
+                out({"status": r.status.name, "msg_id": r.msg_id, "offset": r.offset})
+            except Exception as e:  # the client's error text, for the test to show
+                out({"error": f"{type(e).__name__}: {e}"})
+    finally:
+        producer.shutdown()
+    out({"done": True})
+
+
+def push(namesrv, topic, group, opts):
+    model = MessageModel.BROADCASTING if opts.get("broadcast") else MessageModel.CLUSTERING
+    consumer = PushConsumer(group, orderly=bool(opts.get("orderly")), message_model=model)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.set_thread_count(int(opts.get("threads", 2)))
+    lock = threading.Lock()
+    seen = {"n": 0, "last": time.monotonic()}
+    failed = set()
+    fail_first = set(opts.get("fail_first") or [])
+
+    def on_message(msg):
+        body = (msg.body or b"").decode("utf-8", "replace")
+        if body in fail_first and body not in failed:
+            failed.add(body)
+            raise RuntimeError("failing the first delivery on purpose")
+        props = {name: (msg.get_property(name) or b"").decode() for name in
+                 opts.get("props") or []}
+        with lock:
+            seen["n"] += 1
+            seen["last"] = time.monotonic()
+            out({"body": body, "id": msg.id, "tags": (msg.tags or b"").decode(),
+                 "keys": (msg.keys or b"").decode(), "queue_id": msg.queue_id,
+                 "queue_offset": msg.queue_offset, "reconsume": msg.reconsume_times,
+                 "topic": msg.topic, "props": props,
+                 "store_ts": msg.store_timestamp, "born_ts": msg.born_timestamp})
+
+    consumer.subscribe(topic, on_message, opts.get("expression", "*"))
+    consumer.start()
+    out({"started": True})
+    deadline = time.monotonic() + float(opts.get("timeout_s", 60))
+    expect = int(opts.get("expect", 0))
+    settle = float(opts.get("settle_s", 1))
+    while time.monotonic() < deadline:
+        with lock:
+            if seen["n"] >= expect and time.monotonic() - seen["last"] >= settle:
+                break
+        time.sleep(0.05)
+    consumer.shutdown()
+    out({"done": True, "received": seen["n"]})
+
+
+def main():
+    command = sys.argv[1]
+    if command == "send":
+        send(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))
+    elif command == "push":
+        push(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))
+    else:
+        raise SystemExit(f"unknown command {command}")
+
+
+if __name__ == "__main__":
+    main()
