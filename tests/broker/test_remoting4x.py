@@ -5,6 +5,7 @@ client (tests/support/remoting_client.py): routes from the name server's one por
 from __future__ import annotations
 
 import json
+import socket
 import struct
 import threading
 import time
@@ -70,6 +71,14 @@ def send(c: RemotingClient, topic: str, body: bytes, queue_id: int = 0, code: in
     return {k: str(v) for k, v in answer.ext_fields.items()}
 
 
+def dispatched(c: RemotingClient, topic: str, queue_id: int, at_least: int) -> None:
+    """Waits until the queue's max offset reaches `at_least` (the store dispatches sends
+    to their queues a moment after it answers them)."""
+    wait_until(lambda: int(c.call(codes.GET_MAX_OFFSET, {
+        "topic": topic, "queueId": queue_id}).ext_fields["offset"]) >= at_least,
+        message=f"{topic}-{queue_id} reaches {at_least}")
+
+
 def pull(c: RemotingClient, topic: str, queue_id: int, offset: int, *, group: str = "CG",
          sub: str = "*", suspend_ms: int = 0, sys_flag: int = 4) -> tuple[int, dict, list]:
     answer = c.call(codes.PULL_MESSAGE, {
@@ -122,6 +131,7 @@ def test_sends_of_each_code_are_pulled_back_with_everything_intact(cluster: Clus
         ext = {"producerGroup": "PG", "topic": "T4", "queueId": 1, "sysFlag": 1, "flag": 7,
                "bornTimestamp": "1", "properties": properties(TAGS="TagZ")}
         assert c.call(codes.SEND_MESSAGE, ext, big).code == 0
+        dispatched(c, "T4", 1, int(a["queueOffset"]) + 3)
         code, header, records = pull(c, "T4", 1, int(a["queueOffset"]))
         assert code == 0 and int(header["nextBeginOffset"]) == int(a["queueOffset"]) + 3
         first, second, third = records
@@ -163,6 +173,7 @@ def test_batches(cluster: Cluster, code: int) -> None:
         assert answer.code == 0, answer
         ids = answer.ext_fields["msgId"].split(",")
         assert len(ids) == 2
+        dispatched(c, "T4", 2, int(answer.ext_fields["queueOffset"]) + 2)
         _, _, records = pull(c, "T4", 2, int(answer.ext_fields["queueOffset"]))
         assert [(r["body"], r["properties"].get("KEYS")) for r in records[:2]] == [
             (b"b1", "x"), (b"b2", "y")]
@@ -190,6 +201,7 @@ def test_offsets(cluster: Cluster) -> None:
         for i in range(3):
             send(c, "TOff", b"m%d" % i, 0)
         q = {"topic": "TOff", "queueId": 0}
+        dispatched(c, "TOff", 0, 3)
         new_group = c.call(codes.QUERY_CONSUMER_OFFSET, {"consumerGroup": "NewG", **q})
         assert (new_group.code, new_group.ext_fields) == (0, {"offset": "0"})
         c.send(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "NewG", "commitOffset": 2, **q},
@@ -273,3 +285,59 @@ def test_send_back_goes_to_the_retry_topic(cluster: Cluster) -> None:
         assert refused.code == codes.NO_PERMISSION and "subscribe" in refused.remark
         bad = c.call(codes.CONSUMER_SEND_MSG_BACK, {"offset": "x", "group": "GroupB"})
         assert bad.code == codes.SYSTEM_ERROR and "offset" in bad.remark
+
+
+def _closed(sock: socket.socket, timeout: float = 10) -> bool:
+    sock.settimeout(timeout)
+    try:
+        return sock.recv(1024) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("where", ["broker", "namesrv"])
+@pytest.mark.parametrize(("garbage", "why"), [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "over the limit"),
+    (struct.pack(">iI", 8, 100) + b"{}{}", "header length 100 past"),
+    (struct.pack(">i", 512 * 1024 * 1024), "over the limit"),
+    (struct.pack(">iI", 9, 5) + b"{oops", "does not parse"),
+])
+def test_bad_input_closes_only_that_connection_with_one_clear_line(
+        cluster: Cluster, where: str, garbage: bytes, why: str) -> None:
+    with cluster.client(where) as good:
+        host, _, port = (cluster.remoting if where == "broker"
+                         else cluster.namesrv.address).rpartition(":")
+        with socket.create_connection((host, int(port))) as bad:
+            bad.sendall(garbage)
+            assert _closed(bad)
+        code = codes.GET_MAX_OFFSET if where == "broker" else codes.GET_ROUTEINFO_BY_TOPIC
+        answer = good.call(code, {"topic": "T4", "queueId": 0})
+        assert answer.code == 0, answer
+    # One line per 10 s at most (a flood of bad connections logs little); each reason's
+    # own line: tests/remoting/test_connection.py.
+    log = (cluster.broker if where == "broker" else cluster.namesrv).log_text()
+    assert "remoting connection from 127.0.0.1:" in log and " closed: " in log
+
+
+def test_a_half_frame_held_open_is_closed_and_wrong_types_are_answered(cluster: Cluster
+                                                                        ) -> None:
+    host, _, port = cluster.remoting.rpartition(":")
+    with socket.create_connection((host, int(port))) as half:
+        half.sendall(struct.pack(">i", 1000) + b"\x00\x00\x00")
+        started = time.monotonic()
+        assert _closed(half)  # sendChannelFrameTimeoutMills=1000 on this broker
+        assert 0.5 < time.monotonic() - started < 8
+    with cluster.client() as c:
+        for ext in ({"topic": "T4", "queueId": "one"}, {"topic": ["T4"], "queueId": 0},
+                    {"topic": "T4", "queueId": True}, {"topic": "T4"}):
+            answer = c.call_raw({"code": codes.GET_MAX_OFFSET, "flag": 0, "extFields": ext})
+            assert answer.code == codes.SYSTEM_ERROR and "extFields" in answer.remark, answer
+        unknown = c.call(4242)
+        assert unknown.code == codes.REQUEST_CODE_NOT_SUPPORTED and "4242" in unknown.remark
+        assert c.call(codes.GET_MAX_OFFSET, {"topic": "T4", "queueId": 0}).code == 0
+        bad_heartbeat = c.call(codes.HEART_BEAT, {}, b"[1, 2]")
+        assert bad_heartbeat.code == codes.SYSTEM_ERROR
+        assert c.call(codes.HEART_BEAT, {}, b'{"clientID": "x", "consumerDataSet": '
+                      b'[{"groupName": "G", "subscriptionDataSet": [{"topic": "T4", '
+                      b'"subString": "TagA", "expressionType": "SQL99"}]}]}'
+                      ).code == codes.SUBSCRIPTION_PARSE_FAILED

@@ -62,6 +62,19 @@ class RemotingClient:
             if cmd.opaque == want:
                 return cmd
 
+    def call_raw(self, header: dict[str, Any], body: bytes = b"") -> RemotingCommand:
+        """A request whose JSON header is sent as given (values of any JSON type)."""
+        self.opaque += 1
+        h = json.dumps({**header, "opaque": self.opaque}).encode()
+        self.sock.sendall(struct.pack(">iI", 4 + len(h) + len(body), len(h)) + h + body)
+        want = self.opaque
+        while True:
+            cmd = self.read()
+            if cmd.is_response and cmd.opaque == want:
+                return cmd
+            if not cmd.is_response:
+                self.pushed.append(cmd)
+
     def call_json(self, code: int, obj: Any, ext: dict[str, Any] | None = None
                   ) -> RemotingCommand:
         return self.call(code, ext, json.dumps(obj).encode())
