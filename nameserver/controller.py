@@ -30,7 +30,7 @@ from nameserver.metrics import NamesrvMetrics
 from nameserver.processor import NamesrvServicer
 from nameserver.remoting import NamesrvRemotingProcessor
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
-from remoting.connection import RemotingServer
+from remoting.connection import RemotingLimits, RemotingServer
 from remoting.serving import add_servicer, watch_loop_stalls
 from remoting.shared_port import SharedPort
 from remoting.tls import ServerTls
@@ -123,7 +123,9 @@ class NamesrvController:
         if port == 0:
             raise OSError(f"cannot listen on {grpc_listen}")
         if self.remoting:
-            front = SharedPort(RemotingServer(NamesrvRemotingProcessor(self.route_info_manager)),
+            # 4.x clients ask for routes every 30 s: one silent for 120 s is gone.
+            front = SharedPort(RemotingServer(NamesrvRemotingProcessor(self.route_info_manager),
+                                              RemotingLimits(idle_timeout_s=120.0)),
                                "127.0.0.1", port)
             try:
                 port = await front.start(host.strip("[]"), split_host_port(self.listen)[1])

@@ -233,6 +233,9 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         # Any free port: producers ask each broker where its send channel is (GetSendChannel),
         # and listenPort + 2 may be the next broker's port in this layout.
         "sendListenPort": "0",
+        # RocketMQ 4.x clients (remoting): any free port likewise; they learn it from the
+        # name servers' routes (they are given the name server addresses, the same port).
+        "remotingPort": "0",
         "brokerRole": layout.role if node.broker_id == 0 else SLAVE_ROLE,
         "flushDiskType": layout.flush,
         "storePathRootDir": str(directory / node.name / STORE_DIR),
