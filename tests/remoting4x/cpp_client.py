@@ -2,6 +2,7 @@
 
     cpp_client.py send NAMESRV TOPIC SPECS_JSON
     cpp_client.py push NAMESRV TOPIC GROUP OPTS_JSON
+    cpp_client.py pull NAMESRV TOPIC GROUP EXPRESSION
 
 send: each spec {body, keys, tags, props: {name: value}, delay, mode: sync | oneway |
 orderly (with `key`), batch: [specs]}; prints {"status", "msg_id", "offset"} per send, or
@@ -9,7 +10,9 @@ orderly (with `key`), batch: [specs]}; prints {"status", "msg_id", "offset"} per
 push: a push consumer (opts: expression, orderly, broadcast, expect, timeout_s, settle_s,
 props: names to read, fail_first: bodies whose first delivery fails); prints one line per
 message delivered, then {"done": true} once `expect` arrived and `settle_s` passed (or
-timeout_s). Prints JSON lines only, flushed at once.
+timeout_s).
+pull: a pull consumer reading every queue of the topic from offset 0 to its end.
+Prints JSON lines only, flushed at once.
 """
 
 import json
@@ -17,7 +20,7 @@ import sys
 import threading
 import time
 
-from rocketmq.client import Message, Producer, PushConsumer
+from rocketmq.client import Message, Producer, PullConsumer, PushConsumer
 from rocketmq.ffi import MessageModel
 
 
@@ -107,12 +110,28 @@ def push(namesrv, topic, group, opts):
     out({"done": True, "received": seen["n"]})
 
 
+def pull(namesrv, topic, group, expression):
+    consumer = PullConsumer(group)
+    consumer.set_namesrv_addr(namesrv)
+    consumer.start()
+    try:
+        for msg in consumer.pull(topic, expression):
+            out({"body": (msg.body or b"").decode("utf-8", "replace"),
+                 "tags": (msg.tags or b"").decode(), "queue_id": msg.queue_id,
+                 "queue_offset": msg.queue_offset})
+    finally:
+        consumer.shutdown()
+    out({"done": True})
+
+
 def main():
     command = sys.argv[1]
     if command == "send":
         send(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))
     elif command == "push":
         push(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))
+    elif command == "pull":
+        pull(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
         raise SystemExit(f"unknown command {command}")
 

@@ -153,3 +153,26 @@ def test_cpp_producer_to_mqclient_and_back(cpp: Cpp, cluster: Cluster) -> None:
         assert (m["tags"], m["keys"], m["props"]) == ("TagMq", "mk" + m["body"][2:],
                                                       {"from": "mqclient"})
         assert m["id"] == ids[m["body"]]
+
+
+def test_broadcasting_consumers_each_get_every_message(cpp: Cpp, cluster: Cluster) -> None:
+    cluster.node.create_topic("CppBroadcast", 2)
+    consumers = [cpp.push(cluster.namesrv_addr, "CppBroadcast", "CG_broadcast",
+                          broadcast=True, expect=6, timeout_s=40) for _ in range(2)]
+    time.sleep(12)  # both started (a broadcasting consumer starts at the queues' end)
+    assert all(r["status"] == "OK" for r in cpp.send(
+        cluster.namesrv_addr, "CppBroadcast", [{"body": f"bc{i}"} for i in range(6)]))
+    for consumer in consumers:
+        assert sorted(m["body"] for m in cpp.received(consumer)) == [f"bc{i}" for i in range(6)]
+
+
+def test_pull_consumer_reads_every_queue(cpp: Cpp, cluster: Cluster) -> None:
+    cluster.node.create_topic("CppPull", 3)
+    assert all(r["status"] == "OK" for r in cpp.send(
+        cluster.namesrv_addr, "CppPull",
+        [{"body": f"p{i}", "tags": "TagP" if i % 2 else "TagQ"} for i in range(12)]))
+    wait_until(lambda: sum(cluster.node.max_offset("CppPull", q) for q in range(3)) == 12,
+               message="12 messages dispatched to their queues")
+    got = cpp.received(cpp.start("pull", cluster.namesrv_addr, "CppPull", "CG_pull", "TagP"))
+    assert sorted(m["body"] for m in got) == sorted(f"p{i}" for i in range(1, 12, 2))
+    assert len({m["queue_id"] for m in got}) == 3
