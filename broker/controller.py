@@ -389,15 +389,15 @@ class BrokerController:
         remoting_port = self.config.remoting_port
         if remoting_port == 0:
             return
-        if self.config.acl_enable or self.config.tls_enable:
+        if self.config.tls_enable:
             log.warning("remotingPort off: the RocketMQ 4.x port does not serve with "
-                        "aclEnable or tlsEnable yet")
+                        "tlsEnable yet")
             return
         if remoting_port < 0:  # unset: listenPort + 4, or any free port when listenPort is
             remoting_port = port + REMOTING_PORT_OFFSET if self.config.listen_port else 0
         assert self.context is not None and self.messaging is not None
         remoting = BrokerRemoting(self.context, self.messaging.send, self.messaging.pull,
-                                  self.messaging.queue_locks)
+                                  self.messaging.queue_locks, self.auth)
         try:
             bound = await remoting.start(self.config.bind_address, remoting_port)
         except OSError as e:

@@ -9,5 +9,6 @@ startup code (broker/controller.py) imports this package.
 - `clients.py`: heartbeats (34), unregister (35), consumer lists (38) and their change
   notices (40), queue locks (41, 42)
 - `transactions.py`: END_TRANSACTION (37) and the check-back to producers (39)
+- `acl.py`: aclEnable: the 4.x signature, then the accounts' permissions (acl/)
 - `status.py`: our statuses as RocketMQ response codes
 """

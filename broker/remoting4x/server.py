@@ -9,7 +9,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from acl.grpc_auth import ServerAuth
 from broker.clients import QueueLocks
+from broker.remoting4x.acl import RemotingAcl
 from broker.remoting4x.clients import RemotingClients
 from broker.remoting4x.consuming import RemotingConsume
 from broker.remoting4x.sending import RemotingSend
@@ -38,8 +40,10 @@ class BrokerRemoting:
     """Serves 4.x clients for one broker, on its context and processors."""
 
     def __init__(self, broker: BrokerContext, send: SendProcessor, pull: PullProcessor,
-                 queue_locks: QueueLocks) -> None:
+                 queue_locks: QueueLocks, auth: ServerAuth | None = None) -> None:
         self.broker = broker
+        # aclEnable: every request is signed and checked (acl.py)
+        self.acl = RemotingAcl(auth) if auth is not None else None
         self.sending = RemotingSend(broker, send)
         self.consume = RemotingConsume(broker, pull, send, queue_locks)
         self.clients = RemotingClients(broker, send, queue_locks)
@@ -90,6 +94,8 @@ class BrokerRemoting:
             return cmd.response(codes.REQUEST_CODE_NOT_SUPPORTED,
                                 f"request code {cmd.code} is not supported by this broker")
         try:
+            if self.acl is not None:
+                self.acl.check(cmd, peer_host(conn)[0])
             return await handler(conn, cmd)
         except RequestError as e:
             return cmd.response(response_code(e.code), e.remark)

@@ -39,9 +39,10 @@ class Cpp:
             raise AssertionError(f"cpp_client exited {code}:\n{lines}\n{err}")
         return lines[:-1]
 
-    def send(self, namesrv: str, topic: str, specs: list[dict[str, Any]]
+    def send(self, namesrv: str, topic: str, specs: list[dict[str, Any]], **opts: Any
              ) -> list[dict[str, Any]]:
-        return self.wait(self.start("send", namesrv, topic, json.dumps(specs)))
+        return self.wait(self.start("send", namesrv, topic, json.dumps(specs),
+                                    json.dumps(opts)))
 
     def push(self, namesrv: str, topic: str, group: str, **opts: Any
              ) -> subprocess.Popen[str]:

@@ -1,16 +1,16 @@
 """Run by the C++ client's python (cpp_venv.py), never imported by the tests:
 
-    cpp_client.py send NAMESRV TOPIC SPECS_JSON
+    cpp_client.py send NAMESRV TOPIC SPECS_JSON [OPTS_JSON]
     cpp_client.py push NAMESRV TOPIC GROUP OPTS_JSON
     cpp_client.py pull NAMESRV TOPIC GROUP EXPRESSION
 
 send: each spec {body, keys, tags, props: {name: value}, delay, mode: sync | oneway |
 orderly (with `key`), batch: [specs]}; prints {"status", "msg_id", "offset"} per send, or
-{"error"}.
+{"error"}. OPTS: {credentials: [access key, secret key]} (ACL).
 push: a push consumer (opts: expression, orderly, broadcast, expect, timeout_s, settle_s,
 props: names to read, fail_first: bodies whose first delivery fails); prints one line per
 message delivered, then {"done": true} once `expect` arrived and `settle_s` passed (or
-timeout_s).
+timeout_s), credentials as for send.
 pull: a pull consumer reading every queue of the topic from offset 0 to its end.
 Prints JSON lines only, flushed at once.
 """
@@ -43,9 +43,11 @@ def message(topic, spec):
     return msg
 
 
-def send(namesrv, topic, specs):
+def send(namesrv, topic, specs, opts):
     producer = Producer("PID_CPP_TEST", timeout=5000)
     producer.set_namesrv_addr(namesrv)
+    if opts.get("credentials"):
+        producer.set_session_credentials(*opts["credentials"], "")
     producer.start()
     try:
         for spec in specs:
@@ -73,6 +75,8 @@ def push(namesrv, topic, group, opts):
     model = MessageModel.BROADCASTING if opts.get("broadcast") else MessageModel.CLUSTERING
     consumer = PushConsumer(group, orderly=bool(opts.get("orderly")), message_model=model)
     consumer.set_namesrv_addr(namesrv)
+    if opts.get("credentials"):
+        consumer.set_session_credentials(*opts["credentials"], "")
     consumer.set_thread_count(int(opts.get("threads", 2)))
     lock = threading.Lock()
     seen = {"n": 0, "last": time.monotonic()}
@@ -127,7 +131,8 @@ def pull(namesrv, topic, group, expression):
 def main():
     command = sys.argv[1]
     if command == "send":
-        send(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]))
+        send(sys.argv[2], sys.argv[3], json.loads(sys.argv[4]),
+             json.loads(sys.argv[5]) if len(sys.argv) > 5 else {})
     elif command == "push":
         push(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))
     elif command == "pull":
