@@ -96,6 +96,12 @@ NEEDS: dict[int, tuple[str, Callable[[RemotingCommand], Fields]]] = {
     codes.GET_CONSUMER_LIST_BY_GROUP: (r.GROUP_MEMBERS, _fields("consumerGroup")),
     codes.CONSUMER_SEND_MSG_BACK: (r.SEND_BACK, _fields("group")),  # + the message's topic
     codes.END_TRANSACTION: (r.END_TRANSACTION, lambda _: {}),  # the half's topic, once found
+    codes.QUERY_MESSAGE: (r.QUEUE_INFO, _fields(topic="topic")),
+    codes.VIEW_MESSAGE_BY_ID: (r.ADMIN, lambda _: {}),  # the topic is known only once found
+    codes.GET_BROKER_RUNTIME_INFO: (r.ADMIN, lambda _: {}),
+    codes.GET_TOPIC_STATS_INFO: (r.ADMIN, lambda _: {}),
+    codes.GET_CONSUME_STATS: (r.ADMIN, lambda _: {}),
+    codes.GET_CONSUMER_CONNECTION_LIST: (r.ADMIN, lambda _: {}),
     codes.LOCK_BATCH_MQ: (r.QUEUE_LOCK, _locks),
     codes.UNLOCK_BATCH_MQ: (r.QUEUE_LOCK, _locks),
 }

@@ -125,6 +125,14 @@ class RemotingClients:
                     self._notify_changes(conn, client_id, group))
         return cmd.response(codes.SUCCESS)
 
+    @staticmethod
+    def last_client_id(cmd: RemotingCommand) -> str:
+        """The clientID of a heartbeat the client table took."""
+        try:
+            return str(json.loads(cmd.body).get("clientID") or "")
+        except (ValueError, AttributeError):
+            return ""
+
     async def _notify_changes(self, conn: RemotingConnection, client_id: str, group: str
                               ) -> None:
         """Sends NOTIFY_CONSUMER_IDS_CHANGED to the client at each change of its group."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from acl.grpc_auth import ServerAuth
 from broker.clients import QueueLocks
 from broker.remoting4x.acl import RemotingAcl
+from broker.remoting4x.admin import RemotingAdmin
 from broker.remoting4x.clients import RemotingClients
 from broker.remoting4x.consuming import RemotingConsume
 from broker.remoting4x.sending import RemotingSend
@@ -48,6 +49,7 @@ class BrokerRemoting:
         self.consume = RemotingConsume(broker, pull, send, queue_locks)
         self.clients = RemotingClients(broker, send, queue_locks)
         self.transactions = RemotingTransactions(broker)
+        self.admin = a = RemotingAdmin(broker)
         c = self.consume
         by_request: dict[int, Callable[[RemotingCommand], Awaitable[RemotingCommand]]] = {
             codes.PULL_MESSAGE: c.pull,
@@ -62,6 +64,12 @@ class BrokerRemoting:
             codes.LOCK_BATCH_MQ: self.clients.lock_batch,
             codes.UNLOCK_BATCH_MQ: self.clients.unlock_batch,
             codes.END_TRANSACTION: self.transactions.end_transaction,
+            codes.QUERY_MESSAGE: a.query_message,
+            codes.VIEW_MESSAGE_BY_ID: a.view_message,
+            codes.GET_BROKER_RUNTIME_INFO: a.runtime_info,
+            codes.GET_TOPIC_STATS_INFO: a.topic_stats,
+            codes.GET_CONSUME_STATS: a.consume_stats,
+            codes.GET_CONSUMER_CONNECTION_LIST: a.consumer_connections,
         }
         self.handlers: dict[int, Handler] = {
             code: (lambda _conn, cmd, f=f: f(cmd)) for code, f in by_request.items()}
@@ -85,6 +93,10 @@ class BrokerRemoting:
                          ) -> RemotingCommand:
         answer = await self.clients.heartbeat(conn, cmd)
         self.transactions.heartbeat(conn, cmd)
+        client_id = self.clients.last_client_id(cmd)
+        if client_id:
+            self.admin.connections[client_id] = (conn.peer, cmd.language, cmd.version)
+            conn.on_close.append(lambda _c: self.admin.connections.pop(client_id, None))
         return answer
 
     async def handle(self, conn: RemotingConnection, cmd: RemotingCommand

@@ -341,3 +341,46 @@ def test_a_half_frame_held_open_is_closed_and_wrong_types_are_answered(cluster: 
                       b'[{"groupName": "G", "subscriptionDataSet": [{"topic": "T4", '
                       b'"subString": "TagA", "expressionType": "SQL99"}]}]}'
                       ).code == codes.SUBSCRIPTION_PARSE_FAILED
+
+
+def test_queries_and_admin_views(cluster: Cluster) -> None:
+    with cluster.client() as c:
+        cluster.node.create_topic("TAdmin", 2)
+        sent = send(c, "TAdmin", b"find me", 1, KEYS="order-7", TAGS="t",
+                    UNIQ_KEY="AB00000000000000000000000000CDEF")
+        dispatched(c, "TAdmin", 1, 1)
+        by_key = c.call(codes.QUERY_MESSAGE, {"topic": "TAdmin", "key": "order-7",
+                                              "maxNum": 32, "beginTimestamp": 0,
+                                              "endTimestamp": str(2**62)})
+        assert by_key.code == 0, by_key
+        [record] = decode_records(by_key.body)
+        assert record["body"] == b"find me" and record["properties"]["KEYS"] == "order-7"
+        unique = c.call(codes.QUERY_MESSAGE, {
+            "topic": "TAdmin", "key": "AB00000000000000000000000000CDEF", "maxNum": 1,
+            "beginTimestamp": 0, "endTimestamp": str(2**62), "_UNIQUE_KEY_QUERY": "true"})
+        assert [r["body"] for r in decode_records(unique.body)] == [b"find me"]
+        nothing = c.call(codes.QUERY_MESSAGE, {"topic": "TAdmin", "key": "nope", "maxNum": 1,
+                                               "beginTimestamp": 0, "endTimestamp": "0"})
+        assert nothing.code == codes.QUERY_NOT_FOUND
+        by_id = c.call(codes.VIEW_MESSAGE_BY_ID, {"offset": int(sent["msgId"][16:], 16)})
+        assert [r["body"] for r in decode_records(by_id.body)] == [b"find me"]
+        assert c.call(codes.VIEW_MESSAGE_BY_ID, {"offset": 1 << 40}).code == codes.SYSTEM_ERROR
+        runtime = json.loads(c.call(codes.GET_BROKER_RUNTIME_INFO).body)
+        assert runtime["table"]["remotingAddr"] == cluster.remoting
+        stats = c.call(codes.GET_TOPIC_STATS_INFO, {"topic": "TAdmin"}).body.decode()
+        assert ('{"brokerName":"broker-a","queueId":1,"topic":"TAdmin"}:{"minOffset":0,'
+                '"maxOffset":1,') in stats
+        c.send(codes.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "GA", "topic": "TAdmin",
+                                              "queueId": 1, "commitOffset": 1}, oneway=True)
+        heartbeat(c, "client-admin", "GA", "TAdmin")
+        consume = c.call(codes.GET_CONSUME_STATS, {"consumerGroup": "GA", "topic": "TAdmin"})
+        assert ('{"brokerName":"broker-a","queueId":1,"topic":"TAdmin"}:{"brokerOffset":1,'
+                '"consumerOffset":1,') in consume.body.decode(), consume
+        connections = json.loads(c.call(codes.GET_CONSUMER_CONNECTION_LIST,
+                                        {"consumerGroup": "GA"}).body)
+        [conn] = connections["connectionSet"]
+        assert conn["clientId"] == "client-admin" and conn["language"] == "CPP"
+        assert conn["clientAddr"].startswith("127.0.0.1:")
+        assert connections["subscriptionTable"]["TAdmin"]["subString"] == "TagA || TagB"
+        assert c.call(codes.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "none"}
+                      ).code == codes.CONSUMER_NOT_ONLINE
