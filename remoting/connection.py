@@ -126,31 +126,36 @@ class RemotingConnection:
 
     # -- reading -------------------------------------------------------------------------
     async def _read_frame(self) -> bytes | None:
-        """The bytes after a frame's length; None at a clean end of stream."""
+        """The bytes after a frame's length; None at a clean end of stream (or idle). One
+        timer per frame (asyncio.timeout, moved from the idle to the frame deadline once
+        the first byte came), no task."""
         limits = self.limits
-        try:
-            if limits.idle_timeout_s > 0:
-                first = await asyncio.wait_for(self._reader.readexactly(1),
-                                               limits.idle_timeout_s)
-            else:
+        loop = asyncio.get_running_loop()
+        idle = limits.idle_timeout_s
+        async with asyncio.timeout(loop.time() + idle if idle > 0 else None) as deadline:
+            try:
                 first = await self._reader.readexactly(1)
-        except asyncio.IncompleteReadError:
-            return None
-        except TimeoutError:
-            log.debug("remoting connection from %s idle %.0f s: closed", self.peer,
-                      limits.idle_timeout_s)
-            return None
-        try:
-            async with asyncio.timeout(limits.frame_timeout_s):
+            except asyncio.IncompleteReadError:
+                return None
+            except asyncio.CancelledError:
+                if deadline.expired():
+                    log.debug("remoting connection from %s idle %.0f s: closed", self.peer,
+                              idle)
+                    return None
+                raise
+            deadline.reschedule(loop.time() + limits.frame_timeout_s)
+            try:
                 prefix = first + await self._reader.readexactly(3)
                 total = frame_length(prefix, limits.max_frame_bytes)
                 return await self._reader.readexactly(total)
-        except TimeoutError:
-            raise CommandError(f"frame incomplete {limits.frame_timeout_s:.0f} s after its "
-                               "first byte") from None
-        except asyncio.IncompleteReadError as e:
-            raise CommandError(f"stream ended inside a frame ({len(e.partial)} bytes of "
-                               f"{e.expected} read)") from None
+            except asyncio.CancelledError:
+                if deadline.expired():
+                    raise CommandError(f"frame incomplete {limits.frame_timeout_s:.0f} s "
+                                       "after its first byte") from None
+                raise
+            except asyncio.IncompleteReadError as e:
+                raise CommandError(f"stream ended inside a frame ({len(e.partial)} bytes "
+                                   f"of {e.expected} read)") from None
 
     async def serve(self) -> None:
         """Reads and dispatches frames until the stream ends or goes out of step."""

@@ -3,6 +3,7 @@
     cpp_client.py send NAMESRV TOPIC SPECS_JSON [OPTS_JSON]
     cpp_client.py push NAMESRV TOPIC GROUP OPTS_JSON
     cpp_client.py pull NAMESRV TOPIC GROUP EXPRESSION
+    cpp_client.py bench NAMESRV TOPIC N SIZE sync|async   (bench/remoting.py)
 
 send: each spec {body, keys, tags, props: {name: value}, delay, mode: sync | oneway |
 orderly (with `key`), batch: [specs]}; prints {"status", "msg_id", "offset"} per send, or
@@ -128,6 +129,47 @@ def pull(namesrv, topic, group, expression):
     out({"done": True})
 
 
+def bench(namesrv, topic, n, size, mode):
+    producer = Producer("PID_CPP_BENCH", timeout=10000)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    body = ("x" * size).encode()
+
+    def msg():
+        m = Message(topic)
+        m.set_body(body)
+        return m
+
+    producer.send_sync(msg())  # route and connection
+    done = threading.Semaphore(0)
+    failed = []
+    started = time.perf_counter()
+    if mode == "sync":
+        for _ in range(n):
+            producer.send_sync(msg())
+    else:
+        window = threading.Semaphore(1000)  # in flight at most
+
+        def ok(_result):
+            window.release()
+            done.release()
+
+        def error(e):
+            failed.append(str(e))
+            window.release()
+            done.release()
+
+        for _ in range(n):
+            window.acquire()
+            producer.send_async(msg(), ok, error)
+        for _ in range(n):
+            done.acquire()
+    seconds = time.perf_counter() - started
+    producer.shutdown()
+    out({"seconds": seconds, "failed": len(failed)})
+    out({"done": True})
+
+
 def main():
     command = sys.argv[1]
     if command == "send":
@@ -135,6 +177,8 @@ def main():
              json.loads(sys.argv[5]) if len(sys.argv) > 5 else {})
     elif command == "push":
         push(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))
+    elif command == "bench":
+        bench(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
     elif command == "pull":
         pull(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
