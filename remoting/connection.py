@@ -7,7 +7,8 @@ answer resolves the `request()` waiting on its opaque. A oneway request is not a
 Limits: a frame over `max_frame_bytes` or one that does not decode closes the connection
 (the stream is out of step; one log line); a frame whose first byte came but whose rest
 does not within `frame_timeout_s` closes it too; a connection silent for `idle_timeout_s`
-is closed (0: never).
+is closed (0: never); a server closes connections past `max_connections` at once. Log
+lines of refusals: at most one per 10 s per server, counting the others.
 
 `RemotingServer` accepts connections on a port, or is handed streams whose first bytes
 were already read (`serve_stream(reader, writer, prefix)`: a port that serves two
@@ -58,6 +59,7 @@ class RemotingLimits:
     frame_timeout_s: float = 30.0  # the rest of a frame, once its first byte came
     idle_timeout_s: float = 0.0  # 0: an idle connection stays (clients heartbeat every 30 s)
     max_inflight: int = 1024  # requests handled at once per connection; more wait to be read
+    max_connections: int = 10_000  # a server's open connections; one more is closed at once
 
 
 class _PrefixedReader:
@@ -246,6 +248,12 @@ class RemotingServer:
 
     async def serve_stream(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            prefix: bytes = b"") -> None:
+        if len(self.connections) >= self.limits.max_connections:
+            self.complaints.log("remoting connection from %s refused: %d connections open "
+                                "(the limit)", writer.get_extra_info("peername"),
+                                len(self.connections))
+            writer.close()
+            return
         conn = RemotingConnection(reader, writer, self.handler, limits=self.limits,
                                   prefix=prefix, complaints=self.complaints)
         self.connections.add(conn)

@@ -83,7 +83,8 @@ class BrokerRemoting:
         self.server = RemotingServer(self.handle, RemotingLimits(
             max_frame_bytes=max_frame,
             frame_timeout_s=c_.send_channel_frame_timeout_mills / 1000,
-            idle_timeout_s=c_.send_channel_idle_timeout_mills / 1000))
+            idle_timeout_s=c_.send_channel_idle_timeout_mills / 1000,
+            max_connections=c_.send_channel_max_connections))
         self.addr = ""
 
     async def _send(self, conn: RemotingConnection, cmd: RemotingCommand) -> RemotingCommand:

@@ -176,3 +176,23 @@ def test_a_half_frame_held_open_is_closed_after_the_frame_timeout() -> None:
 
 def test_wrong_ext_field_types_are_an_error_answer_and_the_connection_stays() -> None:
     with_server(_test_wrong_ext_field_types_are_an_error_answer_and_the_connection_stays)
+
+
+def test_connections_past_the_limit_are_closed_and_the_others_served() -> None:
+    async def main() -> None:
+        server = RemotingServer(echo_handler, RemotingLimits(max_connections=2))
+        port = await server.start("127.0.0.1", 0)
+        try:
+            kept = [await connect("127.0.0.1", port) for _ in range(2)]
+            await asyncio.sleep(0.05)
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            assert await asyncio.wait_for(reader.read(), 5) == b""
+            writer.close()
+            for conn, _ in kept:
+                assert (await conn.request(RemotingCommand(code=2), 5)).remark == "echo 2"
+            for conn, task in kept:
+                await conn.close()
+                await task
+        finally:
+            await server.stop()
+    asyncio.run(main())
