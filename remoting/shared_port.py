@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 HTTP2_PREFACE_START = b"PRI "
 TLS_HANDSHAKE = 0x16
 SNIFF_TIMEOUT_S = 60.0  # a connection that says nothing this long is closed
-PUMP_BYTES = 256 * 1024
 
 
 def is_grpc_start(first: bytes) -> bool:
@@ -34,19 +33,33 @@ def is_grpc_start(first: bytes) -> bool:
                                             and first[1] == 0x03)
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    try:
-        while True:
-            data = await reader.read(PUMP_BYTES)
-            if not data:
-                break
-            writer.write(data)
-            if writer.transport.get_write_buffer_size() > PUMP_BYTES:
-                await writer.drain()
-        if writer.can_write_eof():
-            writer.write_eof()
-    except (ConnectionError, OSError):
-        writer.close()
+class _Relay(asyncio.Protocol):
+    """One direction's receiver of a spliced connection: what its transport receives is
+    written to `peer`; when its own transport's write buffer fills (with what the other
+    relay writes), the other side's reading pauses."""
+
+    def __init__(self, peer: asyncio.Transport, done: asyncio.Future[None]) -> None:
+        self.peer = peer
+        self.done = done
+
+    def data_received(self, data: bytes) -> None:
+        self.peer.write(data)
+
+    def eof_received(self) -> bool:
+        if self.peer.can_write_eof():
+            self.peer.write_eof()
+        return True  # half-closed: the other direction goes on
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.peer.close()
+        if not self.done.done():
+            self.done.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.peer.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.peer.resume_reading()
 
 
 class SharedPort:
@@ -88,23 +101,37 @@ class SharedPort:
 
     async def _splice(self, first: bytes, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> None:
+        """Relays the connection to the gRPC server, transport to transport (no stream
+        reads: each chunk is written on as it arrives)."""
+        loop = asyncio.get_running_loop()
+        client = writer.transport
+        assert isinstance(client, asyncio.Transport)
+        upstream_done: asyncio.Future[None] = loop.create_future()
+        client_done: asyncio.Future[None] = loop.create_future()
+        client.pause_reading()
         try:
-            up_reader, up_writer = await asyncio.wait_for(
-                asyncio.open_connection(self.grpc_host, self.grpc_port), 5)
+            upstream, _ = await asyncio.wait_for(loop.create_connection(
+                lambda: _Relay(client, upstream_done), self.grpc_host, self.grpc_port), 5)
         except (OSError, TimeoutError) as e:
             log.warning("cannot relay a gRPC connection to %s:%d: %s", self.grpc_host,
                         self.grpc_port, e)
             writer.close()
             return
         self.spliced += 1
-        up_writer.write(first)
+        # What the stream reader holds past the first bytes goes first (CPython's
+        # StreamReader keeps it in _buffer); from here the client's bytes go straight on.
+        held = bytes(reader._buffer)  # noqa: SLF001
+        reader._buffer.clear()  # noqa: SLF001
+        upstream.write(first + held)
+        if reader.at_eof():  # the client finished writing before the relay took over
+            upstream.write_eof()
+        client.set_protocol(_Relay(upstream, client_done))
+        client.resume_reading()
         try:
-            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+            await asyncio.gather(upstream_done, client_done)
         finally:
-            for w in (writer, up_writer):
-                w.close()
-                with contextlib.suppress(Exception):
-                    await w.wait_closed()
+            upstream.close()
+            client.close()
 
     async def stop(self) -> None:
         if self._server is not None:
