@@ -102,6 +102,7 @@ NEEDS: dict[int, tuple[str, Callable[[RemotingCommand], Fields]]] = {
     codes.GET_TOPIC_STATS_INFO: (r.ADMIN, lambda _: {}),
     codes.GET_CONSUME_STATS: (r.ADMIN, lambda _: {}),
     codes.GET_CONSUMER_CONNECTION_LIST: (r.ADMIN, lambda _: {}),
+    codes.GET_CONSUMER_RUNNING_INFO: (r.ADMIN, lambda _: {}),
     codes.LOCK_BATCH_MQ: (r.QUEUE_LOCK, _locks),
     codes.UNLOCK_BATCH_MQ: (r.QUEUE_LOCK, _locks),
 }

@@ -1,6 +1,8 @@
 """Queries (QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33) and what RocketMQ's admin tools ask
 (broker runtime info 28, topic stats 202, consumer connections 203, consume stats 208),
-read from the store, offsets and client table the gRPC admin service reads.
+read from the store, offsets and client table the gRPC admin service reads; consumer
+running info (307) is relayed to the client's own remoting connection and its answer
+returned.
 
 Answers are what Apache's broker writes with fastjson: maps keyed by a message queue use
 the queue's JSON object as the key (`{{"brokerName":"b","queueId":0,"topic":"T"}:{...}}`),
@@ -19,12 +21,14 @@ from broker.status import RequestError
 from mqproto import common_pb2
 from remoting import codes
 from remoting.command import RemotingCommand
+from remoting.connection import ConnectionClosed, RemotingConnection, RemotingTimeout
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
     from common.codec import MessageExt
 
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # MixAll.UNIQUE_MSG_QUERY_FLAG
+RELAY_TIMEOUT_S = 5.0  # a client's answer to a relayed request
 
 
 def _dumps(obj: Any) -> str:
@@ -41,6 +45,36 @@ class RemotingAdmin:
         self.broker = broker
         # client id -> (address, language, version), from remoting heartbeats
         self.connections: dict[str, tuple[str, str, int]] = {}
+        self.channels: dict[str, RemotingConnection] = {}  # client id -> its connection
+
+    def heartbeat(self, client_id: str, conn: RemotingConnection, language: str,
+                  version: int) -> None:
+        """The connection a client's last heartbeat came over (until it closes)."""
+        self.connections[client_id] = (conn.peer, language, version)
+        if self.channels.get(client_id) is not conn:
+            self.channels[client_id] = conn
+
+            def closed(_: RemotingConnection) -> None:
+                if self.channels.get(client_id) is conn:
+                    del self.channels[client_id]
+                    self.connections.pop(client_id, None)
+            conn.on_close.append(closed)
+
+    async def consumer_running_info(self, cmd: RemotingCommand) -> RemotingCommand:
+        """GET_CONSUMER_RUNNING_INFO relayed to the client (its answer, whatever it is)."""
+        group, client_id = cmd.ext_str("consumerGroup"), cmd.ext_str("clientId")
+        conn = self.channels.get(client_id)
+        if conn is None or client_id not in self.broker.clients.consumer_ids(group):
+            return cmd.response(codes.SYSTEM_ERROR, f"The Consumer <{group}> <{client_id}> "
+                                "not online (or not connected over remoting)")
+        relayed = RemotingCommand(code=cmd.code, ext_fields={
+            "consumerGroup": group, "clientId": client_id,
+            "jstackEnable": cmd.ext_str("jstackEnable", "false")})
+        try:
+            answer = await conn.request(relayed, RELAY_TIMEOUT_S)
+        except (RemotingTimeout, ConnectionClosed) as e:
+            return cmd.response(codes.SYSTEM_ERROR, f"consumer {client_id}: {e}")
+        return cmd.response(answer.code, answer.remark, answer.ext_fields, answer.body)
 
     def _records(self, found: list[MessageExt]) -> bytes:
         store = self.broker.store

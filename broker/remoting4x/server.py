@@ -70,6 +70,7 @@ class BrokerRemoting:
             codes.GET_TOPIC_STATS_INFO: a.topic_stats,
             codes.GET_CONSUME_STATS: a.consume_stats,
             codes.GET_CONSUMER_CONNECTION_LIST: a.consumer_connections,
+            codes.GET_CONSUMER_RUNNING_INFO: a.consumer_running_info,
         }
         self.handlers: dict[int, Handler] = {
             code: (lambda _conn, cmd, f=f: f(cmd)) for code, f in by_request.items()}
@@ -96,8 +97,7 @@ class BrokerRemoting:
         self.transactions.heartbeat(conn, cmd)
         client_id = self.clients.last_client_id(cmd)
         if client_id:
-            self.admin.connections[client_id] = (conn.peer, cmd.language, cmd.version)
-            conn.on_close.append(lambda _c: self.admin.connections.pop(client_id, None))
+            self.admin.heartbeat(client_id, conn, cmd.language, cmd.version)
         return answer
 
     async def handle(self, conn: RemotingConnection, cmd: RemotingCommand

@@ -16,6 +16,7 @@ import pytest
 
 from mqclient.admin import MQAdmin
 from remoting import codes
+from remoting.command import encode
 from tests.support.brokers import Node, broker_props, write_conf
 from tests.support.processes import Process, Processes
 from tests.support.remoting_client import RemotingClient, decode_records, properties
@@ -384,3 +385,27 @@ def test_queries_and_admin_views(cluster: Cluster) -> None:
         assert connections["subscriptionTable"]["TAdmin"]["subString"] == "TagA || TagB"
         assert c.call(codes.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "none"}
                       ).code == codes.CONSUMER_NOT_ONLINE
+
+
+def test_consumer_running_info_is_relayed_to_the_client_s_connection(cluster: Cluster
+                                                                      ) -> None:
+    with cluster.client() as consumer, cluster.client() as admin:
+        heartbeat(consumer, "client-run", "GroupRun", "TAdmin")
+        answered = threading.Event()
+
+        def answer_as_the_client() -> None:
+            request = consumer.read()
+            assert request.code == codes.GET_CONSUMER_RUNNING_INFO
+            assert request.ext_fields["clientId"] == "client-run"
+            consumer.sock.sendall(encode(request.response(0, None, body=b'{"jstack":""}')))
+            answered.set()
+
+        thread = threading.Thread(target=answer_as_the_client, daemon=True)
+        thread.start()
+        info = admin.call(codes.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": "GroupRun", "clientId": "client-run", "jstackEnable": "false"})
+        thread.join(10)
+        assert answered.is_set() and info.code == 0 and info.body == b'{"jstack":""}'
+        missing = admin.call(codes.GET_CONSUMER_RUNNING_INFO, {
+            "consumerGroup": "GroupRun", "clientId": "nobody"})
+        assert missing.code == codes.SYSTEM_ERROR and "not online" in missing.remark
