@@ -88,15 +88,12 @@ async def _test_a_request_without_answer_times_out(server: RemotingServer) -> No
     async def silent(conn: RemotingConnection, cmd: RemotingCommand) -> None:
         return None
 
-    reader, writer = await raw(server)
-    client = RemotingConnection(reader, writer, silent)
-    task = asyncio.create_task(client.serve())
+    client, task = await connect("127.0.0.1", server.port, silent)  # type: ignore[attr-defined]
     await asyncio.sleep(0.05)
     (served,) = server.connections
     with pytest.raises(RemotingTimeout, match="code 77"):
         await served.request(RemotingCommand(code=77), 0.1)
-    no_handler = RemotingConnection(*await raw(server))
-    task2 = asyncio.create_task(no_handler.serve())
+    no_handler, task2 = await connect("127.0.0.1", server.port)  # type: ignore[attr-defined]
     await asyncio.sleep(0.05)
     (served2,) = server.connections - {served}
     answer = await served2.request(RemotingCommand(code=78), 2)
