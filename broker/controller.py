@@ -384,10 +384,10 @@ class BrokerController:
         self.addresses.send_channel_addr = format_host((host, bound))
 
     async def _start_remoting(self, host: str, port: int) -> None:
-        """RocketMQ 4.x clients' port (remotingPort; 0 = off), registered with the name
-        servers so that their routes name it."""
+        """RocketMQ 4.x clients' port (remotingPort, remotingEnable), registered with the
+        name servers so that their routes name it."""
         remoting_port = self.config.remoting_port
-        if remoting_port == 0:
+        if not self.config.remoting_enable:
             return
         if self.config.tls_enable:
             log.warning("remotingPort off: the RocketMQ 4.x port does not serve with "

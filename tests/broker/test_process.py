@@ -53,11 +53,12 @@ class Cluster:
                                   **props)
         self.conf = tmp_path / "broker.conf"
         self.broker: Process = self.start_broker()
-        # The same listenPort on restart; the ports derived from it (listenPort + 1..3) were
+        # The same listenPort on restart; the ports derived from it (listenPort + 1..4) were
         # never this broker's, and another socket may hold one (a fresh run failed so on the
         # v2 port): any free port for HA and the send channel, the v2 endpoint off.
         self.props.update(listenPort=self.broker.address.rpartition(":")[2],
-                          haListenPort="0", sendListenPort="0", grpcProxyPort="0")
+                          haListenPort="0", sendListenPort="0", grpcProxyPort="0",
+                          remotingPort="0")
 
     def start_broker(self) -> Process:
         broker = self.processes.broker(write_conf(self.conf, self.props))
