@@ -4,6 +4,7 @@
     cpp_client.py push NAMESRV TOPIC GROUP OPTS_JSON
     cpp_client.py pull NAMESRV TOPIC GROUP EXPRESSION
     cpp_client.py bench NAMESRV TOPIC N SIZE sync|async   (bench/remoting.py)
+    cpp_client.py stream NAMESRV TOPIC N INTERVAL_S
 
 send: each spec {body, keys, tags, props: {name: value}, delay, mode: sync | oneway |
 orderly (with `key`), batch: [specs]}; prints {"status", "msg_id", "offset"} per send, or
@@ -13,6 +14,8 @@ props: names to read, fail_first: bodies whose first delivery fails); prints one
 message delivered, then {"done": true} once `expect` arrived and `settle_s` passed (or
 timeout_s), credentials as for send.
 pull: a pull consumer reading every queue of the topic from offset 0 to its end.
+stream: N sync sends of bodies "m0".."m{N-1}", one every INTERVAL_S, a line each ({"body",
+"status", "msg_id"} or {"body", "error"}): what was acknowledged while a broker fails.
 Prints JSON lines only, flushed at once.
 """
 
@@ -170,6 +173,26 @@ def bench(namesrv, topic, n, size, mode):
     out({"done": True})
 
 
+def stream(namesrv, topic, n, interval_s):
+    producer = Producer("PID_CPP_STREAM", timeout=3000)
+    producer.set_namesrv_addr(namesrv)
+    producer.start()
+    try:
+        for i in range(n):
+            body = f"m{i}"
+            msg = Message(topic)
+            msg.set_body(body.encode())
+            try:
+                r = producer.send_sync(msg)
+                out({"body": body, "status": r.status.name, "msg_id": r.msg_id})
+            except Exception as e:
+                out({"body": body, "error": f"{type(e).__name__}: {e}"[:200]})
+            time.sleep(interval_s)
+    finally:
+        producer.shutdown()
+    out({"done": True})
+
+
 def main():
     command = sys.argv[1]
     if command == "send":
@@ -179,6 +202,8 @@ def main():
         push(sys.argv[2], sys.argv[3], sys.argv[4], json.loads(sys.argv[5]))
     elif command == "bench":
         bench(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+    elif command == "stream":
+        stream(sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]))
     elif command == "pull":
         pull(sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5])
     else:
