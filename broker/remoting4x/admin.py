@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from broker import consume_stats
 from broker.admin import runtime_table
 from broker.constants import DEFAULT_QUERY_MAX_NUM, MAX_QUERY_NUM
+from broker.remoting4x.consuming import with_store_port
 from broker.status import RequestError
 from mqproto import common_pb2
 from remoting import codes
@@ -78,7 +79,9 @@ class RemotingAdmin:
 
     def _records(self, found: list[MessageExt]) -> bytes:
         store = self.broker.store
-        return b"".join(store.read_commitlog(m.commit_log_offset, m.store_size) for m in found)
+        _, _, port = self.broker.addresses.remoting_addr.rpartition(":")
+        return with_store_port(b"".join(store.read_commitlog(m.commit_log_offset, m.store_size)
+                                        for m in found), int(port) if port.isdigit() else 0)
 
     async def query_message(self, cmd: RemotingCommand) -> RemotingCommand:
         topic, key = cmd.ext_str("topic"), cmd.ext_str("key")

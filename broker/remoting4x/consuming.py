@@ -10,6 +10,7 @@ string values.
 from __future__ import annotations
 
 import logging
+import struct
 from typing import TYPE_CHECKING
 
 from broker.clients import QueueLocks
@@ -25,6 +26,32 @@ if TYPE_CHECKING:
     from broker.send import SendProcessor
 
 log = logging.getLogger(__name__)
+
+_PREFIX = struct.Struct(">iiiiiqqiq")  # up to the born timestamp
+_PORT = struct.Struct(">i")
+BORNHOST_V6 = 0x10
+STOREHOST_V6 = 0x20
+
+
+def with_store_port(records: bytes, port: int) -> bytes:
+    """Stored records with their store host's port set to `port`: 4.x clients take a
+    message's store host for the broker's address (send-back goes there; the offset
+    message id is built from it), and the store keeps the gRPC port there."""
+    if not records or port <= 0:
+        return records
+    out = bytearray(records)
+    pos, end = 0, len(out)
+    while pos + _PREFIX.size <= end:
+        total, *_, sys_flag, _born = _PREFIX.unpack_from(out, pos)
+        if total <= 0:
+            break
+        at = pos + _PREFIX.size + (20 if sys_flag & BORNHOST_V6 else 8) + 8
+        at += 16 if sys_flag & STOREHOST_V6 else 4
+        if at + 4 <= pos + total:
+            _PORT.pack_into(out, at, port)
+        pos += total
+    return bytes(out)
+
 
 # PullSysFlag bits
 PULL_COMMIT_OFFSET = 0x1
@@ -66,7 +93,11 @@ class RemotingConsume:
                 common_pb2.NO_NEW_MSG, common_pb2.NO_MATCHED_MSG, common_pb2.OFFSET_ILLEGAL):
             return cmd.response(response_code(status.code), status.remark or None)
         return cmd.response(response_code(status.code), status.remark or None, ext,
-                            answer.raw_records)
+                            with_store_port(answer.raw_records, self.remoting_port()))
+
+    def remoting_port(self) -> int:
+        _, _, port = self.broker.addresses.remoting_addr.rpartition(":")
+        return int(port) if port.isdigit() else 0
 
     def _queue(self, cmd: RemotingCommand) -> tuple[str, int]:
         topic, queue_id = cmd.ext_str("topic"), cmd.ext_int("queueId")

@@ -103,7 +103,11 @@ class RemotingSend:
         status, msgs, append = await self.send.send_built(topic, queue_id, queue_nums, build)
         if append is None:
             return cmd.response(response_code(status.code), status.remark or None)
-        host = self.broker.store_host
+        # the offset message id names where 4.x clients reach this broker (queries by id
+        # and send-backs go there): the remoting port, not the store's gRPC port
+        ip, _ = self.broker.store_host
+        _, _, port = self.broker.addresses.remoting_addr.rpartition(":")
+        host = (ip, int(port)) if port.isdigit() else self.broker.store_host
         first = msgs[0]
         ext: dict[str, object] = {
             "msgId": ",".join(encode_offset_msg_id(host, p) for p in append.commit_log_offsets),

@@ -13,6 +13,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from broker.remoting4x.consuming import with_store_port
 from broker.remoting4x.status import response_code
 from broker.status import RequestError
 from broker.transaction.checks import TRANSACTION_STATES
@@ -97,7 +98,9 @@ class RemotingTransactions:
         ext = store.look_message_by_offset(check.commit_log_offset)
         if ext is None:
             return
-        record = store.read_commitlog(check.commit_log_offset, ext.store_size)
+        _, _, port = self.broker.addresses.remoting_addr.rpartition(":")
+        record = with_store_port(store.read_commitlog(check.commit_log_offset, ext.store_size),
+                                 int(port) if port.isdigit() else 0)
         uniq = ext.properties.get(MessageProperty.UNIQ_KEY, "")
         conn.send_oneway(RemotingCommand(
             code=codes.CHECK_TRANSACTION_STATE, body=record, ext_fields={

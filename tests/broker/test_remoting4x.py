@@ -141,6 +141,11 @@ def test_sends_of_each_code_are_pulled_back_with_everything_intact(cluster: Clus
         assert first["properties"]["UNIQ_KEY"] == "0100007F0001"
         assert first["magic"] == -626843481 and "WAIT" not in first["properties"]
         assert first["commit_log_offset"] == int(a["msgId"][16:], 16)
+        # the store host of a record and the offset message id name the remoting port
+        # (4.x clients send a failed message back to its store host)
+        port = int(cluster.remoting.rpartition(":")[2])
+        assert struct.unpack(">i", first["store_host"][4:])[0] == port
+        assert int(a["msgId"][8:16], 16) == port
         assert second["properties"]["TAGS"] == "TagB" and second["properties"]["UNIQ_KEY"]
         assert third["sys_flag"] & 1 and third["body"] == big and third["flag"] == 7
         assert zlib.decompress(third["body"]) == b"x" * 10_000

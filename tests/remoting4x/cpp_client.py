@@ -24,8 +24,9 @@ import sys
 import threading
 import time
 
-from rocketmq.client import Message, Producer, PullConsumer, PushConsumer
-from rocketmq.ffi import MessageModel
+from rocketmq.client import Message, Producer, PullConsumer, PushConsumer, RecvMessage
+from rocketmq.exceptions import ffi_check
+from rocketmq.ffi import MessageModel, _CConsumeStatus, dll
 
 
 def out(obj):
@@ -87,11 +88,15 @@ def push(namesrv, topic, group, opts):
     failed = set()
     fail_first = set(opts.get("fail_first") or [])
 
-    def on_message(msg):
+    def on_message(consumer_handle, msg_handle):
+        """The library's callback, returning its status itself: the wrapper's subscribe()
+        turns an exception into CONSUME_SUCCESS (it re-raises inside the ctypes callback,
+        whose return value is then 0), so a failed consumption is returned here."""
+        msg = RecvMessage(msg_handle)
         body = (msg.body or b"").decode("utf-8", "replace")
         if body in fail_first and body not in failed:
             failed.add(body)
-            raise RuntimeError("failing the first delivery on purpose")
+            return _CConsumeStatus.RECONSUME_LATER.value
         props = {name: (msg.get_property(name) or b"").decode() for name in
                  opts.get("props") or []}
         with lock:
@@ -102,8 +107,11 @@ def push(namesrv, topic, group, opts):
                  "queue_offset": msg.queue_offset, "reconsume": msg.reconsume_times,
                  "topic": msg.topic, "props": props,
                  "store_ts": msg.store_timestamp, "born_ts": msg.born_timestamp})
+        return _CConsumeStatus.CONSUME_SUCCESS.value
 
-    consumer.subscribe(topic, on_message, opts.get("expression", "*"))
+    ffi_check(dll.Subscribe(consumer._handle, topic.encode(),
+                            opts.get("expression", "*").encode()))
+    consumer._register_callback(on_message)
     consumer.start()
     out({"started": True})
     deadline = time.monotonic() + float(opts.get("timeout_s", 60))

@@ -95,7 +95,8 @@ def decode_records(body: bytes) -> list[dict[str, Any]]:
         born_host = body[p:p + 8]
         p += 8
         (store_ts,) = struct.unpack_from(">q", body, p)
-        p += 8 + 8  # store host
+        store_host = body[p + 8:p + 16]
+        p += 8 + 8
         reconsume, prepared = struct.unpack_from(">iq", body, p)
         p += 12
         (body_len,) = struct.unpack_from(">i", body, p)
@@ -112,7 +113,8 @@ def decode_records(body: bytes) -> list[dict[str, Any]]:
         out.append({"magic": magic, "queue_id": queue_id, "flag": flag,
                     "queue_offset": queue_offset, "commit_log_offset": phys,
                     "sys_flag": sys_flag, "born_timestamp": born_ts, "born_host": born_host,
-                    "store_timestamp": store_ts, "reconsume_times": reconsume,
+                    "store_timestamp": store_ts, "store_host": store_host,
+                    "reconsume_times": reconsume,
                     "prepared": prepared, "body": msg_body, "topic": topic,
                     "properties": props})
         pos += size
