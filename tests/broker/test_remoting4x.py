@@ -191,9 +191,11 @@ def test_pull_long_polls_until_a_message_arrives(cluster: Cluster) -> None:
     with cluster.client() as c, cluster.client() as p:
         code, header, _ = pull(c, "TPull", 0, 0)
         assert code == codes.PULL_NOT_FOUND and header["maxOffset"] == "0"
-        threading.Timer(0.5, lambda: send(p, "TPull", b"late")).start()
+        late = threading.Timer(0.5, lambda: send(p, "TPull", b"late"))
+        late.start()
         started = time.monotonic()
         code, header, records = pull(c, "TPull", 0, 0, suspend_ms=10_000)
+        late.join(10)  # its answer read before the connection closes
         assert code == 0 and [r["body"] for r in records] == [b"late"]
         assert 0.3 < time.monotonic() - started < 5
         assert header["nextBeginOffset"] == "1"
