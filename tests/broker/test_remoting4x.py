@@ -416,3 +416,25 @@ def test_consumer_running_info_is_relayed_to_the_client_s_connection(cluster: Cl
         missing = admin.call(codes.GET_CONSUMER_RUNNING_INFO, {
             "consumerGroup": "GroupRun", "clientId": "nobody"})
         assert missing.code == codes.SYSTEM_ERROR and "not online" in missing.remark
+
+
+def test_a_prepared_message_is_committed_by_end_transaction(cluster: Cluster) -> None:
+    cluster.node.create_topic("TTx", 1)
+    with cluster.client() as c:
+        half = send(c, "TTx", b"in a transaction", 0, TRAN_MSG="true", PGROUP="TPG",
+                    UNIQ_KEY="AB0000000000000000000000000000TX")
+        assert half["transactionId"] == "AB0000000000000000000000000000TX"
+        time.sleep(0.3)
+        assert c.call(codes.GET_MAX_OFFSET, {"topic": "TTx", "queueId": 0}
+                      ).ext_fields == {"offset": "0"}  # held as a half message
+        end = {"producerGroup": "TPG", "tranStateTableOffset": half["queueOffset"],
+               "commitLogOffset": str(int(half["msgId"][16:], 16)),
+               "commitOrRollback": "8", "fromTransactionCheck": "false",
+               "msgId": half["transactionId"], "transactionId": half["transactionId"]}
+        answer = c.call(codes.END_TRANSACTION, end)
+        assert answer.code == 0, answer
+        dispatched(c, "TTx", 0, 1)
+        _, _, [record] = pull(c, "TTx", 0, 0)
+        assert record["body"] == b"in a transaction"
+        bad = c.call(codes.END_TRANSACTION, {**end, "commitOrRollback": "5"})
+        assert bad.code == codes.SYSTEM_ERROR and "commitOrRollback" in bad.remark
