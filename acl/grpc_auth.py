@@ -159,6 +159,13 @@ class ServerAuth(grpc.aio.ServerInterceptor):
                           f"account {access_key} may not call from {shown_host}")
         return account.secret_key, account
 
+    def account_for(self, access_key: str, host: str) -> tuple[str, Account | None]:
+        """The secret signing for `access_key` calling from `host` and its account (None
+        for the cluster key), for a protocol that verifies its own signatures (4.x
+        remoting: broker/remoting4x). Raises Refusal."""
+        self._check_address(host, host)
+        return self._secret_of(access_key, host, host)
+
     def authenticate(self, method: str, credentials_md: dict[str, str], host: str,
                      fields: str = "") -> Account | None:
         """The account of a signed connection (the send channel's AUTH frame); None for

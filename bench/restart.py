@@ -133,6 +133,7 @@ class Cluster:
         common = {"brokerClusterName": "BenchCluster", "brokerName": BROKER_NAME,
                   "namesrvAddr": self.namesrv_addr, "bindAddress": "127.0.0.1",
                   "brokerIP1": "127.0.0.1", "sendListenPort": 0, "grpcProxyPort": 0,
+                  "remotingPort": 0,
                   "flushDiskType": "SYNC_FLUSH", "mappedFileSizeCommitLog": FILE_SIZE,
                   "autoCreateTopicEnable": "true"}
         master_conf = write_conf(root / "master.conf", {

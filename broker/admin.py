@@ -132,6 +132,7 @@ def runtime_table(broker: BrokerContext) -> dict[str, str]:
         "clusterName": broker.config.broker_cluster_name,
         "haServerAddr": broker.addresses.ha_server_addr,
         "grpcProxyAddr": broker.addresses.grpc_proxy_addr,
+        "remotingAddr": broker.addresses.remoting_addr,
         "metricsAddr": broker.addresses.metrics_addr,
         "bootTimestamp": str(broker.boot_timestamp),
         "putTps": f"{stats.put_tps():.2f}",

@@ -69,6 +69,11 @@ class BrokerConfig:
     # RocketMQ 5's gRPC endpoint (apache.rocketmq.v2.MessagingService, package proxy/):
     # -1 (unset) = listenPort + 3, or a free port when listenPort is 0; 0 = off.
     grpc_proxy_port: int = -1
+    # RocketMQ 4.x clients (remoting, broker/remoting4x/): -1 (unset) = listenPort + 4, or a
+    # free port when listenPort is 0; 0 = a free port. Registered with the name servers,
+    # whose routes give 4.x clients this address. remotingEnable=false: no such port.
+    remoting_port: int = -1
+    remoting_enable: bool = True
     # A message received through v2 and never acked is delivered at most this many times,
     # then moved to %DLQ%{group}.
     grpc_proxy_max_delivery_attempts: int = DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS
@@ -275,6 +280,9 @@ def _check(c: BrokerConfig) -> None:
         raise ConfigError(f"haListenPort: {c.ha_listen_port} is not a port")
     if not -1 <= c.send_listen_port <= 65535:
         raise ConfigError(f"sendListenPort: {c.send_listen_port} is not a port")
+    if not -1 <= c.remoting_port <= 65535:
+        raise ConfigError(f"remotingPort: {c.remoting_port} is not a port (-1 = listenPort "
+                          "+ 4, 0 = a free port)")
     if not -1 <= c.grpc_proxy_port <= 65535:
         raise ConfigError(f"grpcProxyPort: {c.grpc_proxy_port} is not a port (-1 = listenPort "
                           "+ 3, 0 = off)")

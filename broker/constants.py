@@ -68,6 +68,8 @@ SHUTDOWN_GRACE_S = 2.0
 SEND_LISTEN_PORT_OFFSET = 2  # the send channel's default port: listenPort + 2
 # RocketMQ 5's gRPC protocol (apache.rocketmq.v2, package proxy/): listenPort + 3 by default.
 GRPC_PROXY_PORT_OFFSET = 3
+# RocketMQ 4.x clients' remoting port (broker/remoting4x): listenPort + 4 by default.
+REMOTING_PORT_OFFSET = 4
 # A message a v2 SimpleConsumer received this many times without an ack goes to %DLQ%
 # (SubscriptionGroupConfig.retryMaxTimes + 1, as RocketMQ's proxy answers in its settings).
 DEFAULT_GRPC_PROXY_MAX_DELIVERY_ATTEMPTS = MAX_RECONSUME_TIMES + 1

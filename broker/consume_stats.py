@@ -98,7 +98,7 @@ def consume_stats_response(store: DefaultMessageStore, broker_name: str,
         add = stats.offset_table.add
         for t in p.topics:
             for q in t.queues():
-                add(**_offset_wrapper(store, broker_name, q))
+                add(**offset_wrapper(store, broker_name, q))
     return response
 
 
@@ -108,7 +108,7 @@ def serialized_response(store: DefaultMessageStore, broker_name: str, plans: lis
     return consume_stats_response(store, broker_name, plans, snapshot_ms).SerializeToString()
 
 
-def _offset_wrapper(store: DefaultMessageStore, broker_name: str, q: QueuePlan
+def offset_wrapper(store: DefaultMessageStore, broker_name: str, q: QueuePlan
                     ) -> dict[str, Any]:
     """The fields of one queue's OffsetWrapper."""
     topic, queue_id = q.topic, q.queue_id

@@ -46,6 +46,7 @@ class BrokerAddresses:
     send_channel_addr: str = ""  # empty: none (sendChannelEnable=false)
     metrics_addr: str = ""  # HOST:PORT of /metrics; empty: off (metricsPort=0)
     grpc_proxy_addr: str = ""  # RocketMQ 5's gRPC endpoint (proxy/); empty: none
+    remoting_addr: str = ""  # RocketMQ 4.x clients' port (broker/remoting4x); empty: none
     master_addr: str = ""  # a slave's master, as the name servers answer
 
 

@@ -31,6 +31,7 @@ from broker.clients import ClientManager
 from broker.config import BrokerConfig, ConfigError, LoadedConfig, local_ip, resolve_ip
 from broker.constants import (
     FIND_MASTER_REGISTER_PERIOD_S,
+    REMOTING_PORT_OFFSET,
     RETRY_FAILED_REGISTER_S,
     SEND_LISTEN_PORT_OFFSET,
     SHUTDOWN_GRACE_S,
@@ -47,6 +48,7 @@ from broker.pull import PullRequestHoldService
 from broker.putting import MessagePutter
 from broker.register_body import TopicTableEncoder
 from broker.registration import BrokerOuterAPI, RegistrationRefused
+from broker.remoting4x.server import BrokerRemoting
 from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
@@ -131,6 +133,7 @@ class BrokerController:
         self._server: grpc.aio.Server | None = None
         self.messaging: MessagingServicer | None = None
         self.send_channel: SendChannelServer | None = None
+        self.remoting: BrokerRemoting | None = None  # RocketMQ 4.x clients
         self.metrics: BrokerMetrics | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._register_now = asyncio.Event()
@@ -252,6 +255,7 @@ class BrokerController:
         await self._start_ha(ha_host, ha_port)
         await self._start_send_channel(host, port)
         await self._start_metrics(host)
+        await self._start_remoting(host, port)
 
         await server.start()
         self._started = True
@@ -310,6 +314,7 @@ class BrokerController:
         if self.ha_service is not None:
             ports.append(("HA", self.ha_service.port))
         for name, addr in (("send channel", self.send_channel_addr),
+                           ("remoting", self.addresses.remoting_addr),
                            ("metrics", self.metrics_addr)):
             if addr:
                 ports.append((name, int(addr.rpartition(":")[2])))
@@ -377,6 +382,28 @@ class BrokerController:
             raise OSError(f"cannot listen on sendListenPort {send_port}: {e}") from e
         self.send_channel = channel
         self.addresses.send_channel_addr = format_host((host, bound))
+
+    async def _start_remoting(self, host: str, port: int) -> None:
+        """RocketMQ 4.x clients' port (remotingPort, remotingEnable), registered with the
+        name servers so that their routes name it."""
+        remoting_port = self.config.remoting_port
+        if not self.config.remoting_enable:
+            return
+        if self.config.tls_enable:
+            log.warning("remotingPort off: the RocketMQ 4.x port does not serve with "
+                        "tlsEnable yet")
+            return
+        if remoting_port < 0:  # unset: listenPort + 4, or any free port when listenPort is
+            remoting_port = port + REMOTING_PORT_OFFSET if self.config.listen_port else 0
+        assert self.context is not None and self.messaging is not None
+        remoting = BrokerRemoting(self.context, self.messaging.send, self.messaging.pull,
+                                  self.messaging.queue_locks, self.auth)
+        try:
+            bound = await remoting.start(self.config.bind_address, remoting_port)
+        except OSError as e:
+            raise OSError(f"cannot listen on remotingPort {remoting_port}: {e}") from e
+        self.remoting = remoting
+        self.addresses.remoting_addr = format_host((host, bound))
 
     async def _start_metrics(self, host: str) -> None:
         port = self.config.metrics_port
@@ -487,6 +514,9 @@ class BrokerController:
         if self.send_channel is not None:
             await self.send_channel.stop(grace)
             self.send_channel = None
+        if self.remoting is not None:
+            await self.remoting.stop()
+            self.remoting = None
         if self._server is not None:
             await self._server.stop(grace)
         if self.metrics is not None:
@@ -587,6 +617,7 @@ class BrokerController:
             cluster_name=c.broker_cluster_name, broker_name=c.broker_name,
             broker_addr=self.broker_addr, broker_id=c.broker_id,
             ha_server_addr=self.ha_server_addr,
+            remoting_addr=self.addresses.remoting_addr,
             data_version=data_version_to_proto(key[0]),
             compressed_topic_configs=cached[1])
 

@@ -236,4 +236,4 @@ def keep_alive(request: namesrv_pb2.RegisterBrokerRequest) -> namesrv_pb2.Regist
         cluster_name=request.cluster_name, broker_name=request.broker_name,
         broker_addr=request.broker_addr, broker_id=request.broker_id,
         ha_server_addr=request.ha_server_addr, data_version=request.data_version,
-        body_omitted=True)
+        remoting_addr=request.remoting_addr, body_omitted=True)

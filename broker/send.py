@@ -357,6 +357,24 @@ class SendProcessor:
             return put, []
         return put, self._results(msgs, append.commit_log_offsets, append.queue_offsets)
 
+    @_observe_latency
+    async def send_built(self, topic: str, queue_id: int, requested_queue_nums: int,
+                         build: Callable[[int, int, Callable[[], str]], list[Message]]
+                         ) -> tuple[common_pb2.Status, list[Message], AppendResult | None]:
+        """A send whose store messages another protocol builds (broker/remoting4x: RocketMQ
+        4.x clients): the checks, auto-create, queue choice, delay levels and half messages
+        of every send, one append. `build(queue_id, now_ms, uniq_key)` makes the messages;
+        the append is None when nothing was stored."""
+        return await self._put(topic, queue_id, requested_queue_nums, build)
+
+    async def prepare_halves(self) -> None:
+        """Before a prepared (transactional) message built elsewhere is sent: the half
+        and op topics exist."""
+        if self.half_messages is None:
+            raise RequestError(common_pb2.REQUEST_CODE_NOT_SUPPORTED,
+                               "transactional messages are not served by this broker")
+        await self.half_messages.before_put()
+
     async def _put(self, topic: str, queue_id: int, requested_queue_nums: int,
                    build: Callable[[int, int, Callable[[], str]], list[Message]]
                    ) -> tuple[common_pb2.Status, list[Message], AppendResult | None]:

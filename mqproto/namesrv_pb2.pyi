@@ -25,7 +25,7 @@ class BrokerLinkEvent(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., master_addr: _Optional[str] = ..., ha_server_addr: _Optional[str] = ...) -> None: ...
 
 class RegisterBrokerRequest(_message.Message):
-    __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "data_version", "topic_configs", "compressed_topic_configs", "body_omitted")
+    __slots__ = ("cluster_name", "broker_name", "broker_addr", "broker_id", "ha_server_addr", "data_version", "topic_configs", "compressed_topic_configs", "body_omitted", "remoting_addr")
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     BROKER_ADDR_FIELD_NUMBER: _ClassVar[int]
@@ -35,6 +35,7 @@ class RegisterBrokerRequest(_message.Message):
     TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     COMPRESSED_TOPIC_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     BODY_OMITTED_FIELD_NUMBER: _ClassVar[int]
+    REMOTING_ADDR_FIELD_NUMBER: _ClassVar[int]
     cluster_name: str
     broker_name: str
     broker_addr: str
@@ -44,7 +45,8 @@ class RegisterBrokerRequest(_message.Message):
     topic_configs: _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicConfig]
     compressed_topic_configs: bytes
     body_omitted: bool
-    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_server_addr: _Optional[str] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., compressed_topic_configs: _Optional[bytes] = ..., body_omitted: _Optional[bool] = ...) -> None: ...
+    remoting_addr: str
+    def __init__(self, cluster_name: _Optional[str] = ..., broker_name: _Optional[str] = ..., broker_addr: _Optional[str] = ..., broker_id: _Optional[int] = ..., ha_server_addr: _Optional[str] = ..., data_version: _Optional[_Union[_common_pb2.DataVersion, _Mapping]] = ..., topic_configs: _Optional[_Iterable[_Union[_common_pb2.TopicConfig, _Mapping]]] = ..., compressed_topic_configs: _Optional[bytes] = ..., body_omitted: _Optional[bool] = ..., remoting_addr: _Optional[str] = ...) -> None: ...
 
 class TopicConfigTable(_message.Message):
     __slots__ = ("topic_configs",)

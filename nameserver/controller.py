@@ -1,4 +1,9 @@
-"""NamesrvController: the route tables, their gRPC server and the scan of silent brokers."""
+"""NamesrvController: the route tables, their gRPC server and the scan of silent brokers.
+
+With `remoting` (the default) the listen port serves RocketMQ 4.x clients too: a front on
+it (remoting/shared_port.py) serves remoting connections itself (nameserver/remoting.py)
+and relays gRPC ones, told apart by their first bytes, to the gRPC server on a loopback
+port of its own. Without it the gRPC server listens on the port itself."""
 
 from __future__ import annotations
 
@@ -23,8 +28,11 @@ from nameserver.constants import (
 from nameserver.links import broker_links
 from nameserver.metrics import NamesrvMetrics
 from nameserver.processor import NamesrvServicer
+from nameserver.remoting import NamesrvRemotingProcessor
 from nameserver.routeinfo import Clock, RouteInfoManager, wall_clock_ms
+from remoting.connection import RemotingLimits, RemotingServer
 from remoting.serving import add_servicer, watch_loop_stalls
+from remoting.shared_port import SharedPort
 from remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
@@ -62,8 +70,11 @@ class NamesrvController:
         metrics_port: int = 0,
         cluster_key: str = "",
         tls: ServerTls | None = None,
+        remoting: bool = True,
     ) -> None:
         self.listen = listen
+        self.remoting = remoting
+        self.front: SharedPort | None = None
         self.max_topic_queue_nums = max_topic_queue_nums
         self.max_receive_message_bytes = max_receive_message_bytes
         self.route_info_manager = RouteInfoManager(clock)
@@ -103,13 +114,25 @@ class NamesrvController:
         add_servicer(server, namesrv_pb2_grpc.add_NamesrvServiceServicer_to_server,
                      NamesrvServicer(self.route_info_manager, self.max_topic_queue_nums,
                                      self.max_receive_message_bytes), log)
+        grpc_listen = "127.0.0.1:0" if self.remoting else self.listen
         try:
-            port = (server.add_secure_port(self.listen, self.tls.grpc_credentials())
-                    if self.tls is not None else server.add_insecure_port(self.listen))
+            port = (server.add_secure_port(grpc_listen, self.tls.grpc_credentials())
+                    if self.tls is not None else server.add_insecure_port(grpc_listen))
         except RuntimeError as exc:
-            raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
+            raise OSError(f"cannot listen on {grpc_listen}: {exc}") from exc
         if port == 0:
-            raise OSError(f"cannot listen on {self.listen}")
+            raise OSError(f"cannot listen on {grpc_listen}")
+        if self.remoting:
+            # 4.x clients ask for routes every 30 s: one silent for 120 s is gone.
+            front = SharedPort(RemotingServer(NamesrvRemotingProcessor(self.route_info_manager),
+                                              RemotingLimits(idle_timeout_s=120.0)),
+                               "127.0.0.1", port)
+            try:
+                port = await front.start(host.strip("[]"), split_host_port(self.listen)[1])
+            except OSError as exc:
+                await server.stop(None)
+                raise OSError(f"cannot listen on {self.listen}: {exc}") from exc
+            self.front = front
         if self.metrics is not None:
             try:
                 metrics_port = await self.metrics.start(host, self.metrics_port)
@@ -125,7 +148,8 @@ class NamesrvController:
             self.scan_not_active_broker_loop(), name="scanNotActiveBroker"
         )
         self._stall_watch = watch_loop_stalls(log)
-        log.info("name server listening on %s", self.listen_address)
+        log.info("name server listening on %s (%s)", self.listen_address,
+                 "gRPC and RocketMQ 4.x remoting" if self.remoting else "gRPC")
         return self.listen_address
 
     async def scan_not_active_broker_loop(self) -> None:
@@ -155,6 +179,9 @@ class NamesrvController:
             await self._server.stop(grace)
             self._server = None
             log.info("name server on %s stopped", self.listen_address)
+        if self.front is not None:
+            await self.front.stop()
+            self.front = None
         if self.metrics is not None:
             await self.metrics.stop()
 

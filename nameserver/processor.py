@@ -231,6 +231,7 @@ class NamesrvServicer(namesrv_pb2_grpc.NamesrvServiceServicer):
             data_version=version,
             topic_configs=None,  # taken above
             peer=peer,
+            remoting_addr=request.remoting_addr,
         )
         if new_master:  # its slaves link to it now
             broker_links(rim).master_registered(name, addr, request.ha_server_addr)

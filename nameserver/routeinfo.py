@@ -65,6 +65,7 @@ class BrokerLiveInfo:
     data_version: DataVersion
     ha_server_addr: str
     peer: str = ""  # the connection the last registration came over ("" when unknown)
+    remoting_addr: str = ""  # where RocketMQ 4.x clients reach the broker ("" : nowhere)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +220,7 @@ class RouteInfoManager:
         data_version: DataVersion,
         topic_configs: Iterable[TopicConfig] | None,
         peer: str = "",
+        remoting_addr: str = "",
     ) -> RegisterBrokerResult:
         """Add or refresh one broker; also the 30 s heartbeat.
 
@@ -256,6 +258,7 @@ class RouteInfoManager:
             data_version=data_version,
             ha_server_addr=ha_server_addr,
             peer=peer,
+            remoting_addr=remoting_addr,
         )
         if prev_live is None:
             replaced = f", replaces {old_addr}" if old_addr not in (None, broker_addr) else ""

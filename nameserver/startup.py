@@ -1,7 +1,8 @@
 """Process entry point of the name server (RocketMQ's NamesrvStartup).
 
     mqnamesrv            [--listen HOST:PORT] [--max-topic-queue-nums N]
-                         [--max-receive-mib N] [--metrics-port N] [--log-level LEVEL]
+                         [--max-receive-mib N] [--metrics-port N] [--no-remoting]
+                         [--log-level LEVEL]
     python -m nameserver (the same)
 
 Logs go to stderr. Once listening it prints one line on stdout,
@@ -83,6 +84,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tls-mutual", action="store_true",
                         help="clients (brokers included) must show a certificate")
     parser.add_argument(
+        "--remoting", action=argparse.BooleanOptionalAction, default=True,
+        help="serve RocketMQ 4.x clients (remoting) on the --listen port too, beside gRPC "
+             "(default on; --no-remoting: gRPC only)",
+    )
+    parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=DEFAULT_LOG_LEVEL,
         help=f"logging level (default {DEFAULT_LOG_LEVEL})",
     )
@@ -104,7 +110,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
                 max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB, metrics_port: int = 0,
-                cluster_key: str = "", tls: ServerTls | None = None) -> None:
+                cluster_key: str = "", tls: ServerTls | None = None,
+                remoting: bool = True) -> None:
     """Run one name server until SIGTERM or SIGINT."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -119,7 +126,7 @@ async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE
     controller = NamesrvController(listen, max_topic_queue_nums=max_topic_queue_nums,
                                    max_receive_message_bytes=max_receive_mib * 1024 * 1024,
                                    metrics_port=metrics_port, cluster_key=cluster_key,
-                                   tls=tls)
+                                   tls=tls, remoting=remoting)
     try:
         address = await controller.start()
         print(f"{NAMESRV_BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
@@ -138,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.max_receive_mib,
                           args.metrics_port, args.cluster_key,
                           ServerTls(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
-                          if args.tls_cert else None))
+                          if args.tls_cert else None, args.remoting))
     except (OSError, TlsError) as exc:
         log.error("name server failed: %s", exc)
         return 1

@@ -16,6 +16,8 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONTROLLER_USERS = {"broker/controller.py", "broker/startup.py"}
+# RocketMQ 4.x clients' face of the broker: wired in by the startup code only.
+REMOTING4X_USERS = {"broker/controller.py"}
 
 
 def imported_modules(path: Path) -> set[str]:
@@ -31,7 +33,9 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def sources(package: str) -> list[Path]:
-    return sorted((REPO_ROOT / package).rglob("*.py"))
+    """The modules of a package (or the one module a .py path names)."""
+    path = REPO_ROOT / package
+    return [path] if path.suffix == ".py" else sorted(path.rglob("*.py"))
 
 
 def importers(package: str, forbidden: tuple[str, ...]) -> list[str]:
@@ -61,6 +65,20 @@ def test_only_the_startup_code_imports_the_broker_controller() -> None:
 ])
 def test_packages_keep_to_their_rooms(package: str, forbidden: tuple[str, ...]) -> None:
     assert importers(package, forbidden) == []
+
+
+def test_only_the_startup_code_imports_the_4x_face_of_the_broker() -> None:
+    offenders = [line for package in ("broker", "proxy", "nameserver", "acl", "ha", "store")
+                 for line in importers(package, ("broker.remoting4x",))
+                 if line.split(":")[0] not in REMOTING4X_USERS
+                 and not line.startswith("broker/remoting4x/")]
+    assert offenders == []
+
+
+def test_the_4x_faces_build_on_the_processors_not_the_controller_or_grpc() -> None:
+    assert importers("broker/remoting4x", ("broker.controller", "grpc", "proxy",
+                                           "nameserver")) == []
+    assert importers("nameserver/remoting.py", ("broker", "grpc", "store")) == []
 
 
 def test_the_rule_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:

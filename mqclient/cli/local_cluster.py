@@ -282,6 +282,9 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         # Its own planned port, kept across restarts (listenPort + 2 may be another node's
         # port in this layout); 0 (any free port) in a layout from before.
         "sendListenPort": str(node.send_port),
+        # RocketMQ 4.x clients (remoting): any free port at each start (listenPort + 4 may be
+        # another node's port); they learn it from the name servers' routes.
+        "remotingPort": "0",
         "brokerRole": layout.role if node.broker_id == 0 else SLAVE_ROLE,
         "flushDiskType": layout.flush,
         "storePathRootDir": str(directory / node.name / STORE_DIR),

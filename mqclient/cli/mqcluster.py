@@ -445,6 +445,9 @@ def _access_hints(directory: Path, layout: Layout) -> str:
     if props.get("aclEnable", "").lower() == "true":
         hints += (f"ACL on: export $(cat {directory / SECURITY_DIR / CREDENTIALS_FILE}) for "
                   "mqadmin and clients\n")
+    elif client_tls(layout) is None:
+        hints += (f"RocketMQ 4.x clients: setNamesrvAddr(\"{layout.namesrv_addr}\") (the "
+                  "same ports; docs/rocketmq4-clients.md)\n")
     return hints
 
 

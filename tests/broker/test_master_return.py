@@ -39,7 +39,7 @@ def test_a_slave_links_to_its_restarted_master_once_the_name_server_lists_it(
     def master_conf(ha: int) -> Path:
         return write_conf(tmp_path / f"master-{ha}.conf", broker_props(
             tmp_path / "master", brokerRole="SYNC_MASTER", namesrvAddr=namesrv.address,
-            listenPort=port, haListenPort=ha))
+            listenPort=port, haListenPort=ha, remotingPort=0))
 
     master = processes.broker(master_conf(ha_port))
     fixed = {"haMasterAddress": f"127.0.0.1:{ha_port}"} if ha_port_kept else {}

@@ -53,11 +53,12 @@ class Cluster:
                                   **props)
         self.conf = tmp_path / "broker.conf"
         self.broker: Process = self.start_broker()
-        # The same listenPort on restart; the ports derived from it (listenPort + 1..3) were
+        # The same listenPort on restart; the ports derived from it (listenPort + 1..4) were
         # never this broker's, and another socket may hold one (a fresh run failed so on the
         # v2 port): any free port for HA and the send channel, the v2 endpoint off.
         self.props.update(listenPort=self.broker.address.rpartition(":")[2],
-                          haListenPort="0", sendListenPort="0", grpcProxyPort="0")
+                          haListenPort="0", sendListenPort="0", grpcProxyPort="0",
+                          remotingPort="0")
 
     def start_broker(self) -> Process:
         broker = self.processes.broker(write_conf(self.conf, self.props))
@@ -330,9 +331,10 @@ def _listening_sockets(pid: int) -> set[tuple[str, int]]:
 @pytest.mark.parametrize("bind", ["127.0.0.1", None])
 def test_every_port_listens_on_bind_address_and_the_boot_log_says_where(
         processes: Processes, tmp_path: Path, bind: str | None) -> None:
-    """gRPC, HA, send channel, metrics and v2 ports all listen on bindAddress (default
-    0.0.0.0, every interface), and the broker's log says so next to the address clients are
-    given (127.0.0.1, brokerIP1), which alone read as if it served on loopback only."""
+    """gRPC, HA, send channel, remoting (4.x clients), metrics and v2 ports all listen on
+    bindAddress (default 0.0.0.0, every interface), and the broker's log says so next to
+    the address clients are given (127.0.0.1, brokerIP1), which alone read as if it served
+    on loopback only."""
     props = broker_props(tmp_path / "store", metricsPort=-1, grpcProxyPort=0,
                          namesrvAddr="127.0.0.1:1")
     if bind is None:
@@ -341,14 +343,15 @@ def test_every_port_listens_on_bind_address_and_the_boot_log_says_where(
     broker = processes.broker(write_conf(tmp_path / "broker.conf", props))
     log = broker.log_text()
     listening = re.search(r"serving on 127\.0\.0\.1:(\d+) \(listening on ([\d.]+): gRPC "
-                          r"(\d+), HA (\d+), send channel (\d+), metrics (\d+)\)", log)
+                          r"(\d+), HA (\d+), send channel (\d+), remoting (\d+), metrics (\d+)\)",
+                          log)
     v2 = re.search(r"apache\.rocketmq\.v2 .* on 127\.0\.0\.1:(\d+) \(listening on "
                    r"([\d.]+):(\d+)\)", log)
     assert listening is not None and v2 is not None, log
     want = bind or "0.0.0.0"
     assert listening[2] == v2[2] == want
     ports = {int(p) for p in listening.groups()[2:]} | {int(v2[3])}
-    assert int(listening[1]) == int(listening[3]) and len(ports) == 5
+    assert int(listening[1]) == int(listening[3]) and len(ports) == 6
     assert f"HA service listening on {want}:{listening[4]}" in log
     held = _listening_sockets(broker.pid)
     # gRPC listens on "[::]" for 0.0.0.0 (dual stack); asyncio's servers on 0.0.0.0.

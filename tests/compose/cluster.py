@@ -77,7 +77,7 @@ def build_images(python: str) -> str:
 
 PORT_VARIABLES = ("MQ_NAMESRV1_PORT", "MQ_NAMESRV2_PORT",
                   *(f"MQ_BROKER_{b[7].upper()}{b[9]}{kind}_PORT"
-                    for b in BROKERS for kind in ("", "_SEND")))
+                    for b in BROKERS for kind in ("", "_SEND", "_REMOTING")))
 
 
 @dataclasses.dataclass

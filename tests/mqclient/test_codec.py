@@ -10,7 +10,7 @@ import pytest
 from common import native
 from common.codec import encode_host, encode_properties, encode_record
 from mqclient import codec
-from mqclient.message import MessageExt
+from mqclient.message import MessageExt, MQClientError
 
 pytestmark = pytest.mark.skipif(native.lib is None, reason="the store's C fast paths are not "
                                 "built (no C compiler) or are off (STORE_NATIVE=0)")
@@ -69,3 +69,27 @@ def test_native_and_python_decoders_agree(monkeypatch: pytest.MonkeyPatch) -> No
                 pos = rng.randrange(len(data))
                 data[pos] = rng.randrange(256)
         assert _decode(bytes(data), lib, monkeypatch) == _decode(bytes(data), None, monkeypatch)
+
+
+@pytest.mark.parametrize("use_native", [True, False])
+def test_bodies_stored_compressed_are_inflated(use_native: bool,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 4.x client compresses bodies over 4 KiB (sysFlag bit 0) and the broker stores them
+    as sent: mqclient inflates them as a 4.x client does; others are left alone."""
+    import zlib  # noqa: PLC0415
+
+    if not use_native:
+        monkeypatch.setattr(native, "lib", None)
+    plain, big = b"small", b"0123456789" * 1000
+    raw = b""
+    for i, (body, sys_flag) in enumerate(((plain, 0), (zlib.compress(big, 5), 1))):
+        raw += encode_record(
+            queue_id=0, flag=0, queue_offset=i, physical_offset=len(raw), sys_flag=sys_flag,
+            born_timestamp=1, born_host=encode_host("127.0.0.1", 1), store_timestamp=2,
+            store_host=encode_host("127.0.0.1", 10911), reconsume_times=0,
+            prepared_transaction_offset=0, body=body, topic=b"T",
+            properties=encode_properties({"UNIQ_KEY": f"ID{i}"}))
+    assert [m.body for m in codec.decode_records(raw, "b")] == [plain, big]
+    broken = raw.replace(zlib.compress(big, 5)[:8], b"\x00" * 8)
+    with pytest.raises(MQClientError, match="ID1 is marked compressed"):
+        codec.decode_records(broken, "b")

@@ -27,7 +27,8 @@ def fixed_ports() -> dict[str, object]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    return {"listenPort": port, "haListenPort": 0, "sendListenPort": 0, "grpcProxyPort": 0}
+    return {"listenPort": port, "haListenPort": 0, "sendListenPort": 0, "grpcProxyPort": 0,
+            "remotingPort": 0}
 
 
 def test_a_restarted_master_is_sent_to_again_as_soon_as_it_is_listed(cluster: Cluster) -> None:

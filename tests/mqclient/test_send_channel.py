@@ -59,7 +59,8 @@ def test_producer_follows_a_restarted_broker_to_its_new_send_channel(
     failures, then over the new send channel: the producer asks GetSendChannel anew)."""
     monkeypatch.setattr(mqclient_loop, "SEND_CHANNEL_FALLBACK_S", 1.0)
     port = free_port()
-    conf = {"listenPort": port, "haListenPort": 0, "sendListenPort": 0, "grpcProxyPort": 0}
+    conf = {"listenPort": port, "haListenPort": 0, "sendListenPort": 0, "grpcProxyPort": 0,
+            "remotingPort": 0}
     broker = cluster.start_broker("broker-a", **conf)
     old_channel = send_channel_address(broker)
     topic = "TopicRestart"
