@@ -19,6 +19,7 @@ import grpc
 
 from acl.grpc_auth import ClientAuth
 from common import codec as message_codec
+from common.compression import COMPRESSED_FLAG, DecompressError, decompress_body
 from common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
 from common.route import QueueData
 from mqclient.admin_queries import TRANSACTION_STATUS, BrokerQuery, Row
@@ -91,15 +92,23 @@ def decode_offset_msg_id(offset_msg_id: str) -> tuple[str, int]:
 
 
 def _message(pb: messaging_pb2.Message, broker_name: str) -> StoredMessage:
+    """A stored message as the broker answered it, its body decompressed when marked
+    COMPRESSED (else, with the reason in `body_error`, as stored)."""
     sp = pb.system_properties
+    body, sys_flag, body_error = pb.body, sp.sys_flag, ""
+    if sys_flag & COMPRESSED_FLAG:
+        try:
+            body, sys_flag = decompress_body(body, sys_flag), sys_flag & ~COMPRESSED_FLAG
+        except DecompressError as e:
+            body_error = str(e)
     return StoredMessage(
         topic=pb.topic, broker_name=broker_name, queue_id=sp.queue_id,
         queue_offset=sp.queue_offset, msg_id=sp.message_id, offset_msg_id=sp.offset_msg_id,
-        tags=pb.tag, keys=list(pb.keys), body=pb.body, properties=dict(pb.user_properties),
+        tags=pb.tag, keys=list(pb.keys), body=body, properties=dict(pb.user_properties),
         born_timestamp=sp.born_timestamp, store_timestamp=sp.store_timestamp,
         born_host=sp.born_host, store_host=sp.store_host,
         commit_log_offset=sp.commit_log_offset, store_size=sp.store_size,
-        reconsume_times=sp.reconsume_times, sys_flag=sp.sys_flag)
+        reconsume_times=sp.reconsume_times, sys_flag=sys_flag, body_error=body_error)
 
 
 def _group(pb: common_pb2.BrokerData) -> BrokerGroup:

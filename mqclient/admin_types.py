@@ -132,7 +132,8 @@ class StoredMessage:
     commit_log_offset: int
     store_size: int
     reconsume_times: int
-    sys_flag: int
+    sys_flag: int  # less COMPRESSED once the body was decompressed
+    body_error: str = ""  # why a body marked compressed could not be read (body: as stored)
 
 
 @dataclasses.dataclass(frozen=True)

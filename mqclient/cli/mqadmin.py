@@ -294,7 +294,14 @@ def _message_block(m: StoredMessage) -> str:
         ("Store Timestamp", human_time(m.store_timestamp)), ("Born Host", m.born_host),
         ("Store Host", m.store_host), ("System Flag", m.sys_flag),
         ("Properties", m.properties), ("Body Size", len(m.body)),
-        ("Message Body", body_text(m.body))], width=20)
+        ("Message Body", _body(m))], width=20)
+
+
+def _body(m: StoredMessage, limit: int | None = None) -> str:
+    """The body as text, or why its compressed bytes could not be read."""
+    if m.body_error:
+        return f"<not readable: {m.body_error}>"
+    return body_text(m.body, limit)
 
 
 def query_msg_by_id(admin: MQAdmin, args: argparse.Namespace) -> None:
@@ -336,7 +343,7 @@ def consume_message(admin: MQAdmin, args: argparse.Namespace) -> None:
     _out(table(["Broker Name", "QID", "Offset", "MsgId", "Tags", "Keys", "Store Time", "Body"],
                [[m.broker_name, m.queue_id, m.queue_offset, m.msg_id, m.tags or "-",
                  " ".join(m.keys) or "-", human_time(m.store_timestamp),
-                 body_text(m.body, TABLE_BODY_CHARS)] for m in found]))
+                 _body(m, TABLE_BODY_CHARS)] for m in found]))
     _out(f"\n{len(found)} message(s)")
 
 
