@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import time
 import zlib
@@ -61,11 +62,21 @@ from mqclient.message import (
     MQClientError,
     SendFuture,
     SendResult,
+    SendStatus,
     code_name,
     encode_messages,
 )
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
+from mqclient.trace import (
+    MessageType,
+    TraceBean,
+    TraceContext,
+    TraceDispatcher,
+    TraceType,
+    new_trace_dispatcher,
+    now_ms,
+)
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, SendBatchesWriter
 
@@ -185,8 +196,11 @@ class Producer:
                  secret_key: str | None = None, tls_ca: str | None = None,
                  compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
                  compress_type: CompressionType | str = CompressionType.ZLIB,
-                 compress_level: int = COMPRESS_LEVEL) -> None:
-        """`compress_msg_body_over_howmuch`, `compress_type` (zlib, zstd, lz4),
+                 compress_level: int = COMPRESS_LEVEL, enable_msg_trace: bool = False,
+                 trace_topic: str | None = None) -> None:
+        """`enable_msg_trace`: each send's trace (RocketMQ's Pub record) goes to
+        `trace_topic` (default RMQ_SYS_TRACE_TOPIC) in the background (mqclient/trace.py).
+        `compress_msg_body_over_howmuch`, `compress_type` (zlib, zstd, lz4),
         `compress_level`: bodies of at least that many bytes are sent compressed (as
         RocketMQ's DefaultMQProducer; 0 compresses all, a size over max_message_size none).
         `client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
@@ -224,12 +238,21 @@ class Producer:
             self.loop, self._send_batch_async, linger_s=batch_linger_s,
             max_count=batch_max_count, max_bytes=batch_max_bytes,
             max_inflight=max_inflight_batches, multi_sender=self._send_batches_async)
+        self.trace: TraceDispatcher | None = None
+        if enable_msg_trace:
+            self.trace = new_trace_dispatcher(
+                group, namesrv_addr, trace_topic, Producer, loop=self.loop,
+                poll_name_server_interval_s=poll_name_server_interval_s,
+                client_ip=self.instance.client_ip, access_key=access_key,
+                secret_key=secret_key, tls_ca=tls_ca)
         self.started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Producer:
         if not self.started:
             self.loop.run(self.instance.start())
+            if self.trace is not None:
+                self.trace.start()
             self.started = True
         return self
 
@@ -243,6 +266,9 @@ class Producer:
             await self.accumulator.close()
             await self.instance.shutdown()
 
+        if self.trace is not None:  # the traces of every send, then its producer
+            self.loop.run(self.accumulator.flush())
+            self.trace.shutdown()
         self.loop.run(stop())
 
     def __enter__(self) -> Producer:
@@ -350,16 +376,22 @@ class Producer:
     # -- sync sends (any thread but the client loop's) -----------------------------------------
     def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
         """Sends one message, retrying on another broker; MQClientError when not stored."""
+        started_ms = now_ms()
         ids, encoded, flags = self._prepare([msg])
         [result] = self._send_sync(msg.topic, ids, encoded, None, timeout_s, self.retry_times,
                                    flags)
+        if self.trace is not None:
+            self.trace_pub(msg, result, started_ms)
         return result
 
     def send_to_queue(self, msg: Message, mq: MessageQueue,
                       timeout_s: float | None = None) -> SendResult:
         """Sends to one given queue (no retry elsewhere)."""
+        started_ms = now_ms()
         ids, encoded, flags = self._prepare([msg])
         [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0, flags)
+        if self.trace is not None:
+            self.trace_pub(msg, result, started_ms)
         return result
 
     def send_orderly(self, msg: Message, sharding_key: Any,
@@ -369,10 +401,13 @@ class Producer:
         the key's hash), so messages of one key stay in one queue in send order. The queues
         include those of a group whose master is away (a send there fails until it is
         back): a key does not move to another queue meanwhile."""
+        started_ms = now_ms()
         ids, encoded, flags = self._prepare([msg], str(sharding_key))
         route = self.publish_route(msg.topic)
         mq = selector(route.ordered_queues or route.publish_queues, msg, sharding_key)
         [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0, flags)
+        if self.trace is not None:
+            self.trace_pub(msg, result, started_ms)
         return result
 
     def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None
@@ -384,12 +419,18 @@ class Producer:
         if any(m.topic != topic or m.delay_level != level for m in msgs):
             raise MQClientError("ILLEGAL_ARGUMENT",
                                 "the messages of a batch need one topic and one delay level")
+        started_ms = now_ms()
         ids, encoded, flags = self._prepare(list(msgs))
         total = sum(len(m.body) for m in msgs)
         if total > self.max_message_size:
             raise MQClientError("ILLEGAL_ARGUMENT", f"the batch bodies total {total} bytes, "
                                 f"over the maximum {self.max_message_size}; split it")
-        return self._send_sync(topic, ids, encoded, None, timeout_s, self.retry_times, flags)
+        results = self._send_sync(topic, ids, encoded, None, timeout_s, self.retry_times,
+                                  flags)
+        if self.trace is not None:  # a Pub record per message
+            for m, result in zip(msgs, results, strict=True):
+                self.trace_pub(m, result, started_ms)
+        return results
 
     def _send_sync(self, topic: str, ids: list[str], encoded: bytes,
                    mq: MessageQueue | None, timeout_s: float | None, retries: int,
@@ -438,11 +479,36 @@ class Producer:
         timeout_s = self.send_timeout(timeout_s)
         [message_id], element, flags = self._prepare([msg])
         future = SendFuture()
+        if self.trace is not None:  # before the user's callback, as RocketMQ's hook
+            future.add_done_callback(functools.partial(self._trace_async, msg, now_ms()))
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
         self.accumulator.append(msg.topic, message_id, element, future, timeout_s,
                                 msg.delay_level, flags[0] if flags else 0)
         return future
+
+    # -- trace ---------------------------------------------------------------------------------
+    def trace_pub(self, msg: Message, result: SendResult, started_ms: int,
+                  msg_type: int = MessageType.Normal_Msg) -> None:
+        """A stored send's Pub record to the trace dispatcher (SendMessageTraceHookImpl);
+        never raises, never waits."""
+        trace = self.trace
+        if trace is None or msg.topic == trace.trace_topic:
+            return
+        keys = msg.keys
+        bean = TraceBean(
+            topic=msg.topic, msg_id=result.msg_id, offset_msg_id=result.offset_msg_id,
+            tags=msg.tags or None,
+            keys=(keys if isinstance(keys, str) else " ".join(keys)) or None,
+            store_host="", body_length=len(msg.body),
+            msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type)
+        trace.append(TraceContext(TraceType.Pub, started_ms, group=self.group,
+                                  cost_time=now_ms() - started_ms,
+                                  success=result.status is SendStatus.SEND_OK, beans=[bean]))
+
+    def _trace_async(self, msg: Message, started_ms: int, future: SendFuture) -> None:
+        if future.exception() is None:  # a failed send has no Pub record (no result)
+            self.trace_pub(msg, future.result(), started_ms)
 
     def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no result, no error reported (it is logged)."""

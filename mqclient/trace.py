@@ -1,0 +1,442 @@
+"""Message trace (RocketMQ's client/trace): what producers and consumers did with each
+message, written as messages to the trace topic (RMQ_SYS_TRACE_TOPIC unless named) in
+RocketMQ's text format, so tools that read RocketMQ traces read these.
+
+A trace record is one line of TraceDataEncoder's format: fields separated by
+CONTENT_SPLITOR (\\x01), each record ended by FIELD_SPLITOR (\\x02):
+
+    Pub            timestamp region group topic msgId tags keys storeHost bodyLength
+                   costTime msgType offsetMsgId success
+    SubBefore      timestamp region group requestId msgId retryTimes keys
+    SubAfter       requestId msgId costTime success keys contextCode timestamp group
+    EndTransaction timestamp region group topic msgId tags keys storeHost msgType
+                   transactionId transactionState fromTransactionCheck
+
+(Java's `null` strings are written `null`, booleans `true` / `false`.) A trace message
+holds the records of up to `batch_num` contexts of one traced topic; its KEYS are the
+message ids and keys of every record in it, so the broker's index finds a message's trace
+by its id (`queryMsgTraceById`) or key without a scan.
+
+Records are handed to a `TraceDispatcher` (AsyncTraceDispatcher): `append` only puts them
+in a bounded buffer (a full one drops them and counts `dropped`); a background thread
+encodes them and sends the trace messages with async sends of an inner producer. Nothing
+on the send or consume path waits for a trace, and no trace failure fails a send.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import enum
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from common.codec import decode_offset_msg_id
+from mqclient.message import Message, MessageIdFactory
+
+if TYPE_CHECKING:
+    from mqclient.producer import Producer
+
+log = logging.getLogger(__name__)
+
+CONTENT_SPLITOR = "\x01"  # TraceConstants.CONTENT_SPLITOR: between the fields of a record
+FIELD_SPLITOR = "\x02"  # TraceConstants.FIELD_SPLITOR: after each record
+RMQ_SYS_TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"  # TopicValidator.RMQ_SYS_TRACE_TOPIC
+DEFAULT_TRACE_REGION_ID = "DefaultRegion"  # MixAll.DEFAULT_TRACE_REGION_ID
+PROPERTY_MSG_REGION = "MSG_REGION"  # MessageConst.PROPERTY_MSG_REGION
+TRACE_GROUP_NAME_PREFIX = "_INNER_TRACE_PRODUCER"  # TraceConstants.GROUP_NAME_PREFIX
+KEY_SEPARATOR = " "
+# AsyncTraceDispatcher: 2048 contexts buffered, up to 20 per flush, 128,000 bytes per trace
+# message. A Python producer buffers more: a flush of its thread every TRACE_FLUSH_S.
+TRACE_BUFFER_SIZE = 20_000
+TRACE_BATCH_NUM = 100
+TRACE_MAX_MSG_SIZE = 128_000
+TRACE_FLUSH_S = 0.05
+TRACE_SEND_TIMEOUT_S = 5.0  # AsyncTraceDispatcher sends with a 5 s timeout
+
+
+class TraceType(enum.Enum):
+    Pub = "Pub"
+    Recall = "Recall"
+    SubBefore = "SubBefore"
+    SubAfter = "SubAfter"
+    EndTransaction = "EndTransaction"
+
+
+class MessageType(enum.IntEnum):
+    """common.message.MessageType: written by its ordinal."""
+
+    Normal_Msg = 0
+    Trans_Msg_Half = 1
+    Trans_msg_Commit = 2
+    Delay_Msg = 3
+    Order_Msg = 4
+
+
+class ConsumeReturnType(enum.IntEnum):
+    """ConsumeReturnType: a SubAfter's contextCode is its ordinal."""
+
+    SUCCESS = 0
+    TIME_OUT = 1
+    EXCEPTION = 2
+    RETURNNULL = 3
+    FAILED = 4
+
+
+@dataclasses.dataclass(slots=True)
+class TraceBean:
+    """TraceBean: one message of a trace context. None strings are written `null`."""
+
+    topic: str | None = ""
+    msg_id: str | None = ""
+    offset_msg_id: str | None = ""
+    tags: str | None = None
+    keys: str | None = None
+    store_host: str | None = ""
+    body_length: int = 0
+    msg_type: int = MessageType.Normal_Msg
+    retry_times: int = 0
+    transaction_id: str | None = None
+    transaction_state: str = "UNKNOW"  # LocalTransactionState's name
+    from_transaction_check: bool = False
+    client_host: str = ""
+
+
+@dataclasses.dataclass(slots=True)
+class TraceContext:
+    """TraceContext: one event (a send, a listener call, an end of transaction)."""
+
+    trace_type: TraceType
+    timestamp: int  # ms
+    region_id: str = DEFAULT_TRACE_REGION_ID
+    group: str = ""
+    cost_time: int = 0
+    success: bool = True
+    request_id: str = ""
+    context_code: int = 0
+    beans: list[TraceBean] = dataclasses.field(default_factory=list)
+
+
+def _s(value: object) -> str:
+    """A value as Java's StringBuilder.append writes it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def encode_context(ctx: TraceContext) -> tuple[str, list[str]]:
+    """TraceDataEncoder.encoderFromContextBean: (the records' text, the keys of the trace
+    message: each bean's msgId and its keys)."""
+    c = CONTENT_SPLITOR
+    t = ctx.trace_type
+    parts: list[str] = []
+    if t is TraceType.Pub:
+        b = ctx.beans[0]
+        parts.append(c.join(map(_s, (
+            t.value, ctx.timestamp, ctx.region_id, ctx.group, b.topic, b.msg_id, b.tags,
+            b.keys, b.store_host, b.body_length, ctx.cost_time, int(b.msg_type),
+            b.offset_msg_id, ctx.success))) + FIELD_SPLITOR)
+    elif t is TraceType.SubBefore:
+        for b in ctx.beans:
+            parts.append(c.join(map(_s, (
+                t.value, ctx.timestamp, ctx.region_id, ctx.group, ctx.request_id, b.msg_id,
+                b.retry_times, b.keys))) + FIELD_SPLITOR)
+    elif t is TraceType.SubAfter:
+        for b in ctx.beans:  # AccessChannel.LOCAL: with the timestamp and group
+            parts.append(c.join(map(_s, (
+                t.value, ctx.request_id, b.msg_id, ctx.cost_time, ctx.success, b.keys,
+                ctx.context_code, ctx.timestamp, ctx.group))) + FIELD_SPLITOR)
+    elif t is TraceType.EndTransaction:
+        b = ctx.beans[0]
+        parts.append(c.join(map(_s, (
+            t.value, ctx.timestamp, ctx.region_id, ctx.group, b.topic, b.msg_id, b.tags,
+            b.keys, b.store_host, int(b.msg_type), b.transaction_id, b.transaction_state,
+            b.from_transaction_check))) + FIELD_SPLITOR)
+    elif t is TraceType.Recall:
+        b = ctx.beans[0]
+        parts.append(c.join(map(_s, (
+            t.value, ctx.timestamp, ctx.region_id, ctx.group, b.topic, b.msg_id,
+            ctx.success))) + FIELD_SPLITOR)
+    keys: list[str] = []
+    for b in ctx.beans:
+        keys.append(_s(b.msg_id))
+        if b.keys:
+            keys.extend(b.keys.split(KEY_SEPARATOR))
+    return "".join(parts), keys
+
+
+def _bool(text: str) -> bool:
+    return text.lower() == "true"  # Boolean.parseBoolean
+
+
+def decode_trace_data(data: str) -> list[TraceContext]:
+    """TraceDataEncoder.decoderFromTraceDataString: the contexts of a trace message's body
+    (one bean each); ValueError when a record of a known type is malformed."""
+    out: list[TraceContext] = []
+    for record in data.split(FIELD_SPLITOR):
+        line = record.split(CONTENT_SPLITOR)
+        kind = line[0]
+        if kind == "Pub":
+            ctx = TraceContext(TraceType.Pub, int(line[1]), line[2], line[3])
+            bean = TraceBean(topic=line[4], msg_id=line[5], tags=line[6], keys=line[7],
+                             store_host=line[8], body_length=int(line[9]),
+                             msg_type=int(line[11]))
+            ctx.cost_time = int(line[10])
+            if len(line) == 13:
+                ctx.success = _bool(line[12])
+            elif len(line) >= 14:
+                bean.offset_msg_id = line[12]
+                ctx.success = _bool(line[13])
+                if len(line) >= 15:
+                    bean.client_host = line[14]
+        elif kind == "SubBefore":
+            ctx = TraceContext(TraceType.SubBefore, int(line[1]), line[2], line[3],
+                               request_id=line[4])
+            bean = TraceBean(msg_id=line[5], retry_times=int(line[6]), keys=line[7])
+        elif kind == "SubAfter":
+            ctx = TraceContext(TraceType.SubAfter, 0, request_id=line[1],
+                               cost_time=int(line[3]), success=_bool(line[4]))
+            bean = TraceBean(msg_id=line[2], keys=line[5])
+            if len(line) >= 7:
+                ctx.context_code = int(line[6])
+            if len(line) >= 9:
+                ctx.timestamp, ctx.group = int(line[7]), line[8]
+        elif kind == "EndTransaction":
+            ctx = TraceContext(TraceType.EndTransaction, int(line[1]), line[2], line[3])
+            bean = TraceBean(topic=line[4], msg_id=line[5], tags=line[6], keys=line[7],
+                             store_host=line[8], msg_type=int(line[9]),
+                             transaction_id=line[10], transaction_state=line[11],
+                             from_transaction_check=_bool(line[12]))
+        elif kind == "Recall":
+            ctx = TraceContext(TraceType.Recall, int(line[1]), line[2], line[3],
+                               success=_bool(line[6]))
+            bean = TraceBean(topic=line[4], msg_id=line[5])
+        else:
+            continue
+        ctx.beans.append(bean)
+        out.append(ctx)
+    return out
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class TraceDispatcher:
+    """AsyncTraceDispatcher: contexts appended from any thread go, encoded by a
+    background thread, to `trace_topic` through `producer` (an inner producer of this
+    client's loop, started and shut down with the dispatcher)."""
+
+    def __init__(self, producer: Producer, trace_topic: str = RMQ_SYS_TRACE_TOPIC, *,
+                 buffer_size: int = TRACE_BUFFER_SIZE, batch_num: int = TRACE_BATCH_NUM,
+                 max_msg_size: int = TRACE_MAX_MSG_SIZE, flush_s: float = TRACE_FLUSH_S
+                 ) -> None:
+        self.producer = producer
+        self.trace_topic = trace_topic or RMQ_SYS_TRACE_TOPIC
+        self.buffer_size = buffer_size
+        self.batch_num = max(1, batch_num)
+        self.max_msg_size = max_msg_size
+        self.flush_s = flush_s
+        self._buffer: collections.deque[TraceContext] = collections.deque()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._drop_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.dropped = 0  # contexts not traced: the buffer was full
+        self.sent = 0  # trace messages handed to the producer
+        self.failed = 0  # trace messages the producer could not send
+        self.request_ids = MessageIdFactory(producer.instance.client_ip)
+        self._hosts: dict[str, str] = {}  # offsetMsgId host hex -> ip:port
+
+    # -- any thread ----------------------------------------------------------------------
+    def append(self, ctx: TraceContext) -> bool:
+        """Buffers `ctx` (never blocks); False, counted in `dropped`, when it is full."""
+        buffer = self._buffer
+        if len(buffer) >= self.buffer_size:
+            with self._drop_lock:
+                self.dropped += 1
+            return False
+        buffer.append(ctx)
+        if len(buffer) >= self.batch_num * 8:
+            self._wake.set()
+        return True
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def start(self) -> TraceDispatcher:
+        if self._thread is None:
+            self.producer.start()
+            self._thread = threading.Thread(target=self._run, name="trace-dispatcher",
+                                            daemon=True)
+            self._thread.start()
+        return self
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Sends what is buffered (within `timeout_s`), then stops the inner producer."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout_s)
+        self._thread = None
+        self.producer.shutdown()
+
+    def flush(self, timeout_s: float = 10.0) -> None:
+        """Sends what is buffered now and waits until the inner producer sent it."""
+        self._send(self._take_all())
+        self.producer.flush()
+
+    # -- background thread ---------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_s)
+            self._wake.clear()
+            try:
+                self._send(self._take_all())
+            except Exception:  # never let a bug end tracing silently
+                log.exception("trace dispatch failed")
+        try:
+            self._send(self._take_all())
+        except Exception:
+            log.exception("trace dispatch failed")
+
+    def _take_all(self) -> list[TraceContext]:
+        buffer = self._buffer
+        taken = []
+        for _ in range(len(buffer)):
+            taken.append(buffer.popleft())
+        return taken
+
+    def _send(self, contexts: list[TraceContext]) -> None:
+        """Trace messages of `contexts`: grouped by traced topic, up to batch_num contexts
+        and max_msg_size bytes each (AsyncTraceDispatcher.sendTraceData / flushData)."""
+        by_topic: dict[str, list[TraceContext]] = {}
+        for ctx in contexts:
+            if ctx.beans:
+                by_topic.setdefault(_s(ctx.beans[0].topic), []).append(ctx)
+                if ctx.trace_type is TraceType.Pub:
+                    bean = ctx.beans[0]
+                    if not bean.store_host and bean.offset_msg_id:
+                        bean.store_host = self._store_host(bean.offset_msg_id)
+        for group in by_topic.values():
+            for i in range(0, len(group), self.batch_num):
+                data: list[str] = []
+                size = 0
+                keys: dict[str, None] = {}
+                for ctx in group[i:i + self.batch_num]:
+                    text, ctx_keys = encode_context(ctx)
+                    data.append(text)
+                    size += len(text)
+                    keys.update(dict.fromkeys(ctx_keys))
+                    if size >= self.max_msg_size:
+                        self._send_one(data, keys)
+                        data, size, keys = [], 0, {}
+                if data:
+                    self._send_one(data, keys)
+
+    def _store_host(self, offset_msg_id: str) -> str:
+        """The broker's address in an offsetMsgId (its store host), cached by its hex."""
+        head = offset_msg_id[:-16]
+        host = self._hosts.get(head)
+        if host is None:
+            try:
+                (ip, port), _ = decode_offset_msg_id(offset_msg_id)
+                host = f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+            except ValueError:
+                host = ""
+            if len(self._hosts) < 1024:
+                self._hosts[head] = host
+        return host
+
+    def _send_one(self, data: list[str], keys: dict[str, None]) -> None:
+        msg = Message(self.trace_topic, "".join(data).encode(),
+                      keys=[k for k in keys if k and k == "".join(k.split())
+                            and "\x01" not in k and "\x02" not in k])
+        try:
+            future = self.producer.send_async(msg, timeout_s=TRACE_SEND_TIMEOUT_S)
+        except Exception as e:  # shut down, no room, ...: the trace is lost
+            self._failed(e)
+            return
+        self.sent += 1
+        future.add_done_callback(self._done)
+
+    def _done(self, future: Any) -> None:
+        error = future.exception()
+        if error is not None:
+            self._failed(error)
+
+    def _failed(self, error: BaseException) -> None:
+        self.failed += 1
+        if self.failed == 1 or self.failed % 1000 == 0:
+            log.error("trace data to %s not sent (%d so far): %s", self.trace_topic,
+                      self.failed, error)
+
+
+def new_trace_dispatcher(group: str, namesrv_addr: str | list[str], trace_topic: str | None,
+                         make_producer: Callable[..., Producer], **producer_kw: Any
+                         ) -> TraceDispatcher:
+    """A dispatcher with an inner producer of group `_INNER_TRACE_PRODUCER-{group}`
+    (its own sends are not traced)."""
+    producer = make_producer(f"{TRACE_GROUP_NAME_PREFIX}-{group}", namesrv_addr,
+                             **producer_kw)
+    return TraceDispatcher(producer, trace_topic or RMQ_SYS_TRACE_TOPIC)
+
+
+def traced_listener(listener: Callable[..., Any], dispatcher: TraceDispatcher, group: str
+                    ) -> Callable[..., Any]:
+    """`listener` with a SubBefore record before each call and a SubAfter record after it
+    (ConsumeMessageTraceHookImpl), async when it is. A call that returns None or
+    CONSUME_SUCCESS is SUCCESS; one that returns another status FAILED; one that raises
+    EXCEPTION (then it raises on)."""
+    from mqclient.consume_service import ConsumeStatus
+
+    def before(msgs: list[Any]) -> TraceContext:
+        beans = [TraceBean(topic=m.topic, msg_id=m.msg_id, tags=m.tags or None,
+                           keys=KEY_SEPARATOR.join(m.keys) or None, store_host=m.store_host,
+                           body_length=len(m.body), retry_times=m.reconsume_times)
+                 for m in msgs]
+        region = msgs[0].properties.get(PROPERTY_MSG_REGION) or DEFAULT_TRACE_REGION_ID
+        ctx = TraceContext(TraceType.SubBefore, now_ms(), region, group,
+                           request_id=dispatcher.request_ids.take(1)[0], beans=beans)
+        dispatcher.append(ctx)
+        return ctx
+
+    def after(ctx: TraceContext, code: ConsumeReturnType) -> None:
+        now = now_ms()
+        dispatcher.append(TraceContext(
+            TraceType.SubAfter, now, ctx.region_id, group,
+            cost_time=(now - ctx.timestamp) // max(1, len(ctx.beans)),
+            success=code is ConsumeReturnType.SUCCESS, request_id=ctx.request_id,
+            context_code=int(code), beans=ctx.beans))
+
+    def code_of(status: object) -> ConsumeReturnType:
+        return (ConsumeReturnType.SUCCESS if status is None
+                or status is ConsumeStatus.CONSUME_SUCCESS else ConsumeReturnType.FAILED)
+
+    if inspect.iscoroutinefunction(listener):
+        async def traced_async(msgs: list[Any]) -> Any:
+            ctx = before(msgs)
+            try:
+                status = await listener(msgs)
+            except BaseException:
+                after(ctx, ConsumeReturnType.EXCEPTION)
+                raise
+            after(ctx, code_of(status))
+            return status
+        return traced_async
+
+    def traced(msgs: list[Any]) -> Any:
+        ctx = before(msgs)
+        try:
+            status = listener(msgs)
+        except BaseException:
+            after(ctx, ConsumeReturnType.EXCEPTION)
+            raise
+        after(ctx, code_of(status))
+        return status
+    return traced
