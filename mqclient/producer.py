@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 import time
 import zlib
@@ -245,6 +244,7 @@ class Producer:
                 poll_name_server_interval_s=poll_name_server_interval_s,
                 client_ip=self.instance.client_ip, access_key=access_key,
                 secret_key=secret_key, tls_ca=tls_ca)
+            self.trace.group = group
         self.started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -479,8 +479,8 @@ class Producer:
         timeout_s = self.send_timeout(timeout_s)
         [message_id], element, flags = self._prepare([msg])
         future = SendFuture()
-        if self.trace is not None:  # before the user's callback, as RocketMQ's hook
-            future.add_done_callback(functools.partial(self._trace_async, msg, now_ms()))
+        if self.trace is not None:  # its Pub record once done (no callback: no lock)
+            self.trace.append_send(now_ms(), msg, future)
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
         self.accumulator.append(msg.topic, message_id, element, future, timeout_s,
@@ -493,22 +493,18 @@ class Producer:
         """A stored send's Pub record to the trace dispatcher (SendMessageTraceHookImpl);
         never raises, never waits."""
         trace = self.trace
-        if trace is None or msg.topic == trace.trace_topic:
-            return
-        keys = msg.keys
-        bean = TraceBean(
-            topic=msg.topic, msg_id=result.msg_id, offset_msg_id=result.offset_msg_id,
-            tags=msg.tags or None,
-            keys=(keys if isinstance(keys, str) else " ".join(keys)) or None,
-            store_host="", body_length=len(msg.body),
-            msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type)
-        trace.append(TraceContext(TraceType.Pub, started_ms, group=self.group,
-                                  cost_time=now_ms() - started_ms,
-                                  success=result.status is SendStatus.SEND_OK, beans=[bean]))
-
-    def _trace_async(self, msg: Message, started_ms: int, future: SendFuture) -> None:
-        if future.exception() is None:  # a failed send has no Pub record (no result)
-            self.trace_pub(msg, future.result(), started_ms)
+        if trace is not None and msg.topic != trace.trace_topic:
+            keys = msg.keys
+            bean = TraceBean(
+                topic=msg.topic, msg_id=result.msg_id, offset_msg_id=result.offset_msg_id,
+                tags=msg.tags or None,
+                keys=(keys if isinstance(keys, str) else " ".join(keys)) or None,
+                body_length=len(msg.body),
+                msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type)
+            trace.append(TraceContext(TraceType.Pub, started_ms, group=self.group,
+                                      cost_time=now_ms() - started_ms,
+                                      success=result.status is SendStatus.SEND_OK,
+                                      beans=[bean]))
 
     def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no result, no error reported (it is logged)."""

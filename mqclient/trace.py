@@ -36,7 +36,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from common.codec import decode_offset_msg_id
-from mqclient.message import Message, MessageIdFactory
+from mqclient.message import Message, MessageIdFactory, SendStatus
 
 if TYPE_CHECKING:
     from mqclient.producer import Producer
@@ -55,8 +55,10 @@ KEY_SEPARATOR = " "
 TRACE_BUFFER_SIZE = 20_000
 TRACE_BATCH_NUM = 100
 TRACE_MAX_MSG_SIZE = 128_000
-TRACE_FLUSH_S = 0.05
+TRACE_FLUSH_S = 0.01
 TRACE_SEND_TIMEOUT_S = 5.0  # AsyncTraceDispatcher sends with a 5 s timeout
+YIELD_EVERY = 256  # records the dispatcher thread encodes between letting the GIL go
+_SEND_OK = SendStatus.SEND_OK
 
 
 class TraceType(enum.Enum):
@@ -138,10 +140,9 @@ def encode_context(ctx: TraceContext) -> tuple[str, list[str]]:
     parts: list[str] = []
     if t is TraceType.Pub:
         b = ctx.beans[0]
-        parts.append(c.join(map(_s, (
-            t.value, ctx.timestamp, ctx.region_id, ctx.group, b.topic, b.msg_id, b.tags,
-            b.keys, b.store_host, b.body_length, ctx.cost_time, int(b.msg_type),
-            b.offset_msg_id, ctx.success))) + FIELD_SPLITOR)
+        parts.append(encode_pub(ctx.timestamp, ctx.region_id, ctx.group, b.topic, b.msg_id,
+                                b.tags, b.keys, b.store_host, b.body_length, ctx.cost_time,
+                                int(b.msg_type), b.offset_msg_id, ctx.success))
     elif t is TraceType.SubBefore:
         for b in ctx.beans:
             parts.append(c.join(map(_s, (
@@ -169,6 +170,17 @@ def encode_context(ctx: TraceContext) -> tuple[str, list[str]]:
         if b.keys:
             keys.extend(b.keys.split(KEY_SEPARATOR))
     return "".join(parts), keys
+
+
+def encode_pub(timestamp: int, region_id: str, group: str, topic: str | None,
+               msg_id: str | None, tags: str | None, keys: str | None,
+               store_host: str | None, body_length: int, cost_time: int, msg_type: int,
+               offset_msg_id: str | None, success: bool) -> str:
+    """One Pub record (the fast path of encode_context: one per traced send)."""
+    return (f"Pub\x01{timestamp}\x01{region_id}\x01{group}\x01{_s(topic)}\x01{_s(msg_id)}"
+            f"\x01{_s(tags)}\x01{_s(keys)}\x01{_s(store_host)}\x01{body_length}"
+            f"\x01{cost_time}\x01{msg_type}\x01{_s(offset_msg_id)}"
+            f"\x01{'true' if success else 'false'}\x02")
 
 
 def _bool(text: str) -> bool:
@@ -244,9 +256,15 @@ class TraceDispatcher:
         self.max_msg_size = max_msg_size
         self.flush_s = flush_s
         self._buffer: collections.deque[TraceContext] = collections.deque()
+        # Async sends not yet done: (start ms, message, future); their Pub records are made
+        # here once done (a callback per future would cost the send path a lock per
+        # future, and the client loop the record).
+        self._sends: collections.deque[tuple[int, Any, Any]] = collections.deque()
+        self.group = ""  # the producer group of the Pub records of async sends
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._drop_lock = threading.Lock()
+        self._dispatch_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self.dropped = 0  # contexts not traced: the buffer was full
         self.sent = 0  # trace messages handed to the producer
@@ -265,6 +283,19 @@ class TraceDispatcher:
         buffer.append(ctx)
         if len(buffer) >= self.batch_num * 8:
             self._wake.set()
+        return True
+
+    def append_send(self, started_ms: int, msg: Any, future: Any) -> bool:
+        """An async send in flight (a Message and its SendFuture): its Pub record is made
+        by the dispatcher once `future` is done (none when it failed); its cost time is
+        then known to within the dispatcher's tick (TRACE_FLUSH_S). False, counted in
+        `dropped`, when the buffer is full."""
+        sends = self._sends
+        if len(sends) + len(self._buffer) >= self.buffer_size:
+            with self._drop_lock:
+                self.dropped += 1
+            return False
+        sends.append((started_ms, msg, future))
         return True
 
     # -- lifecycle -----------------------------------------------------------------------
@@ -287,9 +318,17 @@ class TraceDispatcher:
         self.producer.shutdown()
 
     def flush(self, timeout_s: float = 10.0) -> None:
-        """Sends what is buffered now and waits until the inner producer sent it."""
-        self._send(self._take_all())
+        """Sends what is buffered now (and the records of the async sends done within
+        `timeout_s`) and waits until the inner producer sent it."""
+        deadline = time.monotonic() + timeout_s
+        while self._sends and not self._sends[-1][2].done() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self._dispatch()
         self.producer.flush()
+
+    def _dispatch(self) -> None:
+        with self._dispatch_lock:  # the thread's and flush()'s: one takes at a time
+            self._send(self._take_all())
 
     # -- background thread ---------------------------------------------------------------
     def _run(self) -> None:
@@ -297,49 +336,88 @@ class TraceDispatcher:
             self._wake.wait(self.flush_s)
             self._wake.clear()
             try:
-                self._send(self._take_all())
+                self._dispatch()
             except Exception:  # never let a bug end tracing silently
                 log.exception("trace dispatch failed")
         try:
-            self._send(self._take_all())
+            self._dispatch()
         except Exception:
             log.exception("trace dispatch failed")
 
-    def _take_all(self) -> list[TraceContext]:
+    def _take_all(self) -> dict[str, tuple[list[str], list[str]]]:
+        """The records buffered and those of the async sends done, encoded, by traced
+        topic: (record texts, their trace message keys). The thread lets the GIL go every
+        YIELD_EVERY records: held for a switch interval (5 ms) it would stall the client
+        loop's sends each time."""
+        by_topic: dict[str, tuple[list[str], list[str]]] = {}
         buffer = self._buffer
-        taken = []
-        for _ in range(len(buffer)):
-            taken.append(buffer.popleft())
-        return taken
+        for i in range(len(buffer)):
+            ctx = buffer.popleft()
+            if not ctx.beans:
+                continue
+            if ctx.trace_type is TraceType.Pub:
+                bean = ctx.beans[0]
+                if not bean.store_host and bean.offset_msg_id:
+                    bean.store_host = self.store_host(bean.offset_msg_id)
+            text, keys = encode_context(ctx)
+            records, all_keys = by_topic.setdefault(_s(ctx.beans[0].topic), ([], []))
+            records.append(text)
+            all_keys.append(" ".join(keys))
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                time.sleep(0)
+        sends = self._sends
+        done = []
+        while sends and sends[0][2].done():  # in send order, mostly done in order
+            done.append(sends.popleft())
+        for i in range(0, len(done), YIELD_EVERY):
+            self._pub_records(done[i:i + YIELD_EVERY], by_topic)
+            time.sleep(0)
+        return by_topic
 
-    def _send(self, contexts: list[TraceContext]) -> None:
-        """Trace messages of `contexts`: grouped by traced topic, up to batch_num contexts
-        and max_msg_size bytes each (AsyncTraceDispatcher.sendTraceData / flushData)."""
-        by_topic: dict[str, list[TraceContext]] = {}
-        for ctx in contexts:
-            if ctx.beans:
-                by_topic.setdefault(_s(ctx.beans[0].topic), []).append(ctx)
-                if ctx.trace_type is TraceType.Pub:
-                    bean = ctx.beans[0]
-                    if not bean.store_host and bean.offset_msg_id:
-                        bean.store_host = self._store_host(bean.offset_msg_id)
-        for group in by_topic.values():
-            for i in range(0, len(group), self.batch_num):
-                data: list[str] = []
-                size = 0
-                keys: dict[str, None] = {}
-                for ctx in group[i:i + self.batch_num]:
-                    text, ctx_keys = encode_context(ctx)
-                    data.append(text)
-                    size += len(text)
-                    keys.update(dict.fromkeys(ctx_keys))
-                    if size >= self.max_msg_size:
-                        self._send_one(data, keys)
-                        data, size, keys = [], 0, {}
-                if data:
-                    self._send_one(data, keys)
+    def _pub_records(self, done: list[tuple[int, Any, Any]],
+                     by_topic: dict[str, tuple[list[str], list[str]]]) -> None:
+        """The Pub records of async sends done (SendMessageTraceHookImpl's fields; those
+        that failed have none, those to the trace topic neither), in bulk, into
+        `by_topic`: a record costs a microsecond or two."""
+        done_ms = now_ms()
+        group = self.group
+        trace_topic = self.trace_topic
+        hosts = self._hosts
+        store_host = self.store_host
+        topic = None
+        records: list[str] = []
+        keys: list[str] = []
+        for started_ms, m, f in done:
+            if f.exception() is not None or m.topic == trace_topic:
+                continue
+            r = f.result()
+            if m.topic != topic:
+                topic = m.topic
+                records, keys = by_topic.setdefault(topic, ([], []))
+            k = m.keys
+            key_text = k if k.__class__ is str else " ".join(k)
+            offset_id = r.offset_msg_id
+            msg_id = r.msg_id
+            records.append(
+                f"Pub\x01{started_ms}\x01{DEFAULT_TRACE_REGION_ID}\x01{group}\x01{topic}"
+                f"\x01{msg_id}\x01{m.tags or 'null'}\x01{key_text or 'null'}"
+                f"\x01{hosts.get(offset_id[:-16]) or store_host(offset_id)}"
+                f"\x01{len(m.body)}\x01{done_ms - started_ms}"
+                f"\x01{3 if m.delay_level else 0}\x01{offset_id}"
+                f"\x01{'true' if r.status is _SEND_OK else 'false'}\x02")
+            keys.append(f"{msg_id} {key_text}" if key_text else msg_id)
 
-    def _store_host(self, offset_msg_id: str) -> str:
+    def _send(self, by_topic: dict[str, tuple[list[str], list[str]]]) -> None:
+        """Trace messages of encoded records, per traced topic: up to batch_num contexts
+        and max_msg_size bytes each (AsyncTraceDispatcher.sendTraceData / flushData);
+        their keys are the records' ids and keys (`keys`: one text per context)."""
+        for records, keys in by_topic.values():
+            for i in range(0, len(records), self.batch_num):
+                self._send_one("".join(records[i:i + self.batch_num]),
+                               " ".join(keys[i:i + self.batch_num]).split())
+                time.sleep(0)
+
+    def store_host(self, offset_msg_id: str) -> str:
         """The broker's address in an offsetMsgId (its store host), cached by its hex."""
         head = offset_msg_id[:-16]
         host = self._hosts.get(head)
@@ -353,10 +431,17 @@ class TraceDispatcher:
                 self._hosts[head] = host
         return host
 
-    def _send_one(self, data: list[str], keys: dict[str, None]) -> None:
-        msg = Message(self.trace_topic, "".join(data).encode(),
-                      keys=[k for k in keys if k and k == "".join(k.split())
-                            and "\x01" not in k and "\x02" not in k])
+    def _send_one(self, data: str, keys: list[str]) -> None:
+        if len(data) > self.max_msg_size:  # records of many keys: halve it, record-wise
+            records = [r + FIELD_SPLITOR for r in data.split(FIELD_SPLITOR) if r]
+            half = len(records) // 2
+            if half:
+                self._send_one("".join(records[:half]), keys)
+                self._send_one("".join(records[half:]), keys)
+                return
+        msg = Message(self.trace_topic, data.encode(),
+                      keys=[k for k in dict.fromkeys(keys)
+                            if "\x01" not in k and "\x02" not in k])
         try:
             future = self.producer.send_async(msg, timeout_s=TRACE_SEND_TIMEOUT_S)
         except Exception as e:  # shut down, no room, ...: the trace is lost
@@ -381,9 +466,11 @@ def new_trace_dispatcher(group: str, namesrv_addr: str | list[str], trace_topic:
                          make_producer: Callable[..., Producer], **producer_kw: Any
                          ) -> TraceDispatcher:
     """A dispatcher with an inner producer of group `_INNER_TRACE_PRODUCER-{group}`
-    (its own sends are not traced)."""
+    (its own sends are not traced). Its trace messages go uncompressed: compressing them
+    (zlib, 20 KiB each) cost the client more than all the rest of the trace, and any tool
+    reads them as text."""
     producer = make_producer(f"{TRACE_GROUP_NAME_PREFIX}-{group}", namesrv_addr,
-                             **producer_kw)
+                             compress_msg_body_over_howmuch=1 << 31, **producer_kw)
     return TraceDispatcher(producer, trace_topic or RMQ_SYS_TRACE_TOPIC)
 
 

@@ -14,6 +14,7 @@ import pytest
 from mqclient import ConsumeFromWhere, ConsumeStatus, Message, MessageExt, Producer, PushConsumer
 from mqclient.admin import MQAdmin
 from mqclient.cli import mqadmin
+from mqclient.message import MessageQueue, MQClientError, SendFuture, SendResult, SendStatus
 from mqclient.trace import (
     ConsumeReturnType,
     MessageType,
@@ -159,6 +160,36 @@ def test_a_full_buffer_drops_records_and_counts_them() -> None:
     assert contexts[0].beans[0].store_host == "10.154.0.38:10911"
     assert all(m.topic == "RMQ_SYS_TRACE_TOPIC" for m in sink.sent)
     assert d.append(_pub(9))  # room again
+
+
+def test_async_sends_get_the_same_pub_record_as_the_encoder_writes() -> None:
+    sink = _Sink()
+    d = TraceDispatcher(sink)  # type: ignore[arg-type]
+    d.group = "PG"
+    done, failed = SendFuture(), SendFuture()
+    done.set_result(SendResult(SendStatus.SEND_OK, MSG_ID, OFFSET_ID,
+                               MessageQueue("T", "b", 0), 0))
+    failed.set_exception(MQClientError("TIMEOUT", "x"))
+    d.append_send(TIME, Message("T", b"12345", tags="tg", keys=["a", "b"]), done)
+    d.append_send(TIME, Message("T", b"x"), failed)  # no record: no result
+    d.append_send(TIME, Message("T", b"abc", delay_level=2), done)  # no tags, no keys
+    d.flush()
+    [msg] = sink.sent
+    first, second = decode_trace_data(msg.body.decode())
+    data = msg.body.decode()
+    assert data == (
+        encode_context(TraceContext(TraceType.Pub, TIME, group="PG",
+                                    cost_time=first.cost_time, beans=[TraceBean(
+                                        topic="T", msg_id=MSG_ID, offset_msg_id=OFFSET_ID,
+                                        tags="tg", keys="a b", store_host="10.154.0.38:10911",
+                                        body_length=5)]))[0]
+        + encode_context(TraceContext(TraceType.Pub, TIME, group="PG",
+                                      cost_time=second.cost_time, beans=[TraceBean(
+                                          topic="T", msg_id=MSG_ID, offset_msg_id=OFFSET_ID,
+                                          store_host="10.154.0.38:10911", body_length=3,
+                                          msg_type=MessageType.Delay_Msg)]))[0])
+    assert first.cost_time >= 0
+    assert msg.key_list() == [MSG_ID, "a", "b"]
 
 
 def test_records_of_different_topics_go_in_different_trace_messages() -> None:
