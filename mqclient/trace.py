@@ -53,7 +53,9 @@ KEY_SEPARATOR = " "
 # AsyncTraceDispatcher: 2048 contexts buffered, up to 20 per flush, 128,000 bytes per trace
 # message. A Python producer buffers more: a flush of its thread every TRACE_FLUSH_S.
 TRACE_BUFFER_SIZE = 20_000
-TRACE_BATCH_NUM = 100
+TRACE_BATCH_NUM = 400
+# The KEYS of a trace message stay under this many bytes (properties hold at most 32,767).
+MAX_KEYS_BYTES = 24_000
 TRACE_MAX_MSG_SIZE = 128_000
 TRACE_FLUSH_S = 0.01
 TRACE_SEND_TIMEOUT_S = 5.0  # AsyncTraceDispatcher sends with a 5 s timeout
@@ -412,10 +414,18 @@ class TraceDispatcher:
         and max_msg_size bytes each (AsyncTraceDispatcher.sendTraceData / flushData);
         their keys are the records' ids and keys (`keys`: one text per context)."""
         for records, keys in by_topic.values():
-            for i in range(0, len(records), self.batch_num):
-                self._send_one("".join(records[i:i + self.batch_num]),
-                               " ".join(keys[i:i + self.batch_num]).split())
-                time.sleep(0)
+            start = size = key_size = 0
+            for i, (record, key_text) in enumerate(zip(records, keys, strict=True)):
+                size += len(record)
+                key_size += len(key_text) + 1
+                if (i + 1 - start >= self.batch_num or size >= self.max_msg_size
+                        or key_size >= MAX_KEYS_BYTES):
+                    self._send_one("".join(records[start:i + 1]),
+                                   " ".join(keys[start:i + 1]).split())
+                    start, size, key_size = i + 1, 0, 0
+                    time.sleep(0)
+            if start < len(records):
+                self._send_one("".join(records[start:]), " ".join(keys[start:]).split())
 
     def store_host(self, offset_msg_id: str) -> str:
         """The broker's address in an offsetMsgId (its store host), cached by its hex."""
@@ -432,13 +442,6 @@ class TraceDispatcher:
         return host
 
     def _send_one(self, data: str, keys: list[str]) -> None:
-        if len(data) > self.max_msg_size:  # records of many keys: halve it, record-wise
-            records = [r + FIELD_SPLITOR for r in data.split(FIELD_SPLITOR) if r]
-            half = len(records) // 2
-            if half:
-                self._send_one("".join(records[:half]), keys)
-                self._send_one("".join(records[half:]), keys)
-                return
         msg = Message(self.trace_topic, data.encode(),
                       keys=[k for k in dict.fromkeys(keys)
                             if "\x01" not in k and "\x02" not in k])

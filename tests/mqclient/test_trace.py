@@ -192,6 +192,19 @@ def test_async_sends_get_the_same_pub_record_as_the_encoder_writes() -> None:
     assert msg.key_list() == [MSG_ID, "a", "b"]
 
 
+def test_trace_messages_keep_their_keys_within_the_properties_limit() -> None:
+    sink = _Sink()
+    d = TraceDispatcher(sink)  # type: ignore[arg-type]
+    for i in range(100):
+        ctx = _pub(i)
+        ctx.beans[0].keys = f"{i:03d}" + "k" * 500
+        d.append(ctx)
+    d.flush()
+    assert len(sink.sent) >= 3
+    assert all(len(" ".join(m.key_list())) < 32_767 for m in sink.sent)
+    assert sum(len(decode_trace_data(m.body.decode())) for m in sink.sent) == 100
+
+
 def test_records_of_different_topics_go_in_different_trace_messages() -> None:
     sink = _Sink()
     d = TraceDispatcher(sink, "MyTrace")  # type: ignore[arg-type]
