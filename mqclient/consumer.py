@@ -64,7 +64,7 @@ from mqclient.puller import PullService
 from mqclient.rebalance import ConsumeFromWhere, MessageModel, Rebalancer
 from mqclient.route import TopicRoute
 from mqclient.selector import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, MessageSelector
-from mqclient.trace import TraceDispatcher, new_trace_dispatcher, traced_listener
+from mqclient.trace_dispatcher import TraceDispatcher, new_trace_dispatcher, traced_listener
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)

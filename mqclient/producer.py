@@ -67,15 +67,8 @@ from mqclient.message import (
 )
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
-from mqclient.trace import (
-    MessageType,
-    TraceBean,
-    TraceContext,
-    TraceDispatcher,
-    TraceType,
-    new_trace_dispatcher,
-    now_ms,
-)
+from mqclient.trace import MessageType, TraceBean, TraceContext, TraceType, now_ms
+from mqclient.trace_dispatcher import TraceDispatcher, new_trace_dispatcher
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, SendBatchesWriter
 

@@ -20,11 +20,11 @@ from mqclient.trace import (
     MessageType,
     TraceBean,
     TraceContext,
-    TraceDispatcher,
     TraceType,
     decode_trace_data,
     encode_context,
 )
+from mqclient.trace_dispatcher import TraceDispatcher
 from mqclient.transaction import LocalTransactionState, TransactionProducer
 from tests.mqclient.conftest import Cluster
 from tests.support.waiting import wait_until
