@@ -11,6 +11,7 @@ import dataclasses
 import ipaddress
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from broker.constants import (
     TRANSACTION_CHECK_MAX,
     TRANSACTION_TIME_OUT_MS,
 )
-from common.constants import MASTER_ID, PERM_READ_WRITE
+from common.constants import MASTER_ID, PERM_READ_WRITE, TOPIC_PATTERN
 from ha.constants import (
     HA_HOUSEKEEPING_INTERVAL,
     HA_MAX_TIME_SLAVE_NOT_CATCHUP,
@@ -107,6 +108,10 @@ class BrokerConfig:
     max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
+    # Message trace: the broker creates the trace topic (1 queue, as RocketMQ's
+    # TopicConfigManager) that clients with enable_msg_trace write their records to.
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
     slave_read_enable: bool = False
     register_name_server_period: int = REGISTER_NAME_SERVER_PERIOD_MS
     register_broker_timeout_mills: int = REGISTER_BROKER_TIMEOUT_MS
@@ -297,6 +302,8 @@ def _check(c: BrokerConfig) -> None:
             raise ConfigError(f"haMasterAddress: expected HOST:PORT, got {c.ha_master_address!r}")
     if c.ha_slave_fallbehind_max < 0:
         raise ConfigError("haSlaveFallbehindMax: must be >= 0")
+    if c.trace_topic_enable and not re.match(TOPIC_PATTERN, c.msg_trace_topic_name):
+        raise ConfigError(f"msgTraceTopicName: {c.msg_trace_topic_name!r} is not a topic name")
     if c.default_topic_queue_nums <= 0:
         raise ConfigError("defaultTopicQueueNums: must be > 0")
     if c.max_topic_queue_nums < c.default_topic_queue_nums:

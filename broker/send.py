@@ -31,6 +31,7 @@ from broker.schedule import to_schedule_topic
 from broker.status import STORED_STATUSES, RequestError, ok, put_status, unexpected
 from broker.topic_config import TopicConfig, send_topic_problem
 from common.codec import MessageExt, encode_offset_msg_id
+from common.compression import PRODUCER_SYS_FLAGS
 from common.constants import PERM_READ_WRITE, PERM_WRITE, MessageProperty
 from mqproto import common_pb2, messaging_pb2
 from store.constants import PutMessageStatus
@@ -46,6 +47,21 @@ log = logging.getLogger(__name__)
 SEVERAL = "SendBatch (send channel, several)"  # how a SEND_BATCHES failure is logged
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+def set_sys_flags(msgs: list[Message], flags: Sequence[int]) -> None:
+    """The sysflag bits the producer set on each message of an encoded batch (compressed
+    bodies: COMPRESSED and the type, PRODUCER_SYS_FLAGS); MESSAGE_ILLEGAL for any other
+    bit, or a count that is not the messages'. The body is stored as sent."""
+    if len(flags) != len(msgs):
+        raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                           f"the batch has {len(msgs)} messages and {len(flags)} sys_flags")
+    for i, (msg, flag) in enumerate(zip(msgs, flags, strict=True)):
+        if flag & ~PRODUCER_SYS_FLAGS:
+            raise RequestError(common_pb2.MESSAGE_ILLEGAL,
+                               f"message {i} of the batch has sysflag {flag:#x}: a producer "
+                               f"sets only the bits {PRODUCER_SYS_FLAGS:#x} (compression)")
+        msg.sys_flag |= flag
 
 
 @functools.lru_cache(maxsize=16)  # asked at every send
@@ -169,6 +185,8 @@ class SendProcessor:
                                        born_host=host,
                                        born_timestamp=request.born_timestamp or now,
                                        uniq_key=uniq_key)
+                if request.sys_flags:
+                    set_sys_flags(msgs, request.sys_flags)
                 if len(encoded) > max_size:  # the bodies are less than their encoding
                     self._check_batch_size(sum(len(m.body) for m in msgs))
                 taken.append((i, msgs))
@@ -206,6 +224,8 @@ class SendProcessor:
                                    born_host=host or born_host,
                                    born_timestamp=request.born_timestamp or now,
                                    uniq_key=uniq_key)
+            if request.sys_flags:
+                set_sys_flags(msgs, request.sys_flags)
             self._check_batch_size(sum(len(m.body) for m in msgs))
             return msgs
 

@@ -96,7 +96,8 @@ async def serve(loaded: LoadedConfig) -> None:
         await controller.start()
         # RocketMQ 5's gRPC protocol for the official SDKs (grpcProxyPort; 0 = off).
         assert controller.context is not None and controller.messaging is not None
-        v2 = await GrpcProxy.start_for(controller.context, controller.messaging.send)
+        v2 = await GrpcProxy.start_for(controller.context, controller.messaging.send,
+                                       controller.tls, controller.peer_tls)
         print(boot_message(controller), flush=True)
         await stop.wait()
     finally:

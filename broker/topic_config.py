@@ -256,7 +256,8 @@ class TopicConfigManager(ConfigManager[Table]):
 
     def _system_topics(self) -> list[TopicConfig]:
         """TopicConfigManager's start-up topics: TBW102 (auto-create), the schedule topic,
-        and the cluster and broker name topics used for routing by cluster or broker."""
+        the cluster and broker name topics used for routing by cluster or broker, and the
+        message trace topic (traceTopicEnable)."""
         c = self.config
         out = [TopicConfig(SCHEDULE_TOPIC, self.delay_levels, self.delay_levels)]
         if c.auto_create_topic_enable:
@@ -268,6 +269,8 @@ class TopicConfigManager(ConfigManager[Table]):
         if c.broker_topic_enable:
             perm = PERM_READ_WRITE if c.broker_permission & PERM_WRITE else PERM_READ
             out.append(TopicConfig(c.broker_name, 1, 1, perm))
+        if c.trace_topic_enable:  # one queue (TopicConfigManager)
+            out.append(TopicConfig(c.msg_trace_topic_name, 1, 1, PERM_READ_WRITE))
         return [t for t in out if topic_problem(t.topic_name) is None]
 
     # -- table -----------------------------------------------------------------------------

@@ -870,7 +870,7 @@ static PyObject *decode_pulled(PyObject *self, PyObject *args) {
     if (out == NULL)
         goto fail;
     while (pos < end) {
-        PyObject *a[17] = {NULL};
+        PyObject *a[18] = {NULL};
         PyObject *tags = NULL, *keys = NULL, *uniq = NULL, *props = NULL, *msg;
         Py_ssize_t header, total, body_len, born_len, store_len, p, rec_end;
         int ok = 0;
@@ -969,17 +969,18 @@ static PyObject *decode_pulled(PyObject *self, PyObject *args) {
         a[14] = host_text(hosts, host_of, store_host, store_len);
         a[15] = PyLong_FromLong((int32_t)get32(tail));
         a[16] = PyLong_FromLong((int32_t)get32(r + 16));
+        a[17] = PyLong_FromUnsignedLong(sys_flag);
         ok = 1;
-        for (int j = 0; j < 17; j++)
+        for (int j = 0; j < 18; j++)
             if (a[j] == NULL)
                 ok = 0;
         if (ok) {
-            msg = PyObject_Vectorcall(cls, a, 17, NULL);
+            msg = PyObject_Vectorcall(cls, a, 18, NULL);
             ok = msg != NULL && PyList_Append(out, msg) == 0;
             Py_XDECREF(msg);
         }
     record_done:
-        for (int j = 0; j < 17; j++)
+        for (int j = 0; j < 18; j++)
             Py_XDECREF(a[j]);
         Py_XDECREF(tags);
         Py_XDECREF(keys);

@@ -49,7 +49,7 @@ class Batch:
     and a message whose deadline passed before its batch left fails without being sent."""
 
     __slots__ = ("key", "topic", "ids", "elements", "futures", "deadlines", "size",
-                 "deadline", "earliest", "timeout_s")
+                 "deadline", "earliest", "timeout_s", "flags")
 
     def __init__(self, key: BatchKey) -> None:
         self.key = key
@@ -64,9 +64,15 @@ class Batch:
         self.deadline = 0.0  # the latest message deadline: the batch's sends end by then
         self.earliest = float("inf")
         self.timeout_s = 0.0  # the longest timeout of its messages (said in errors)
+        # Each message's sysflag bits (compressed bodies), made when the first is not 0.
+        self.flags: list[int] | None = None
 
     def add(self, message_id: str, element: bytes, future: SendFuture | None,
-            timeout_s: float, deadline: float) -> None:
+            timeout_s: float, deadline: float, sys_flag: int = 0) -> None:
+        if sys_flag or self.flags is not None:
+            if self.flags is None:
+                self.flags = [0] * len(self.ids)
+            self.flags.append(sys_flag)
         self.ids.append(message_id)
         self.elements.append(element)
         self.futures.append(future)
@@ -88,6 +94,8 @@ class Batch:
                 _complete(future.set_exception, error)
         self.ids = [self.ids[i] for i in keep]
         self.elements = [self.elements[i] for i in keep]
+        if self.flags is not None:
+            self.flags = [self.flags[i] for i in keep]
         self.futures = [self.futures[i] for i in keep]
         self.earliest = min((deadlines[i] for i in keep), default=float("inf"))
         self.deadlines = bytearray(b"".join(_DOUBLE.pack(deadlines[i]) for i in keep))
@@ -96,9 +104,11 @@ class Batch:
         return expired
 
 
-# (topic, UNIQ_KEYs, encoded messages, deadline, timeout) -> one result per message; raises
-# MQClientError when the batch could not be stored after its retries.
-BatchSender = Callable[[str, list[str], bytes, float, float], Awaitable[list[SendResult]]]
+# (topic, UNIQ_KEYs, encoded messages, deadline, timeout, sysflag bits per message or
+# empty) -> one result per message; raises MQClientError when the batch could not be
+# stored after its retries.
+BatchSender = Callable[[str, list[str], bytes, float, float, list[int]],
+                       Awaitable[list[SendResult]]]
 # Several batches -> per batch its results, or the exception that failed it.
 MultiSender = Callable[[list[Batch]], Awaitable[list[list[SendResult] | BaseException]]]
 
@@ -137,7 +147,9 @@ class BatchAccumulator:
 
     # -- any thread ----------------------------------------------------------------------------
     def append(self, topic: str, message_id: str, element: bytes,
-               future: SendFuture | None, timeout_s: float, delay_level: int = 0) -> None:
+               future: SendFuture | None, timeout_s: float, delay_level: int = 0,
+               sys_flag: int = 0) -> None:
+        """`sys_flag`: the message's sysflag bits (a compressed body's)."""
         key = (topic, delay_level)
         deadline = self.clock() + timeout_s  # before any state changes (bad input)
         on_loop = self.loop.in_loop_thread()
@@ -157,7 +169,7 @@ class BatchAccumulator:
                 if self.multi_sender is not None:  # one linger timer for all open batches
                     first = not self._linger_armed
                     self._linger_armed = True
-            batch.add(message_id, element, future, timeout_s, deadline)
+            batch.add(message_id, element, future, timeout_s, deadline, sys_flag)
             full = len(batch.ids) >= self.max_count or batch.size >= self.max_bytes
             if full:
                 del self._open[key]
@@ -287,7 +299,7 @@ class BatchAccumulator:
     async def _send(self, batch: Batch) -> None:
         try:
             results = await self.sender(batch.topic, batch.ids, b"".join(batch.elements),
-                                        batch.deadline, batch.timeout_s)
+                                        batch.deadline, batch.timeout_s, batch.flags or [])
         except Exception as e:
             if not isinstance(e, MQClientError):
                 log.exception("async batch send to %s failed", batch.topic)

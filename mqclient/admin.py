@@ -19,6 +19,7 @@ import grpc
 
 from acl.grpc_auth import ClientAuth
 from common import codec as message_codec
+from common.compression import COMPRESSED_FLAG, DecompressError, decompress_body
 from common.constants import AUTO_CREATE_TOPIC_KEY_TOPIC, PERM_READ, PERM_WRITE
 from common.route import QueueData
 from mqclient.admin_queries import TRANSACTION_STATUS, BrokerQuery, Row
@@ -40,11 +41,13 @@ from mqclient.admin_types import (
     SlaveLink,
     StoredMessage,
     TopicRoute,
+    TraceView,
 )
 from mqclient.codec import format_host
 from mqclient.loop import CHANNEL_OPTIONS
 from mqclient.message import SEND_STATUS_BY_CODE, code_name
 from mqclient.route import split_addresses
+from mqclient.trace import RMQ_SYS_TRACE_TOPIC, decode_trace_data
 from mqproto import (
     admin_pb2,
     admin_pb2_grpc,
@@ -91,15 +94,23 @@ def decode_offset_msg_id(offset_msg_id: str) -> tuple[str, int]:
 
 
 def _message(pb: messaging_pb2.Message, broker_name: str) -> StoredMessage:
+    """A stored message as the broker answered it, its body decompressed when marked
+    COMPRESSED (else, with the reason in `body_error`, as stored)."""
     sp = pb.system_properties
+    body, sys_flag, body_error = pb.body, sp.sys_flag, ""
+    if sys_flag & COMPRESSED_FLAG:
+        try:
+            body, sys_flag = decompress_body(body, sys_flag), sys_flag & ~COMPRESSED_FLAG
+        except DecompressError as e:
+            body_error = str(e)
     return StoredMessage(
         topic=pb.topic, broker_name=broker_name, queue_id=sp.queue_id,
         queue_offset=sp.queue_offset, msg_id=sp.message_id, offset_msg_id=sp.offset_msg_id,
-        tags=pb.tag, keys=list(pb.keys), body=pb.body, properties=dict(pb.user_properties),
+        tags=pb.tag, keys=list(pb.keys), body=body, properties=dict(pb.user_properties),
         born_timestamp=sp.born_timestamp, store_timestamp=sp.store_timestamp,
         born_host=sp.born_host, store_host=sp.store_host,
         commit_log_offset=sp.commit_log_offset, store_size=sp.store_size,
-        reconsume_times=sp.reconsume_times, sys_flag=sp.sys_flag)
+        reconsume_times=sp.reconsume_times, sys_flag=sys_flag, body_error=body_error)
 
 
 def _group(pb: common_pb2.BrokerData) -> BrokerGroup:
@@ -629,6 +640,38 @@ class MQAdmin:
             found.extend(_message(m, g.broker_name) for m in r.messages)
         found.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_id, m.queue_offset))
         return found
+
+    def query_msg_trace_by_id(self, msg_id: str, *, trace_topic: str = RMQ_SYS_TRACE_TOPIC,
+                              max_num: int = QUERY_MAX_NUM, begin_ms: int = 0,
+                              end_ms: int = 0) -> list[TraceView]:
+        """The trace records of the message with this id (its UNIQ_KEY), found by the
+        trace messages' keys (QueryMsgTraceByIdSubCommand), oldest first."""
+        views = []
+        for m in self.query_msg_by_key(trace_topic, msg_id, max_num=max_num,
+                                       begin_ms=begin_ms, end_ms=end_ms):
+            try:
+                contexts = decode_trace_data(m.body.decode("utf-8", errors="replace"))
+            except (ValueError, IndexError) as e:
+                raise AdminError(f"trace message {m.msg_id} of {trace_topic} is not trace "
+                                 f"data: {e}") from None
+            for ctx in contexts:
+                bean = ctx.beans[0]
+                if bean.msg_id != msg_id:
+                    continue
+                views.append(TraceView(
+                    trace_type=ctx.trace_type.value, msg_id=msg_id, group=ctx.group,
+                    timestamp=ctx.timestamp, cost_time=ctx.cost_time,
+                    status="success" if ctx.success else "failed", topic=bean.topic or "",
+                    tags=bean.tags or "", keys=bean.keys or "",
+                    store_host=bean.store_host or "", offset_msg_id=bean.offset_msg_id or "",
+                    client_host=m.born_host, request_id=ctx.request_id,
+                    retry_times=bean.retry_times, context_code=ctx.context_code,
+                    transaction_id=bean.transaction_id or "",
+                    transaction_state=(bean.transaction_state
+                                       if ctx.trace_type.value == "EndTransaction" else ""),
+                    from_transaction_check=bean.from_transaction_check))
+        views.sort(key=lambda v: v.timestamp)
+        return views
 
     def send_message(self, topic: str, body: bytes, *, keys: Sequence[str] = (), tag: str = "",
                      broker_name: str | None = None, queue_id: int | None = None,

@@ -132,7 +132,8 @@ class StoredMessage:
     commit_log_offset: int
     store_size: int
     reconsume_times: int
-    sys_flag: int
+    sys_flag: int  # less COMPRESSED once the body was decompressed
+    body_error: str = ""  # why a body marked compressed could not be read (body: as stored)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,3 +218,29 @@ class PendingTransactions:
     max_check_times: int
     online_producers: int
 
+
+
+@dataclasses.dataclass(frozen=True)
+class TraceView:
+    """One trace record of a message (RocketMQ's TraceView): `trace_type` Pub, SubBefore,
+    SubAfter or EndTransaction; `client_host` is the born host of the trace message (the
+    client that wrote the record)."""
+
+    trace_type: str
+    msg_id: str
+    group: str
+    timestamp: int
+    cost_time: int
+    status: str  # success / failed
+    topic: str
+    tags: str
+    keys: str
+    store_host: str
+    offset_msg_id: str
+    client_host: str
+    request_id: str = ""
+    retry_times: int = 0
+    context_code: int = 0
+    transaction_id: str = ""
+    transaction_state: str = ""
+    from_transaction_check: bool = False

@@ -1,15 +1,12 @@
 """Decoding the commitlog records of a raw pull (SPEC 2.2) into MessageExt, lean: the layout,
 properties and hosts come from common.codec (pure); no CRC check, hosts are formatted once per
-distinct raw address, offsetMsgId is the hex of the raw store host and the commitlog offset.
-A body stored compressed (sysFlag bit 0: RocketMQ 4.x clients compress bodies over 4 KiB)
-is inflated, as a 4.x client does."""
+distinct raw address, offsetMsgId is the hex of the raw store host and the commitlog offset."""
 
 from __future__ import annotations
 
-import zlib
-
 from common import native
 from common.codec import decode_host, decode_properties, header_struct
+from common.compression import COMPRESSED_FLAG, DecompressError, decompress_body
 from common.constants import MESSAGE_MAGIC_CODE
 from mqclient.message import MessageExt, MQClientError
 
@@ -30,12 +27,30 @@ def _host(raw: bytes) -> str:
     return text
 
 
+def decompress_bodies(msgs: list[MessageExt]) -> list[MessageExt]:
+    """Decompresses the bodies marked COMPRESSED (and clears the mark); a body that cannot
+    be read keeps its stored bytes and the mark, with the reason in `body_error`."""
+    for m in msgs:
+        if m.sys_flag & COMPRESSED_FLAG:
+            try:
+                m.body = decompress_body(m.body, m.sys_flag)
+                m.sys_flag &= ~COMPRESSED_FLAG
+            except DecompressError as e:
+                m.body_error = str(e)
+    return msgs
+
+
 def decode_records(raw: bytes, broker_name: str) -> list[MessageExt]:
-    """Messages from concatenated commitlog records; MQClientError when they are not."""
-    if native.lib is not None:  # the store's C twin of the loop below; None: use the loop
+    """Messages from concatenated commitlog records, compressed bodies decompressed
+    (decompress_bodies); MQClientError when they are not records."""
+    if native.lib is not None:  # the store's C twin of _decode_records; None: use that
         fast = native.lib.decode_pulled(raw, broker_name, MessageExt, _HOST_CACHE, _host)
         if fast is not None:
-            return _inflate_compressed(raw, fast)
+            return decompress_bodies(fast)
+    return decompress_bodies(_decode_records(raw, broker_name))
+
+
+def _decode_records(raw: bytes, broker_name: str) -> list[MessageExt]:
     out: list[MessageExt] = []
     append = out.append
     pos, end = 0, len(raw)
@@ -43,7 +58,7 @@ def decode_records(raw: bytes, broker_name: str) -> list[MessageExt]:
         header = header_struct(int.from_bytes(raw[pos + 36:pos + 40], "big"))
         if pos + header.size > end:
             raise MQClientError("DECODE_ERROR", f"truncated record header at {pos}")
-        (total, magic, _crc, queue_id, flag, queue_offset, phys, _sys, born_ts, born_host,
+        (total, magic, _crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts, born_host,
          store_ts, store_host, reconsume, _prepared, body_len) = header.unpack_from(raw, pos)
         if magic != MESSAGE_MAGIC_CODE or total <= header.size or pos + total > end:
             raise MQClientError("DECODE_ERROR", f"bad record at {pos} (magic {magic:#x}, "
@@ -67,20 +82,5 @@ def decode_records(raw: bytes, broker_name: str) -> list[MessageExt]:
             broker_name=broker_name, queue_id=queue_id, queue_offset=queue_offset,
             commit_log_offset=phys, born_timestamp=born_ts, store_timestamp=store_ts,
             born_host=_host(born_host), store_host=_host(store_host),
-            reconsume_times=reconsume, flag=flag))
-    return _inflate_compressed(raw, out)
-
-
-def _inflate_compressed(raw: bytes, msgs: list[MessageExt]) -> list[MessageExt]:
-    """Inflates the bodies whose record has sysFlag's COMPRESSED bit (the low byte of the
-    sysFlag field, at 36..40 of each record)."""
-    pos = 0
-    for m in msgs:
-        if raw[pos + 39] & 1:
-            try:
-                m.body = zlib.decompress(m.body)
-            except zlib.error as e:
-                raise MQClientError("DECODE_ERROR", f"message {m.msg_id} is marked compressed "
-                                    f"but does not inflate: {e}") from None
-        pos += int.from_bytes(raw[pos:pos + 4], "big")
-    return msgs
+            reconsume_times=reconsume, flag=flag, sys_flag=sys_flag))
+    return out

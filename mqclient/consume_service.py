@@ -4,7 +4,9 @@ ConsumeMessageOrderlyService).
 A plain function runs on the consumer's thread pool, an `async def` on the client loop.
 Listeners return a ConsumeStatus; returning None counts as success, raising as
 RECONSUME_LATER / SUSPEND_CURRENT_QUEUE_A_MOMENT. Messages from the group's retry topic
-reach the listener under their original topic (the RETRY_TOPIC property).
+reach the listener under their original topic (the RETRY_TOPIC property). A message whose
+compressed body cannot be decompressed (`body_error`) never reaches the listener: it is
+logged and goes to the group's dead-letter queue (broadcasting: dropped).
 """
 
 from __future__ import annotations
@@ -53,6 +55,20 @@ def _restore_retry_topics(msgs: list[MessageExt]) -> None:
             original = m.properties.get(PROPERTY_RETRY_TOPIC)
             if original:
                 m.topic = original
+
+
+async def _dead_letter_undecodable(send_back: SendBack | None, msgs: list[MessageExt]
+                                   ) -> list[bool]:
+    """Messages whose body could not be decompressed: each logged, then sent to the
+    dead-letter queue (no retry would read it); per message True when it is there (or,
+    without `send_back`, dropped)."""
+    for m in msgs:
+        log.error("message %s (offsetMsgId %s, %s offset %d) not consumed: %s; %s", m.msg_id,
+                  m.offset_msg_id, m.message_queue, m.queue_offset, m.body_error,
+                  "dropped" if send_back is None else "sent to the dead-letter queue")
+    if send_back is None:
+        return [True] * len(msgs)
+    return list(await asyncio.gather(*(send_back(m, -1) for m in msgs)))
 
 
 def _chunks(msgs: list[MessageExt], size: int) -> list[list[MessageExt]]:
@@ -155,6 +171,10 @@ class ConcurrentConsumeService:
     async def _consume(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if pq.dropped and not pq.draining:
             return
+        if any(m.body_error for m in msgs):
+            msgs = await self._undecodable(pq, msgs)
+            if not msgs:
+                return
         _restore_retry_topics(msgs)
         chunks = _chunks(msgs, self.batch_max_size)
         statuses = await self.runner.run(chunks, lambda chunk: self._may_run(pq, chunk))
@@ -171,6 +191,22 @@ class ConcurrentConsumeService:
             done.extend(await self._failed(pq, failed))
         if done:
             self.on_consumed(pq, pq.remove(done))
+
+    async def _undecodable(self, pq: ProcessQueue, msgs: list[MessageExt]
+                           ) -> list[MessageExt]:
+        """The messages of `msgs` with a readable body; the others go to the dead-letter
+        queue (consumed once there; tried again later when the broker could not take
+        them)."""
+        bad = [m for m in msgs if m.body_error]
+        sent = await _dead_letter_undecodable(self.send_back, bad)
+        done = [m for m, ok in zip(bad, sent, strict=True) if ok]
+        kept = [m for m, ok in zip(bad, sent, strict=True) if not ok]
+        if done:
+            self.on_consumed(pq, pq.remove(done))
+        if kept:
+            asyncio.get_running_loop().call_later(SEND_BACK_FAILED_RETRY_S, self.submit, pq,
+                                                  kept)
+        return [m for m in msgs if not m.body_error]
 
     def _may_run(self, pq: ProcessQueue, chunk: list[MessageExt]) -> bool:
         """Right before a listener call (pool thread). Never on a dropped queue, except
@@ -260,6 +296,14 @@ class OrderlyConsumeService:
                 msgs = pq.first(self.batch_max_size)
                 if not msgs:
                     return
+                bad = [m for m in msgs if m.body_error]
+                if bad:  # out of order: no retry reads them, the queue goes on
+                    sent = await _dead_letter_undecodable(self.send_back, bad)
+                    if all(sent):
+                        self.on_consumed(pq, pq.remove(bad))
+                    elif not self.stopping:
+                        await asyncio.sleep(self.suspend_s)
+                    continue
                 _restore_retry_topics(msgs)
                 [status] = await self.runner.run(
                     [msgs], lambda _: not pq.dropped and not self.stopping)

@@ -59,10 +59,12 @@ from mqclient.loop import ClientLoop, cancel_and_wait
 from mqclient.message import MessageExt, MessageQueue, MQClientError, code_name
 from mqclient.offset_store import LocalFileOffsetStore, OffsetStore, RemoteBrokerOffsetStore
 from mqclient.process_queue import ProcessQueue
+from mqclient.producer import Producer
 from mqclient.puller import PullService
 from mqclient.rebalance import ConsumeFromWhere, MessageModel, Rebalancer
 from mqclient.route import TopicRoute
 from mqclient.selector import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG, MessageSelector
+from mqclient.trace_dispatcher import TraceDispatcher, new_trace_dispatcher, traced_listener
 from mqproto import common_pb2, messaging_pb2
 
 log = logging.getLogger(__name__)
@@ -102,8 +104,11 @@ class PushConsumer:
                  shutdown_timeout_s: float = SHUTDOWN_TIMEOUT_S,
                  loop: ClientLoop | None = None, access_key: str | None = None,
                  secret_key: str | None = None, tls_ca: str | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        """Flow control: pulling a queue pauses while it buffers
+                 clock: Callable[[], float] = time.monotonic, enable_msg_trace: bool = False,
+                 trace_topic: str | None = None) -> None:
+        """`enable_msg_trace`: each listener call's trace (RocketMQ's SubBefore and
+        SubAfter records) goes to `trace_topic` (default RMQ_SYS_TRACE_TOPIC) in the
+        background (mqclient/trace.py). Flow control: pulling a queue pauses while it buffers
         `pull_threshold_for_queue` messages or `pull_threshold_size_for_queue` MiB of
         bodies; the `*_for_topic` thresholds (-1: none) are shared by the queues of the
         topic this consumer owns. `max_reconsume_times`: -1 = RocketMQ's default, 16 for
@@ -155,6 +160,13 @@ class PushConsumer:
         self._committing: asyncio.Task[None] | None = None
         self._resets: set[asyncio.Task[None]] = set()
         self.rebalancer: Rebalancer | None = None
+        self.trace: TraceDispatcher | None = None
+        if enable_msg_trace:
+            self.trace = new_trace_dispatcher(
+                group, namesrv_addr, trace_topic, Producer, loop=self.loop,
+                poll_name_server_interval_s=poll_name_server_interval_s,
+                client_ip=self.instance.client_ip, access_key=access_key,
+                secret_key=secret_key, tls_ca=tls_ca)
         self.started = False
 
     # -- configuration -------------------------------------------------------------------------
@@ -200,10 +212,14 @@ class PushConsumer:
             raise MQClientError("ILLEGAL_STATE", "register a listener before start()")
         if not self.instance.subscriptions:
             raise MQClientError("ILLEGAL_STATE", "subscribe to a topic before start()")
+        if self.trace is not None:
+            self.trace.start()
         try:
             self.loop.run(self._start())
         except BaseException:
             self.offset_store.close()
+            if self.trace is not None:
+                self.trace.shutdown()
             raise
         self.started = True
         return self
@@ -229,6 +245,8 @@ class PushConsumer:
         # Work queued and not started is dropped (its offsets were not committed: it comes
         # again to the next owner); a listener call still running is not waited for.
         self.executor.shutdown(wait=False, cancel_futures=True)
+        if self.trace is not None:  # the records of the calls made, then its producer
+            self.trace.shutdown()
 
     def __enter__(self) -> PushConsumer:
         return self.start()
@@ -242,18 +260,21 @@ class PushConsumer:
 
     async def _start(self) -> None:
         assert self._listener is not None
+        listener = self._listener
+        if self.trace is not None:
+            listener = traced_listener(listener, self.trace, self.group)
         clustering = self.message_model is MessageModel.CLUSTERING
         send_back = self._send_back if clustering else None
         if self._orderly:
             self.consume_service: ConcurrentConsumeService | OrderlyConsumeService = (
-                OrderlyConsumeService(self._listener, self.executor,
+                OrderlyConsumeService(listener, self.executor,
                                       self.consume_message_batch_max_size, self._consumed,
                                       SUSPEND_CURRENT_QUEUE_TIME_S, self._may_consume,
                                       send_back=send_back,
                                       max_reconsume_times=self.max_reconsume_times))
         else:
             self.consume_service = ConcurrentConsumeService(
-                self._listener, self.executor, self.consume_message_batch_max_size,
+                listener, self.executor, self.consume_message_batch_max_size,
                 self._consumed, send_back=send_back,
                 max_reconsume_times=(MAX_RECONSUME_TIMES if self.max_reconsume_times < 0
                                      else self.max_reconsume_times))

@@ -159,7 +159,9 @@ def _check_text(what: str, value: str) -> None:
 @dataclasses.dataclass(slots=True)
 class MessageExt:
     """A received message. `msg_id` is the producer's UNIQ_KEY, `offset_msg_id` the
-    broker's store-host + commitlog-offset id."""
+    broker's store-host + commitlog-offset id. `sys_flag` is the stored message's, less
+    COMPRESSED once its body was decompressed; `body_error` says why a body marked
+    compressed could not be (then `body` is the stored bytes and COMPRESSED stays set)."""
 
     topic: str
     body: bytes
@@ -178,6 +180,8 @@ class MessageExt:
     store_host: str
     reconsume_times: int
     flag: int = 0
+    sys_flag: int = 0
+    body_error: str = ""
 
     @property
     def message_queue(self) -> MessageQueue:

@@ -8,6 +8,10 @@
     producer.send_orderly(msg, sharding_key="order-1")   # same key -> same queue
     producer.shutdown()
 
+Bodies of at least `compress_msg_body_over_howmuch` bytes (4 KiB) are sent compressed
+(`compress_type` zlib, zstd or lz4 at `compress_level`), marked in the message's sysflag as
+RocketMQ 5 marks them (common/compression.py); consumers decompress them.
+
 Sync sends run on the caller's thread; async and one-way sends are gathered into batches
 (accumulator.py) and sent on the client loop. Failed sends are retried twice on another
 broker within the send timeout; brokers that failed or answered slowly are avoided for a
@@ -27,6 +31,12 @@ from typing import Any
 
 import grpc
 
+from common.compression import (
+    COMPRESS_LEVEL,
+    COMPRESS_MSG_BODY_OVER_HOWMUCH,
+    BodyCompressor,
+    CompressionType,
+)
 from mqclient.accumulator import Batch, BatchAccumulator
 from mqclient.constants import (
     BATCH_LINGER_S,
@@ -43,6 +53,7 @@ from mqclient.fault import ClockMs, LatencyFaultTolerance, QueueSelector, monoto
 from mqclient.instance import ClientInstance
 from mqclient.loop import ACCESS_REFUSED, ClientLoop
 from mqclient.message import (
+    _BODY_TYPES,
     SEND_STATUS_BY_CODE,
     Message,
     MessageIdFactory,
@@ -50,11 +61,14 @@ from mqclient.message import (
     MQClientError,
     SendFuture,
     SendResult,
+    SendStatus,
     code_name,
     encode_messages,
 )
 from mqclient.route import TopicRoute
 from mqclient.send_channel import SendChannelClosed
+from mqclient.trace import MessageType, TraceBean, TraceContext, TraceType, now_ms
+from mqclient.trace_dispatcher import TraceDispatcher, new_trace_dispatcher
 from mqproto import common_pb2, messaging_pb2
 from remoting.framing import KIND_SEND_BATCH, KIND_SEND_BATCHES, SendBatchesWriter
 
@@ -171,8 +185,17 @@ class Producer:
                  poll_name_server_interval_s: float = POLL_NAME_SERVER_INTERVAL_S,
                  clock_ms: ClockMs = monotonic_ms, loop: ClientLoop | None = None,
                  client_ip: str = "", access_key: str | None = None,
-                 secret_key: str | None = None, tls_ca: str | None = None) -> None:
-        """`client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
+                 secret_key: str | None = None, tls_ca: str | None = None,
+                 compress_msg_body_over_howmuch: int = COMPRESS_MSG_BODY_OVER_HOWMUCH,
+                 compress_type: CompressionType | str = CompressionType.ZLIB,
+                 compress_level: int = COMPRESS_LEVEL, enable_msg_trace: bool = False,
+                 trace_topic: str | None = None) -> None:
+        """`enable_msg_trace`: each send's trace (RocketMQ's Pub record) goes to
+        `trace_topic` (default RMQ_SYS_TRACE_TOPIC) in the background (mqclient/trace.py).
+        `compress_msg_body_over_howmuch`, `compress_type` (zlib, zstd, lz4),
+        `compress_level`: bodies of at least that many bytes are sent compressed (as
+        RocketMQ's DefaultMQProducer; 0 compresses all, a size over max_message_size none).
+        `client_ip`: the address in the client id and message ids (RocketMQ's clientIP);
         default $MQCLIENT_IP, else the local address towards the name servers.
         `access_key`/`secret_key`: the account of a broker with aclEnable (default
         $MQ_ACCESS_KEY / $MQ_SECRET_KEY); each request is signed, the secret never sent.
@@ -180,6 +203,11 @@ class Producer:
         if not group:
             raise MQClientError("ILLEGAL_ARGUMENT", "a producer needs a group")
         self.group = group
+        try:
+            self.compressor = BodyCompressor(compress_type, compress_level,
+                                             compress_msg_body_over_howmuch)
+        except ValueError as e:
+            raise MQClientError("ILLEGAL_ARGUMENT", str(e)) from None
         self.send_timeout_s = check_timeout(send_timeout_s)
         self.retry_times = retry_times_when_send_failed
         self.default_topic_queue_nums = default_topic_queue_nums
@@ -202,12 +230,22 @@ class Producer:
             self.loop, self._send_batch_async, linger_s=batch_linger_s,
             max_count=batch_max_count, max_bytes=batch_max_bytes,
             max_inflight=max_inflight_batches, multi_sender=self._send_batches_async)
+        self.trace: TraceDispatcher | None = None
+        if enable_msg_trace:
+            self.trace = new_trace_dispatcher(
+                group, namesrv_addr, trace_topic, Producer, loop=self.loop,
+                poll_name_server_interval_s=poll_name_server_interval_s,
+                client_ip=self.instance.client_ip, access_key=access_key,
+                secret_key=secret_key, tls_ca=tls_ca)
+            self.trace.group = group
         self.started = False
 
     # -- lifecycle -----------------------------------------------------------------------------
     def start(self) -> Producer:
         if not self.started:
             self.loop.run(self.instance.start())
+            if self.trace is not None:
+                self.trace.start()
             self.started = True
         return self
 
@@ -221,6 +259,9 @@ class Producer:
             await self.accumulator.close()
             await self.instance.shutdown()
 
+        if self.trace is not None:  # the traces of every send, then its producer
+            self.loop.run(self.accumulator.flush())
+            self.trace.shutdown()
         self.loop.run(stop())
 
     def __enter__(self) -> Producer:
@@ -306,23 +347,44 @@ class Producer:
         self._check_started()
         return list(self.publish_route(topic).publish_queues)
 
-    def _prepare(self, msgs: list[Message], sharding_key: str = "") -> tuple[list[str], bytes]:
-        """The messages' new UNIQ_KEYs and their MessageBatch elements, joined."""
+    def _prepare(self, msgs: list[Message], sharding_key: str = ""
+                 ) -> tuple[list[str], bytes, list[int]]:
+        """The messages' new UNIQ_KEYs, their MessageBatch elements joined, and their
+        sysflag bits (empty when none is compressed). A body of at least
+        compress_msg_body_over_howmuch bytes goes compressed (its size checked before)."""
         self._check_started()
         ids = self.new_message_id.take(len(msgs))
-        return ids, encode_messages(msgs, ids, self.max_message_size, sharding_key)
+        over = self.compressor.over
+        flags: list[int] = []
+        if any(len(m.body) >= over for m in msgs if isinstance(m.body, _BODY_TYPES)):
+            sent = []
+            for m in msgs:
+                m.check(self.max_message_size)  # the body as given, as RocketMQ's Validators
+                body, flag = self.compressor.compress(m.body)
+                sent.append(dataclasses.replace(m, body=body) if flag else m)
+                flags.append(flag)
+            msgs = sent
+        return ids, encode_messages(msgs, ids, self.max_message_size, sharding_key), flags
 
     # -- sync sends (any thread but the client loop's) -----------------------------------------
     def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
         """Sends one message, retrying on another broker; MQClientError when not stored."""
-        [result] = self._send_sync(msg.topic, *self._prepare([msg]), None, timeout_s,
-                                   self.retry_times)
+        started_ms = now_ms()
+        ids, encoded, flags = self._prepare([msg])
+        [result] = self._send_sync(msg.topic, ids, encoded, None, timeout_s, self.retry_times,
+                                   flags)
+        if self.trace is not None:
+            self.trace_pub(msg, result, started_ms)
         return result
 
     def send_to_queue(self, msg: Message, mq: MessageQueue,
                       timeout_s: float | None = None) -> SendResult:
         """Sends to one given queue (no retry elsewhere)."""
-        [result] = self._send_sync(msg.topic, *self._prepare([msg]), mq, timeout_s, 0)
+        started_ms = now_ms()
+        ids, encoded, flags = self._prepare([msg])
+        [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0, flags)
+        if self.trace is not None:
+            self.trace_pub(msg, result, started_ms)
         return result
 
     def send_orderly(self, msg: Message, sharding_key: Any,
@@ -332,10 +394,13 @@ class Producer:
         the key's hash), so messages of one key stay in one queue in send order. The queues
         include those of a group whose master is away (a send there fails until it is
         back): a key does not move to another queue meanwhile."""
-        ids, encoded = self._prepare([msg], str(sharding_key))
+        started_ms = now_ms()
+        ids, encoded, flags = self._prepare([msg], str(sharding_key))
         route = self.publish_route(msg.topic)
         mq = selector(route.ordered_queues or route.publish_queues, msg, sharding_key)
-        [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0)
+        [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0, flags)
+        if self.trace is not None:
+            self.trace_pub(msg, result, started_ms)
         return result
 
     def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None
@@ -347,19 +412,25 @@ class Producer:
         if any(m.topic != topic or m.delay_level != level for m in msgs):
             raise MQClientError("ILLEGAL_ARGUMENT",
                                 "the messages of a batch need one topic and one delay level")
-        ids, encoded = self._prepare(list(msgs))
+        started_ms = now_ms()
+        ids, encoded, flags = self._prepare(list(msgs))
         total = sum(len(m.body) for m in msgs)
         if total > self.max_message_size:
             raise MQClientError("ILLEGAL_ARGUMENT", f"the batch bodies total {total} bytes, "
                                 f"over the maximum {self.max_message_size}; split it")
-        return self._send_sync(topic, ids, encoded, None, timeout_s, self.retry_times)
+        results = self._send_sync(topic, ids, encoded, None, timeout_s, self.retry_times,
+                                  flags)
+        if self.trace is not None:  # a Pub record per message
+            for m, result in zip(msgs, results, strict=True):
+                self.trace_pub(m, result, started_ms)
+        return results
 
     def _send_sync(self, topic: str, ids: list[str], encoded: bytes,
-                   mq: MessageQueue | None, timeout_s: float | None, retries: int
-                   ) -> list[SendResult]:
+                   mq: MessageQueue | None, timeout_s: float | None, retries: int,
+                   flags: Sequence[int] = ()) -> list[SendResult]:
         """Sends on the caller's thread over a blocking connection (see _send_encoded)."""
         attempts = _Attempts(self, self.send_timeout(timeout_s))
-        request = self._request(topic, encoded)
+        request = self._request(topic, encoded, flags)
         route = self.publish_route(topic, attempts.remaining())
         channels = self.instance.channels
         refused = ""  # as in _send_encoded
@@ -385,11 +456,12 @@ class Producer:
                 return _results(r, target, ids)
         raise attempts.give_up()
 
-    def _request(self, topic: str, encoded: bytes) -> messaging_pb2.SendBatchRequest:
+    def _request(self, topic: str, encoded: bytes, flags: Sequence[int] = ()
+                 ) -> messaging_pb2.SendBatchRequest:
         return messaging_pb2.SendBatchRequest(
             producer_group=self.group, topic=topic, encoded_messages=encoded,
             born_timestamp=int(time.time() * 1000),
-            default_topic_queue_nums=self.default_topic_queue_nums)
+            default_topic_queue_nums=self.default_topic_queue_nums, sys_flags=flags)
 
     # -- async sends (client loop) -------------------------------------------------------------
     def send_async(self, msg: Message, callback: SendCallback | None = None,
@@ -398,29 +470,51 @@ class Producer:
         MQClientError. `callback(result, error)` runs on the client's I/O thread: keep it
         short, never block in it."""
         timeout_s = self.send_timeout(timeout_s)
-        [message_id], element = self._prepare([msg])
+        [message_id], element, flags = self._prepare([msg])
         future = SendFuture()
+        if self.trace is not None:  # its Pub record once done (no callback: no lock)
+            self.trace.append_send(now_ms(), msg, future)
         if callback is not None:
             future.add_done_callback(lambda f: _run_callback(callback, f))
         self.accumulator.append(msg.topic, message_id, element, future, timeout_s,
-                                msg.delay_level)
+                                msg.delay_level, flags[0] if flags else 0)
         return future
+
+    # -- trace ---------------------------------------------------------------------------------
+    def trace_pub(self, msg: Message, result: SendResult, started_ms: int,
+                  msg_type: int = MessageType.Normal_Msg) -> None:
+        """A stored send's Pub record to the trace dispatcher (SendMessageTraceHookImpl);
+        never raises, never waits."""
+        trace = self.trace
+        if trace is not None and msg.topic != trace.trace_topic:
+            keys = msg.keys
+            bean = TraceBean(
+                topic=msg.topic, msg_id=result.msg_id, offset_msg_id=result.offset_msg_id,
+                tags=msg.tags or None,
+                keys=(keys if isinstance(keys, str) else " ".join(keys)) or None,
+                body_length=len(msg.body),
+                msg_type=MessageType.Delay_Msg if msg.delay_level else msg_type)
+            trace.append(TraceContext(TraceType.Pub, started_ms, group=self.group,
+                                      cost_time=now_ms() - started_ms,
+                                      success=result.status is SendStatus.SEND_OK,
+                                      beans=[bean]))
 
     def send_oneway(self, msg: Message) -> None:
         """Fire and forget: no result, no error reported (it is logged)."""
-        [message_id], element = self._prepare([msg])
+        [message_id], element, flags = self._prepare([msg])
         self.accumulator.append(msg.topic, message_id, element, None, self.send_timeout_s,
-                                msg.delay_level)
+                                msg.delay_level, flags[0] if flags else 0)
 
     def flush(self) -> None:
         """Waits until every async and one-way send so far is done."""
         self.loop.run(self.accumulator.flush())
 
     async def _send_batch_async(self, topic: str, ids: list[str], encoded: bytes,
-                                deadline: float, timeout_s: float) -> list[SendResult]:
+                                deadline: float, timeout_s: float, flags: Sequence[int]
+                                ) -> list[SendResult]:
         return await self._send_encoded(topic, ids, encoded, None,
                                         _Attempts(self, timeout_s, deadline),
-                                        self.retry_times, sticky=True)
+                                        self.retry_times, sticky=True, flags=flags)
 
     def _sticky_queue(self, topic: str, route: TopicRoute, size: int) -> MessageQueue:
         """The queue of an async batch's first attempt (Kafka's uniform sticky
@@ -495,7 +589,7 @@ class Producer:
                     born_ms = int(time.time() * 1000)
                     for p in planned:
                         writer.add(p.batch.topic, p.target.queue_id, p.batch.elements,
-                                   p.batch.size, born_ms)
+                                   p.batch.size, born_ms, p.batch.flags)
                     answer = messaging_pb2.SendBatchesResponse.FromString(await channel.request(
                         KIND_SEND_BATCHES, writer.parts(), remaining))
                     responses = list(answer.responses)
@@ -531,7 +625,7 @@ class Producer:
             try:
                 outcomes[p.index] = await self._send_encoded(
                     p.batch.topic, p.batch.ids, b"".join(p.batch.elements), None, p.attempts,
-                    max(retries, 0))
+                    max(retries, 0), flags=p.batch.flags or ())
             except MQClientError as e:
                 outcomes[p.index] = e
 
@@ -541,11 +635,13 @@ class Producer:
     # -- requests (client loop) ----------------------------------------------------------------
     async def _send_encoded(self, topic: str, ids: list[str], encoded: bytes,
                             mq: MessageQueue | None, attempts: _Attempts, retries: int,
-                            *, sticky: bool = False) -> list[SendResult]:
+                            *, sticky: bool = False, flags: Sequence[int] = ()
+                            ) -> list[SendResult]:
         """Sends MessageBatch elements to `mq` or a queue chosen per attempt (`sticky`: the
-        first attempt to the topic's sticky queue); `ids` are their UNIQ_KEYs."""
+        first attempt to the topic's sticky queue); `ids` are their UNIQ_KEYs, `flags` their
+        sysflag bits (empty: none)."""
         route = await self.publish_route_async(topic, attempts.remaining())
-        request = self._request(topic, encoded)
+        request = self._request(topic, encoded, flags)
         channels = self.instance.channels
         first = self._sticky_queue(topic, route, len(encoded)) if sticky else mq
         refused = ""  # the broker whose gRPC channel refused the last attempt

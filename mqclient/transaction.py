@@ -43,6 +43,7 @@ from mqclient.message import (
     SendStatus,
 )
 from mqclient.producer import Producer, _Attempts
+from mqclient.trace import MessageType, TraceBean, TraceContext, TraceType, now_ms
 from mqproto import common_pb2, messaging_pb2, namesrv_pb2
 
 log = logging.getLogger(__name__)
@@ -61,6 +62,12 @@ class LocalTransactionState(enum.Enum):
     UNKNOWN = "UNKNOWN"
 
 
+# LocalTransactionState's names in RocketMQ's Java client (trace records).
+_TRACE_STATE = {
+    LocalTransactionState.COMMIT: "COMMIT_MESSAGE",
+    LocalTransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+    LocalTransactionState.UNKNOWN: "UNKNOW",
+}
 _WIRE_STATE = {
     LocalTransactionState.COMMIT: messaging_pb2.TRANSACTION_COMMIT_TYPE,
     LocalTransactionState.ROLLBACK: messaging_pb2.TRANSACTION_ROLLBACK_TYPE,
@@ -187,7 +194,9 @@ class TransactionProducer:
                 if k != PROPERTY_CHECK_IMMUNITY_TIME_IN_SECONDS}
         dataclasses.replace(msg, properties=user).check(self.producer.max_message_size)
         [message_id] = self.producer.new_message_id.take(1)
+        started_ms = now_ms()
         result, addr = self._send_half(msg, message_id, user, immunity, timeout_s)
+        self.producer.trace_pub(msg, result, started_ms, MessageType.Trans_Msg_Half)
         state = LocalTransactionState.UNKNOWN
         if result.status is SendStatus.SEND_OK:
             try:
@@ -200,6 +209,8 @@ class TransactionProducer:
             state = LocalTransactionState.ROLLBACK
         self._end(addr, result.msg_id, result.queue_offset, self._commit_log_offset(result),
                   state, from_check=False)
+        self._trace_end(addr, msg.topic, msg.tags, " ".join(msg.key_list()), result.msg_id,
+                        state, from_check=False)
         return TransactionSendResult(result, state, message_id)
 
     send_message_in_transaction = send
@@ -264,6 +275,18 @@ class TransactionProducer:
             log.warning("end of transaction %s (%s) at %s refused: %s %s", message_id,
                         state.value, addr, common_pb2.ResponseCode.Name(r.status.code),
                         r.status.remark)
+
+    def _trace_end(self, addr: str, topic: str, tags: str, keys: str, message_id: str,
+                   state: LocalTransactionState, *, from_check: bool) -> None:
+        """The EndTransaction trace record (EndTransactionTraceHookImpl)."""
+        trace = self.producer.trace
+        if trace is None:
+            return
+        trace.append(TraceContext(TraceType.EndTransaction, now_ms(), group=self.group, beans=[
+            TraceBean(topic=topic, msg_id=message_id, tags=tags or None, keys=keys or None,
+                      store_host=addr, msg_type=MessageType.Trans_msg_Commit,
+                      transaction_id=message_id, transaction_state=_TRACE_STATE[state],
+                      from_transaction_check=from_check)]))
 
     # -- check streams (client loop) ----------------------------------------------------------
     async def _start_streams(self) -> None:
@@ -334,3 +357,5 @@ class TransactionProducer:
             state = LocalTransactionState.UNKNOWN
         self._end(addr, msg.msg_id, check.tran_state_table_offset, check.commit_log_offset,
                   state, from_check=True)
+        self._trace_end(addr, msg.topic, msg.tags, " ".join(msg.keys), msg.msg_id, state,
+                        from_check=True)

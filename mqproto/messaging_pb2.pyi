@@ -162,7 +162,7 @@ class SendMessageResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[_common_pb2.Status, _Mapping]] = ..., result: _Optional[_Union[SendResultEntry, _Mapping]] = ...) -> None: ...
 
 class SendBatchRequest(_message.Message):
-    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums", "encoded_messages", "born_timestamp", "born_host")
+    __slots__ = ("producer_group", "topic", "queue_id", "messages", "default_topic_queue_nums", "encoded_messages", "born_timestamp", "born_host", "sys_flags")
     PRODUCER_GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class SendBatchRequest(_message.Message):
     ENCODED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     BORN_TIMESTAMP_FIELD_NUMBER: _ClassVar[int]
     BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    SYS_FLAGS_FIELD_NUMBER: _ClassVar[int]
     producer_group: str
     topic: str
     queue_id: int
@@ -179,7 +180,8 @@ class SendBatchRequest(_message.Message):
     encoded_messages: bytes
     born_timestamp: int
     born_host: str
-    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ..., encoded_messages: _Optional[bytes] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ...) -> None: ...
+    sys_flags: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, producer_group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., messages: _Optional[_Iterable[_Union[Message, _Mapping]]] = ..., default_topic_queue_nums: _Optional[int] = ..., encoded_messages: _Optional[bytes] = ..., born_timestamp: _Optional[int] = ..., born_host: _Optional[str] = ..., sys_flags: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class SendBatchResponse(_message.Message):
     __slots__ = ("status", "results", "queue_id", "first_queue_offset", "commit_log_offsets", "offset_msg_id_host")

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from broker.constants import DEADLINE_MARGIN_S, PROPERTY_SHARDING_KEY
 from broker.status import RequestError
 from common.codec import MessageExt, decode_record
+from common.compression import COMPRESSED_FLAG, DecompressError, decompress_body
 from common.constants import PERM_READ
 from filter import EXPRESSION_TYPE_SQL92, EXPRESSION_TYPE_TAG
 from mqproto import common_pb2, messaging_pb2
@@ -220,7 +221,9 @@ class PopService:
                                 "dropped", topic, queue_id, offset, group)
                     self.state.acked(key, offset, offset + 1)
                     continue
-                out.append(self._deliver(key, ext, flight.attempt + 1, now, invisible_ms))
+                delivered = self._deliver(key, ext, flight.attempt + 1, now, invisible_ms)
+                if delivered is not None:
+                    out.append(delivered)
             if len(out) >= batch:
                 break
             # New messages.
@@ -241,7 +244,9 @@ class PopService:
                     end = offset  # the queue waits here for the group's ack
                     self._blocked.add(key)
                     break
-                out.append(self._deliver(key, ext, 1, now, invisible_ms))
+                delivered = self._deliver(key, ext, 1, now, invisible_ms)
+                if delivered is not None:
+                    out.append(delivered)
                 delivered_offsets.append(offset)
                 if message_group:
                     busy.add(message_group)
@@ -256,14 +261,31 @@ class PopService:
         return out
 
     def _deliver(self, key: QueueKey, ext: MessageExt, attempt: int, now: int,
-                 invisible_ms: int) -> D.Message:
+                 invisible_ms: int) -> D.Message | None:
+        """The message as handed out (in flight from now on), its body decompressed when
+        it was sent compressed (RocketMQ's proxy reads messages with decodeDecompressBody:
+        v2 clients get the body as produced, IDENTITY). A body that cannot be
+        decompressed is not handed out: logged, it goes in flight past its last attempt,
+        so the sweep moves it to the group's DLQ; None."""
+        body = ext.body
+        if ext.sys_flag & COMPRESSED_FLAG:
+            try:
+                body = decompress_body(body, ext.sys_flag)
+            except DecompressError as e:
+                log.error("message %s-%d@%d (commitlog offset %d) not delivered to group "
+                          "%s: %s; moving it to %%DLQ%%%s", ext.topic, key[2],
+                          ext.queue_offset, ext.commit_log_offset, key[0], e, key[0])
+                self.state.delivered(key, ext.queue_offset, InFlight(
+                    max(attempt, self.max_attempts), now, ext.commit_log_offset,
+                    ext.properties.get(PROPERTY_SHARDING_KEY, "")))
+                return None
         deadline = now + invisible_ms
         self.state.delivered(key, ext.queue_offset, InFlight(
             attempt, deadline, ext.commit_log_offset,
             ext.properties.get(PROPERTY_SHARDING_KEY, "")))
         handle = ReceiptHandle(self.broker_name, key[2], ext.queue_offset, attempt, deadline)
         return message_to_v2(ext, receipt_handle=handle.encode(), attempt=attempt,
-                             invisible_ms=invisible_ms)
+                             invisible_ms=invisible_ms, body=body)
 
     # -- ack / change ----------------------------------------------------------------------
     def _in_flight(self, group: str, topic: str, text: str

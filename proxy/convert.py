@@ -195,13 +195,16 @@ def _host_text(host: tuple[str, int], with_port: bool) -> str:
 
 
 def message_to_v2(ext: MessageExt, *, receipt_handle: str, attempt: int,
-                  invisible_ms: int) -> D.Message:
-    """A stored message as a v2 consumer receives it."""
+                  invisible_ms: int, body: bytes | None = None) -> D.Message:
+    """A stored message as a v2 consumer receives it; `body` instead of the stored one
+    (a compressed body decompressed)."""
     props = ext.properties
+    if body is None:
+        body = ext.body
     sp = D.SystemProperties(
         keys=ext.keys,
         message_id=props.get(MessageProperty.UNIQ_KEY) or ext.msg_id,
-        body_digest=_body_digest(ext.body),
+        body_digest=_body_digest(body),
         body_encoding=D.IDENTITY,
         message_type=message_type_of(props),  # type: ignore[arg-type]
         born_timestamp=to_timestamp(ext.born_timestamp),
@@ -227,7 +230,7 @@ def message_to_v2(ext: MessageExt, *, receipt_handle: str, attempt: int,
         topic=D.Resource(name=ext.topic),
         user_properties={k: v for k, v in props.items() if k not in _HIDDEN_PROPERTIES},
         system_properties=sp,
-        body=ext.body,
+        body=body,
     )
 
 

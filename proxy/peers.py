@@ -31,6 +31,7 @@ from mqproto.v2 import service_pb2 as S
 from mqproto.v2 import service_pb2_grpc
 from proxy.convert import ReceiptHandle, V2Error
 from proxy.route import RouteService
+from remoting.tls import aio_channel
 
 log = logging.getLogger(__name__)
 Metadata = tuple[tuple[str, str], ...]
@@ -86,8 +87,7 @@ class PeerBrokers:
     def _stub(self, addr: str) -> service_pb2_grpc.MessagingServiceStub:
         channel = self._channels.get(addr)
         if channel is None:
-            channel = self._channels[addr] = grpc.aio.insecure_channel(
-                addr, options=CHANNEL_OPTIONS)
+            channel = self._channels[addr] = aio_channel(addr, self.route.tls, CHANNEL_OPTIONS)
         return service_pb2_grpc.MessagingServiceStub(channel)
 
     def _failed(self, addr: str, what: str, e: grpc.aio.AioRpcError) -> None:

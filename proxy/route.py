@@ -21,6 +21,7 @@ from common.constants import MASTER_ID, PERM_READ, PERM_WRITE
 from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, namesrv_pb2, namesrv_pb2_grpc
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import V2Error
+from remoting.tls import ClientTls, aio_channel
 
 if TYPE_CHECKING:
     from broker.context import BrokerContext
@@ -55,8 +56,10 @@ def permission(perm: int, readable: bool, writable: bool) -> int:
 
 
 class RouteService:
-    def __init__(self, broker: BrokerContext) -> None:
+    def __init__(self, broker: BrokerContext, tls: ClientTls | None = None) -> None:
+        """`tls`: how to reach name servers and brokers when they serve TLS (tlsEnable)."""
         self.broker = broker
+        self.tls = tls
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._v2_addrs: dict[str, tuple[float, str]] = {}  # broker addr -> (when, v2 addr)
 
@@ -64,8 +67,7 @@ class RouteService:
         channel = self._channels.get(addr)
         if channel is None:
             # The broker's reconnect backoff (200 ms - 2 s) for name servers and brokers.
-            channel = self._channels[addr] = grpc.aio.insecure_channel(
-                addr, options=CHANNEL_OPTIONS)
+            channel = self._channels[addr] = aio_channel(addr, self.tls, CHANNEL_OPTIONS)
         return channel
 
     async def close(self) -> None:

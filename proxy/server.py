@@ -20,6 +20,7 @@ from proxy.route import RouteService
 from proxy.service import MessagingServiceV2
 from proxy.timer import TimerService
 from remoting.serving import add_servicer
+from remoting.tls import ClientTls, ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -27,14 +28,15 @@ STOP_GRACE_S = 1.0
 
 
 class GrpcProxy:
-    def __init__(self, broker: BrokerContext, sender: SendProcessor) -> None:
+    def __init__(self, broker: BrokerContext, sender: SendProcessor,
+                 peer_tls: ClientTls | None = None) -> None:
         self.broker = broker
         root = Path(broker.store_config.store_path_root_dir)
         self.state = PopStateStore(root / "config", self._commit,
                                    on_write_failed=self._log_write_failed)
         self.pop = PopService(broker, sender, self.state,
                               broker.config.grpc_proxy_max_delivery_attempts)
-        self.route = RouteService(broker)
+        self.route = RouteService(broker, peer_tls)
         self.timer = TimerService(broker)
         self.service = MessagingServiceV2(broker, sender, self.route, self.pop, self.timer)
         self.server: grpc.aio.Server | None = None
@@ -51,27 +53,34 @@ class GrpcProxy:
         self.broker.offsets.commit_offset(group, topic, queue_id, offset)
 
     @classmethod
-    async def start_for(cls, broker: BrokerContext, sender: SendProcessor) -> GrpcProxy | None:
+    async def start_for(cls, broker: BrokerContext, sender: SendProcessor,
+                        tls: ServerTls | None = None, peer_tls: ClientTls | None = None
+                        ) -> GrpcProxy | None:
         """Serves v2 for a started broker, sending through its send processor; None when
-        grpcProxyPort is 0 (off)."""
+        grpcProxyPort is 0 (off). With tlsEnable (`tls`: the broker's server settings,
+        `peer_tls`: how it reaches name servers and brokers) the port serves TLS only."""
         port = broker.config.grpc_proxy_port
         if port == 0:
             return None
-        if broker.config.acl_enable or broker.config.tls_enable:
-            # The v2 endpoint has neither yet: serving it would bypass the broker's access
-            # control (and its encryption).
+        if broker.config.acl_enable:
+            # Accounts are not checked there yet: serving it would bypass the broker's
+            # access control.
             log.warning("grpcProxyPort off: the v2 endpoint (RocketMQ 5 SDKs) does not "
-                        "serve with aclEnable or tlsEnable yet")
+                        "serve with aclEnable yet")
+            return None
+        if broker.config.tls_enable and tls is None:
+            log.warning("grpcProxyPort off: tlsEnable without TLS settings for the v2 "
+                        "endpoint")
             return None
         if port < 0:  # unset: listenPort + 3, or any free port when listenPort is
             listen = broker.config.listen_port
             port = int(broker.addresses.broker_addr.rpartition(":")[2]) + GRPC_PROXY_PORT_OFFSET \
                 if listen else 0
-        proxy = cls(broker, sender)
-        await proxy.start(port)
+        proxy = cls(broker, sender, peer_tls)
+        await proxy.start(port, tls)
         return proxy
 
-    async def start(self, port: int) -> str:
+    async def start(self, port: int, tls: ServerTls | None = None) -> str:
         broker = self.broker
         await asyncio.to_thread(self.state.load)
         # consumerOffset.json is written every few seconds: after a kill it may lag behind
@@ -87,8 +96,10 @@ class GrpcProxy:
         ])
         add_servicer(server, service_pb2_grpc.add_MessagingServiceServicer_to_server,
                      self.service, log)
+        listen = format_host((broker.config.bind_address, port))
         try:
-            bound = server.add_insecure_port(format_host((broker.config.bind_address, port)))
+            bound = (server.add_secure_port(listen, tls.grpc_credentials()) if tls is not None
+                     else server.add_insecure_port(listen))
         except RuntimeError as e:
             raise OSError(f"cannot listen on grpcProxyPort {port}: {e}") from e
         if bound == 0:
@@ -101,8 +112,9 @@ class GrpcProxy:
         self.pop.start()
         self.timer.start()
         log.info("broker %s serves apache.rocketmq.v2 (RocketMQ 5 SDKs) on %s (listening on "
-                 "%s)", broker.config.broker_name, self.addr,
-                 format_host((broker.config.bind_address, bound)))
+                 "%s%s)", broker.config.broker_name, self.addr,
+                 format_host((broker.config.bind_address, bound)),
+                 ", TLS" if tls is not None else "")
         return self.addr
 
     async def stop(self) -> None:

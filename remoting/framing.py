@@ -89,9 +89,10 @@ class SendBatchesWriter:
         self._parts: list[bytes] = []
 
     def add(self, topic: str, queue_id: int, elements: list[bytes], size: int,
-            born_timestamp: int) -> None:
+            born_timestamp: int, sys_flags: list[int] | None = None) -> None:
         """One SendBatchRequest: `elements` (MessageBatch elements, `size` bytes in all)
-        to `queue_id` of `topic`."""
+        to `queue_id` of `topic`; `sys_flags`, when given, their sysflag bits (field 9,
+        packed)."""
         topic_field = _TOPIC_FIELDS.get(topic)
         if topic_field is None:
             if len(_TOPIC_FIELDS) >= _MAX_TOPIC_FIELDS:
@@ -103,6 +104,9 @@ class SendBatchesWriter:
                          _int_field(0x18, queue_id), self._queue_nums,  # fields 3, 5
                          b"\x32" + _varint(size) if size else b""))  # field 6's head
         tail = self._tail
+        if sys_flags:
+            packed = b"".join(_varint(f) for f in sys_flags)
+            tail += b"\x4a" + _varint(len(packed)) + packed  # field 9
         parts = self._parts
         parts += (b"\x0a", _varint(len(head) + size + len(tail)), head)  # batches: field 1
         parts += elements

@@ -11,6 +11,7 @@ import datetime
 import functools
 import os
 import sys
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -24,7 +25,7 @@ from mqclient.admin import (
     parse_addresses,
 )
 from mqclient.admin_queries import BROKER_QUERIES, BrokerQuery
-from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage
+from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage, TraceView
 from mqclient.cli.arguments import (
     INT32_MAX,
     INT64_MAX,
@@ -45,6 +46,7 @@ from mqclient.cli.output import (
     perm_name,
     table,
 )
+from mqclient.trace import RMQ_SYS_TRACE_TOPIC
 from remoting.tls import ClientTls, TlsError
 
 T = TypeVar("T")
@@ -308,7 +310,14 @@ def _message_block(m: StoredMessage) -> str:
         ("Store Timestamp", human_time(m.store_timestamp)), ("Born Host", m.born_host),
         ("Store Host", m.store_host), ("System Flag", m.sys_flag),
         ("Properties", m.properties), ("Body Size", len(m.body)),
-        ("Message Body", body_text(m.body))], width=20)
+        ("Message Body", _body(m))], width=20)
+
+
+def _body(m: StoredMessage, limit: int | None = None) -> str:
+    """The body as text, or why its compressed bytes could not be read."""
+    if m.body_error:
+        return f"<not readable: {m.body_error}>"
+    return body_text(m.body, limit)
 
 
 def query_msg_by_id(admin: MQAdmin, args: argparse.Namespace) -> None:
@@ -326,6 +335,49 @@ def query_msg_by_key(admin: MQAdmin, args: argparse.Namespace) -> None:
     _out(table(["Message ID", "Offset Msg ID", "Broker Name", "QID", "Offset", "Store Time"],
                [[m.msg_id, m.offset_msg_id, m.broker_name, m.queue_id, m.queue_offset,
                  human_time(m.store_timestamp)] for m in found]))
+
+
+def query_msg_trace_by_id(admin: MQAdmin, args: argparse.Namespace) -> None:
+    """QueryMsgTraceByIdSubCommand: the Pub records, then the consumer groups' SubAfter
+    records (and ends of transactions), as RocketMQ's mqadmin prints them."""
+    views = admin.query_msg_trace_by_id(args.msg_id, trace_topic=args.trace_topic,
+                                        max_num=args.max_num)
+    if args.json:
+        _out(dumps(views))
+        return
+    if not views:
+        raise AdminError(f"no trace of message {args.msg_id} in {args.trace_topic}")
+    lines = []
+    row = "{:<10} {:<20} {:<20} {:<20} {:<10} {:<10}"
+    for v in views:
+        if v.trace_type == "Pub":
+            lines += [row.format("#Type", "#ProducerGroup", "#ClientHost", "#SendTime",
+                                 "#CostTimes", "#Status"),
+                      row.format("Pub", v.group, v.client_host, _trace_time(v.timestamp),
+                                 f"{v.cost_time}ms", v.status), ""]
+    ends = [v for v in views if v.trace_type == "EndTransaction"]
+    if ends:
+        lines.append(row.format("#Type", "#ProducerGroup", "#ClientHost", "#EndTime",
+                                "#State", "#FromCheck"))
+        lines += [row.format("EndTrans", v.group, v.client_host, _trace_time(v.timestamp),
+                             v.transaction_state, str(v.from_transaction_check).lower())
+                  for v in ends]
+        lines.append("")
+    groups: dict[str, list[TraceView]] = {}
+    for v in views:
+        if v.trace_type == "SubAfter":
+            groups.setdefault(v.group, []).append(v)
+    for group_views in groups.values():
+        lines.append(row.format("#Type", "#ConsumerGroup", "#ClientHost", "#ConsumerTime",
+                                "#CostTimes", "#Status"))
+        lines += [row.format("Sub", v.group, v.client_host, _trace_time(v.timestamp),
+                             f"{v.cost_time}ms", v.status) for v in group_views]
+        lines.append("")
+    _out("\n".join(lines).rstrip("\n"))
+
+
+def _trace_time(ms: int) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
 def send_message(admin: MQAdmin, args: argparse.Namespace) -> None:
@@ -350,7 +402,7 @@ def consume_message(admin: MQAdmin, args: argparse.Namespace) -> None:
     _out(table(["Broker Name", "QID", "Offset", "MsgId", "Tags", "Keys", "Store Time", "Body"],
                [[m.broker_name, m.queue_id, m.queue_offset, m.msg_id, m.tags or "-",
                  " ".join(m.keys) or "-", human_time(m.store_timestamp),
-                 body_text(m.body, TABLE_BODY_CHARS)] for m in found]))
+                 _body(m, TABLE_BODY_CHARS)] for m in found]))
     _out(f"\n{len(found)} message(s)")
 
 
@@ -561,6 +613,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("queryMsgByKey", query_msg_by_key, "messages of a topic by key")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-k", "--msgKey", dest="key", required=True)
+    p = command("queryMsgTraceById", query_msg_trace_by_id,
+                "the trace of a message by its id (producers and consumers with trace on)")
+    p.add_argument("-i", "--msgId", dest="msg_id", required=True, help="the message's id")
+    p.add_argument("-t", "--traceTopic", dest="trace_topic", default=RMQ_SYS_TRACE_TOPIC)
+    p.add_argument("-c", "--maxNum", dest="max_num", type=MESSAGE_COUNT, default=64,
+                   help="trace messages to read at most")
     p = command("sendMessage", send_message, "send one message")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-p", "--body", required=True, help="message body (UTF-8 text)")

@@ -178,8 +178,8 @@ def test_accumulator_batches_by_count_and_linger_and_limits_inflight() -> None:
     max_inflight_seen = 0
     release = threading.Event()
 
-    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float
-                     ) -> list[SendResult]:
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float,
+                     flags: list[int]) -> list[SendResult]:
         nonlocal inflight, max_inflight_seen
         assert [body for _, body, _ in decode_batch(encoded)] == [i.encode() for i in ids]
         calls.append((topic, len(ids)))
@@ -319,8 +319,8 @@ def test_accumulator_sends_the_batches_of_many_topics_together() -> None:
     single_calls: list[str] = []
     multi_calls: list[list[str]] = []
 
-    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float
-                     ) -> list[SendResult]:
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float,
+                     flags: list[int]) -> list[SendResult]:
         single_calls.append(topic)
         return [SendResult(SendStatus.SEND_OK, m, "", MessageQueue(topic, "b", 0), i)
                 for i, m in enumerate(ids)]
@@ -371,8 +371,8 @@ def test_accumulator_batches_grow_while_the_rounds_in_flight_are_the_most_allowe
     release = threading.Event()
     rounds: list[list[tuple[str, int]]] = []
 
-    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float
-                     ) -> list[SendResult]:
+    async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float, timeout_s: float,
+                     flags: list[int]) -> list[SendResult]:
         raise AssertionError("a multi-sender serves every send")
 
     async def multi_sender(batches: list[Batch]) -> list[list[SendResult] | BaseException]:
@@ -425,7 +425,7 @@ def test_an_async_send_times_out_from_its_own_append_not_its_batch_opening() -> 
     clock = FakeClock()  # the messages' deadlines; the linger is the loop's own time
 
     async def sender(topic: str, ids: list[str], encoded: bytes, deadline: float,
-                     timeout_s: float) -> list[SendResult]:
+                     timeout_s: float, flags: list[int]) -> list[SendResult]:
         rounds.append((topic, list(ids), deadline - clock.monotonic()))
         if len(rounds) == 1:
             await asyncio.get_running_loop().run_in_executor(None, release.wait, 5.0)

@@ -27,10 +27,11 @@ MAX_ATTEMPTS = 3  # grpcProxyMaxDeliveryAttempts of the test brokers
 class Sdk:
     python: Path
     home: Path  # the SDK logs under ~/logs: a directory of the test session
+    env: dict[str, str] = dataclasses.field(default_factory=dict)  # e.g. TLS settings
 
     def run(self, *args: str, timeout: float = SDK_RUN_TIMEOUT_S) -> list[dict[str, Any]]:
         """Runs sdk_client.py; its JSON lines. AssertionError with its output when it fails."""
-        result, lines = run_sdk_client(self.python, self.home, list(args), timeout)
+        result, lines = run_sdk_client(self.python, self.home, list(args), timeout, self.env)
         if result.returncode != 0 or not lines or "done" not in lines[-1]:
             raise AssertionError(f"sdk_client {args[0]} exited {result.returncode}:\n"
                                  f"{result.stdout}\n{result.stderr[-3000:]}")

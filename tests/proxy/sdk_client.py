@@ -15,6 +15,7 @@ and finally {"done": ...}. Imports nothing of this repository.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 import time
@@ -43,12 +44,16 @@ def error_of(e: Exception) -> dict[str, Any]:
     return {"error": type(e).__name__, "code": getattr(e, "code", None), "message": str(e)}
 
 
+# MQ_SDK_TLS=1: the SDK's clients connect with TLS (the CA: $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH).
+TLS = os.environ.get("MQ_SDK_TLS") == "1"
+
+
 def config(endpoint: str) -> ClientConfiguration:
     return ClientConfiguration(endpoint, Credentials(), request_timeout=5)
 
 
 def send(endpoint: str, topic: str, specs: list[dict[str, Any]]) -> None:
-    producer = Producer(config(endpoint), (topic,))
+    producer = Producer(config(endpoint), (topic,), tls_enable=TLS)
     producer.startup()
     try:
         for spec in specs:
@@ -95,7 +100,7 @@ def receive(endpoint: str, topic: str, group: str, opts: dict[str, Any]) -> None
     else:
         expression = FilterExpression()
     consumer = SimpleConsumer(config(endpoint), group, {topic: expression},
-                              await_duration=opts.get("await_s", 2))
+                              await_duration=opts.get("await_s", 2), tls_enable=TLS)
     consumer.startup()
     got = 0
     calls = opts.get("calls", 1 << 30)  # at most this many receive calls

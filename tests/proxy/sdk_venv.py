@@ -53,13 +53,14 @@ def sdk_python(venv: Path | None = None) -> Path:
         return python
 
 
-def run_sdk_client(python: Path, home: Path, args: list[str], timeout: float
+def run_sdk_client(python: Path, home: Path, args: list[str], timeout: float,
+                   env: dict[str, str] | None = None
                    ) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
     """Runs sdk_client.py with the SDK's python in `home` (the SDK logs under ~/logs); the
-    finished process and its JSON lines."""
+    finished process and its JSON lines. `env`: more environment variables."""
     result = subprocess.run(
         [str(python), str(SDK_SCRIPT), *args], capture_output=True, text=True,
         timeout=timeout, stdin=subprocess.DEVNULL, cwd=home,
-        env={"PATH": os.environ.get("PATH", ""), "HOME": str(home)})
+        env={"PATH": os.environ.get("PATH", ""), "HOME": str(home), **(env or {})})
     return result, [json.loads(line) for line in result.stdout.splitlines()
                     if line.startswith("{")]
