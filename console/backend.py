@@ -220,8 +220,8 @@ class ClusterBackend:
                                                for a, m in self._namesrv_admins.items())))
         error = None
         listed: dict[str, tuple[str, str, int]] = {}
-        try:
-            info = await self.cluster_info()
+        try:  # asked anew (one name server RPC): this page shows who left just now
+            info = await self.call(self.admin.cluster_info, rpcs=len(self._namesrv_admins) or 1)
             for cluster, names in info.clusters.items():
                 for name in names:
                     group = info.groups.get(name)

@@ -16,7 +16,8 @@ DEFAULT_SCAN_LIMIT = 2_000
 MAX_SCAN_LIMIT = 20_000
 PAGE_SIZE = 50
 OFFSET_MSG_ID = re.compile(r"^(?:[0-9A-Fa-f]{32}|[0-9A-Fa-f]{56})$")
-RETRY_TOPIC_PROPERTY = "RETRY_TOPIC"  # the original topic of a message in %RETRY%{group}
+DEFAULT_MAX_RECONSUME_TIMES = 16  # a consumer's default (RocketMQ's maxReconsumeTimes)
+RESEND_EXTRA_RETRIES = 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,16 +120,15 @@ def body_views(body: bytes) -> dict[str, str | None]:
     return {"text": text, "json": pretty, "hex": hex_lines}
 
 
-def resend_to_group(backend: ClusterBackend, offset_msg_id: str, group: str) -> object:
-    """The stored message sent again to the group only: to its retry topic, %RETRY%{group},
-    with the original topic in RETRY_TOPIC, so its consumers get it as a redelivery."""
-    if not group.strip():
+def resend_to_group(backend: ClusterBackend, offset_msg_id: str, group: str) -> str:
+    """The stored message sent again to one group only, as a redelivery: to its retry topic
+    (%RETRY%{group}) a second later, under its original topic; a dead letter gets the
+    retries it had plus RESEND_EXTRA_RETRIES. Returns the master that took it."""
+    group = group.strip()
+    if not group:
         raise AdminError("resend to which consumer group?")
     m = backend.admin.query_msg_by_id(offset_msg_id)
-    topic = m.topic
-    if topic.startswith(("%RETRY%", "%DLQ%")):
-        topic = m.properties.get(RETRY_TOPIC_PROPERTY, topic)
-    properties = dict(m.properties)
-    properties[RETRY_TOPIC_PROPERTY] = topic
-    return backend.admin.send_message("%RETRY%" + group.strip(), m.body, keys=m.keys,
-                                      tag=m.tags, properties=properties)
+    return backend.admin.send_back(offset_msg_id, group, delay_level=1,
+                                   max_reconsume_times=max(DEFAULT_MAX_RECONSUME_TIMES,
+                                                           m.reconsume_times
+                                                           + RESEND_EXTRA_RETRIES))

@@ -689,6 +689,29 @@ class MQAdmin:
         return SendResult(code_name(r.status.code), group.broker_name, addr, res.queue_id,
                           res.queue_offset, res.message_id, res.offset_msg_id)
 
+    def send_back(self, offset_msg_id: str, group: str, *, delay_level: int = 1,
+                  max_reconsume_times: int | None = None) -> str:
+        """The stored message goes to the group's retry topic (%RETRY%{group}) as a failed
+        consume would send it (ConsumerSendMsgBack): only that group's consumers get it
+        again, under its original topic, after `delay_level`'s delay (1: 1 s). A message
+        already retried to its limit (a dead letter) needs a higher `max_reconsume_times`,
+        else it goes back to the %DLQ%. Returns the master's address."""
+        m = self.query_msg_by_id(offset_msg_id)
+        addr, offset = decode_offset_msg_id(offset_msg_id)
+        group_of = self.cluster_info().group_of_addr(addr)
+        master = group_of.master_addr if group_of is not None else addr
+        if master is None:
+            raise AdminError(f"broker {group_of.broker_name if group_of else addr} has no live "
+                             "master to resend from")
+        request = messaging_pb2.ConsumerSendMsgBackRequest(
+            consumer_group=group, commit_log_offset=offset, origin_message_id=m.msg_id,
+            origin_topic=m.topic, delay_level=delay_level)
+        if max_reconsume_times is not None:
+            request.max_reconsume_times = max_reconsume_times
+        r = self._messaging_rpc(master, "ConsumerSendMsgBack", request)
+        self._check(r.status, f"resend {offset_msg_id} to group {group} at {master}")
+        return master
+
     def _pull(self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int
               ) -> messaging_pb2.PullMessageResponse:
         r = self._messaging_rpc(addr, "PullMessage", messaging_pb2.PullMessageRequest(
