@@ -9,11 +9,12 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from common.constants import CONSOLE_READY_PREFIX
 from console.backend import DEFAULT_BUDGET_S
 
 PROG = "mqconsole"
 DEFAULT_LISTEN = "127.0.0.1:8080"
-READY_LINE = "mqconsole listening on"  # printed once the port is bound, with the URL
+READY_LINE = CONSOLE_READY_PREFIX  # printed once the port is bound, with the URL
 
 
 def split_listen(text: str) -> tuple[str, int]:
@@ -65,8 +66,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not 0 < args.budget <= 1.0:
         print(f"{PROG}: --budget must be in (0, 1] seconds", file=sys.stderr)
         return 2
-    for flag, directory in (("--analytics", args.analytics), ("--chaos", args.chaos)):
-        if directory is not None and not directory.is_dir():
+    # The lag tables may come later (the console reads them when they are there); the
+    # chaos results are read as they are.
+    for flag, directory, must_exist in (("--analytics", args.analytics, False),
+                                        ("--chaos", args.chaos, True)):
+        if directory is not None and (directory.exists() or must_exist) \
+                and not directory.is_dir():
             print(f"{PROG}: {flag} {directory}: not a directory", file=sys.stderr)
             return 2
     try:
