@@ -244,6 +244,14 @@ class ClusterBackend:
                 rows.append(BrokerRow(cluster, name, bid, addr, addr in listed, rt, None))
         return Overview(namesrvs, rows, error)
 
+    async def warm(self) -> None:
+        """Opens the channels and fills the caches; failures are the pages' to report."""
+        for step in (self.overview, self.topics, self.group_table):
+            try:
+                await step()
+            except AdminError:
+                pass
+
     def forget_broker(self, addr: str) -> None:
         self._seen.pop(addr, None)
 

@@ -5,6 +5,7 @@ found by id, key and time, CSRF refusals, lag statuses and failover runs from th
 
 from __future__ import annotations
 
+import base64
 import datetime
 import json
 import re
@@ -107,8 +108,11 @@ def _route_size(admin: MQAdmin, topic: str) -> int:
         return 0
 
 
-def commit_all(admin: MQAdmin, group: str, topic: str) -> None:
-    """The group committed every queue of the topic up to its max offset (nothing to do)."""
+def commit_all(admin: MQAdmin, group: str, topic: str, stored: int) -> None:
+    """The group committed every queue of the topic up to its max offset (nothing to do),
+    once the `stored` messages sent to it are in its queues (dispatch is asynchronous)."""
+    wait_until(lambda: sum(q.max_offset for q in admin.topic_status(topic)) == stored,
+               timeout=WAIT_S, message=f"{stored} messages in the queues of {topic}")
     for q in admin.topic_status(topic):
         master = admin.topic_route(topic).group(q.broker_name).master_addr
         assert master is not None
@@ -186,7 +190,7 @@ def lagging(setup: Setup) -> tuple[float, float]:
     which the first of them was stored (epoch seconds)."""
     create_topic(setup.admin, "ConsoleLagTopic")
     setup.admin.send_message("ConsoleLagTopic", b"consumed")
-    commit_all(setup.admin, "ConsoleLagGroup", "ConsoleLagTopic")
+    commit_all(setup.admin, "ConsoleLagGroup", "ConsoleLagTopic", 1)
     before = time.time()
     for i in range(LAG):
         setup.admin.send_message("ConsoleLagTopic", f"lag {i}".encode())
@@ -222,10 +226,11 @@ def test_reset_offsets_skipping_the_backlog_after_a_confirmation(page: Any, setu
                                                                  ) -> None:
     create_topic(setup.admin, "ConsoleResetTopic")
     setup.admin.send_message("ConsoleResetTopic", b"first")
-    commit_all(setup.admin, "ConsoleResetGroup", "ConsoleResetTopic")
+    commit_all(setup.admin, "ConsoleResetGroup", "ConsoleResetTopic", 1)
     for i in range(30):
         setup.admin.send_message("ConsoleResetTopic", f"backlog {i}".encode())
-    assert setup.admin.consumer_progress("ConsoleResetGroup").diff_total == 30
+    wait_until(lambda: setup.admin.consumer_progress("ConsoleResetGroup").diff_total == 30,
+               timeout=WAIT_S, message="30 behind")
     page.goto(f"{setup.url}/groups/ConsoleResetGroup")
     assert page.locator("#message-lag").inner_text() == "30"
     page.check("#mode-skip")
@@ -247,6 +252,8 @@ def test_a_message_is_found_by_id_by_key_and_by_time(page: Any, setup: Setup) ->
         setup.admin.send_message("ConsoleFindTopic", f"noise {i}".encode())
     sent = setup.admin.send_message("ConsoleFindTopic", b"the one", keys=["find-me"])
     end = datetime.datetime.now() + datetime.timedelta(seconds=2)
+    wait_until(lambda: sum(q.max_offset for q in setup.admin.topic_status("ConsoleFindTopic"))
+               == 6, timeout=WAIT_S, message="6 messages in the queues")
 
     page.goto(f"{setup.url}/messages?mode=id&msg_id={sent.offset_msg_id}")
     assert "1 message(s) found" in page.locator("#found-count").inner_text()
@@ -361,3 +368,38 @@ def test_the_json_api_has_the_same_figures(page: Any, setup: Setup,
     assert len(cluster["brokers"]) == 4 and cluster["unreachable"] == []
     schema = page.request.get(f"{setup.url}/api/openapi.json").json()
     assert "/api/groups/{group}" in schema["paths"]
+
+
+def test_dead_letters_are_listed_exported_and_resent_to_their_group(page: Any, setup: Setup
+                                                                     ) -> None:
+    create_topic(setup.admin, "ConsoleDlqTopic")
+    sent = [setup.admin.send_message("ConsoleDlqTopic", f"dead {i}".encode()) for i in range(3)]
+    for s in sent:  # straight to %DLQ%ConsoleDlqGroup, as a message out of retries goes
+        setup.admin.send_back(s.offset_msg_id, "ConsoleDlqGroup", delay_level=-1)
+    commit_all(setup.admin, "ConsoleDlqGroup", "ConsoleDlqTopic", 3)  # the originals: consumed
+    page.goto(f"{setup.url}/groups/ConsoleDlqGroup/dlq")
+    assert page.locator("#dlq-total").inner_text().startswith("3 dead letter(s)")
+    page.click("#make-readable")  # brokers create DLQ topics write-only
+    rows = page.locator("#dlq-messages tr").all_inner_texts()[1:]
+    assert sorted(r.split("\t")[-1] for r in rows) == ["dead 0", "dead 1", "dead 2"]
+    exported = page.request.get(f"{setup.url}/groups/ConsoleDlqGroup/dlq/export")
+    assert "attachment" in exported.headers["content-disposition"]
+    assert sorted(base64.b64decode(r["body_base64"]) for r in exported.json()) == [
+        b"dead 0", b"dead 1", b"dead 2"]
+
+    got: list[tuple[str, bytes]] = []
+    consumer = PushConsumer("ConsoleDlqGroup", setup.local.namesrv_addr)
+    consumer.subscribe("ConsoleDlqTopic", "*")
+    consumer.register_listener_concurrently(lambda msgs: got.extend((m.topic, m.body)
+                                                                    for m in msgs))
+    consumer.start()
+    try:
+        page.on("dialog", lambda dialog: dialog.accept())  # "Resend the chosen ...?"
+        page.check("#dlq-messages input[data-all]")
+        page.click("#dlq-resend button")
+        assert "Resent 3 dead letter(s)" in page.locator("#dlq-resent").inner_text()
+        wait_until(lambda: sorted(got) == [("ConsoleDlqTopic", f"dead {i}".encode())
+                                           for i in range(3)], timeout=WAIT_S,
+                   message="the dead letters consumed again under their topic")
+    finally:
+        consumer.shutdown()
