@@ -298,11 +298,11 @@ class ClusterBackend:
         info = await self.cluster_info()
         brokers = [(g.broker_name, g.read_addr, min(g.addrs)) for g in info.all_groups()
                    if g.addrs]
-        answers = await self.call(self.admin.each_broker, brokers,
-                                  lambda addr: self.admin.group_progress_at(addr, group))
-        members_by_broker = await self.call(
-            self.admin.each_broker, brokers,
-            lambda addr: self.admin.consumer_ids_at(addr, group))
+        answers, members_by_broker = await asyncio.gather(  # one budget for both
+            self.call(self.admin.each_broker, brokers,
+                      lambda addr: self.admin.group_progress_at(addr, group)),
+            self.call(self.admin.each_broker, brokers,
+                      lambda addr: self.admin.consumer_ids_at(addr, group)))
         queues: list[QueueProgress] = []
         tps = 0.0
         online = 0

@@ -79,11 +79,14 @@ def by_time(backend: ClusterBackend, topic: str, begin_ms: int, end_ms: int,
     problems: list[str] = []
     scanned = 0
     per_queue = max(1, scan_limit // max(1, len(queues)))
+    failed: set[str] = set()  # a broker that did not answer costs one budget, not one a queue
     for group, queue_id in queues:
         addr = group.read_addr
         budget = min(per_queue, scan_limit - scanned)
         if budget <= 0:
             break
+        if addr in failed:
+            continue
         try:
             offset = admin.offset_by_time(addr, topic, queue_id, begin_ms)
             read = 0
@@ -99,6 +102,7 @@ def by_time(backend: ClusterBackend, topic: str, begin_ms: int, end_ms: int,
             scanned += read
         except AdminError as e:
             problems.append(str(e))
+            failed.add(addr)
     out.sort(key=lambda m: (m.store_timestamp, m.broker_name, m.queue_id, m.queue_offset))
     return Found(out, scanned, scanned >= scan_limit, problems)
 

@@ -57,8 +57,17 @@ def timed_goto(page: Any, url: str) -> float:
 def test_a_frozen_master_costs_a_page_its_budget_and_shows_as_unreachable(
         page: Any, setup: Setup) -> None:
     master = setup.nodes["broker-a-0"]
+    with MQAdmin(setup.local.namesrv_addr) as admin:
+        admin.update_consumer_offset(master["address"], "FrozenGroup", "TBW102", 0, 0)
     os.kill(master["pid"], signal.SIGSTOP)
     try:
+        # A group's page and a query over the 8 queues of a topic on the frozen broker: one
+        # budget each, not one a queue.
+        assert timed_goto(page, f"{setup.url}/groups/FrozenGroup") < PAGE_LIMIT_S
+        assert "DEADLINE_EXCEEDED" in page.locator("#unreachable").inner_text()
+        assert timed_goto(page, f"{setup.url}/messages?mode=time&topic=TBW102") < PAGE_LIMIT_S
+        assert "Nothing found" in page.locator("#nothing-found").inner_text()
+        assert "DEADLINE_EXCEEDED" in page.locator(".problem").inner_text()
         assert timed_goto(page, f"{setup.url}/cluster") < PAGE_LIMIT_S
         row = page.locator(f"tr[data-addr='{master['address']}']").inner_text()
         assert "UNREACHABLE" in row and "DEADLINE_EXCEEDED" in row
