@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from typing import Any
 
@@ -10,7 +11,7 @@ from fastapi.responses import RedirectResponse, Response
 
 from console.app import console_of
 from console.backend import BrokerRow, ClusterBackend, Overview
-from mqclient.admin_types import AdminError
+from mqclient.admin_types import AdminError, BrokerUnreachable
 
 router = APIRouter()
 
@@ -61,13 +62,28 @@ async def healthz() -> dict[str, str]:
 @router.get("/cluster", include_in_schema=False)
 async def cluster_page(request: Request) -> Response:
     console = console_of(request)
-    overview = await console.backend_of(request).overview()
+    backend = console.backend_of(request)
+    overview, transactions = await asyncio.gather(backend.overview(),  # one budget for both
+                                                  pending_transactions(backend))
     groups: dict[tuple[str, str], list[BrokerRow]] = {}
     for b in overview.brokers:
         groups.setdefault((b.cluster, b.broker_name), []).append(b)
     return console.page(request, "cluster.html", title="Cluster", overview=overview,
+                        transactions=transactions,
                         groups=groups, disk=lambda b: _float(b.value("commitLogDiskRatio",
                                                                      "")))
+
+
+async def pending_transactions(backend: ClusterBackend) -> dict[str, Any]:
+    """Half messages waiting for their outcome, per master and producer group."""
+    try:
+        answers = await backend.call(backend.admin.pending_transactions_of_cluster)
+    except AdminError as e:
+        return {"rows": [], "problems": [str(e)]}
+    rows = [row for a in answers if isinstance(a, list) for row in a if row.pending]
+    problems = [f"{a.broker_name} ({a.broker_addr}): {a.error}" for a in answers
+                if isinstance(a, BrokerUnreachable)]
+    return {"rows": rows, "problems": problems}
 
 
 @router.get("/api/cluster", tags=["cluster"])

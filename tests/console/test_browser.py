@@ -19,7 +19,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from mqclient import ConsumeFromWhere, PushConsumer
+from mqclient import (
+    ConsumeFromWhere,
+    LocalTransactionState,
+    Message,
+    PushConsumer,
+    TransactionProducer,
+)
 from mqclient.admin import MQAdmin
 from tests.console.conftest import ConsoleProcess
 from tests.support.processes import LocalCluster
@@ -140,6 +146,7 @@ def test_cluster_view_shows_every_broker_with_its_role_and_ha_links(page: Any,
     assert "up" in page.locator("#namesrvs").inner_text()
     assert page.locator("#unreachable").count() == 0
     assert page.locator("#controller").is_visible()
+    assert page.locator("#no-pending").is_visible()  # no transaction waits for its outcome
 
 
 # -- topics ----------------------------------------------------------------------------------
@@ -403,3 +410,29 @@ def test_dead_letters_are_listed_exported_and_resent_to_their_group(page: Any, s
                    message="the dead letters consumed again under their topic")
     finally:
         consumer.shutdown()
+
+
+class Undecided:
+    """A transaction listener that never knows: its halves stay pending (checked later)."""
+
+    def execute_local_transaction(self, msg: Any, arg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+    def check_local_transaction(self, msg: Any) -> LocalTransactionState:
+        return LocalTransactionState.UNKNOWN
+
+
+def test_a_pending_transaction_shows_on_the_cluster_page(page: Any, setup: Setup) -> None:
+    create_topic(setup.admin, "ConsoleTxnTopic")
+    producer = TransactionProducer("ConsoleTxnProducer", setup.local.namesrv_addr,
+                                   Undecided()).start()
+    try:
+        producer.send(Message("ConsoleTxnTopic", b"half"), None)
+
+        def shown() -> bool:
+            page.goto(f"{setup.url}/cluster")
+            pending = page.locator("#pending tr", has_text="ConsoleTxnProducer")
+            return pending.count() == 1 and pending.inner_text().split("\t")[2] == "1"
+        wait_until(shown, timeout=WAIT_S, interval=0.5, message="the half listed as pending")
+    finally:
+        producer.shutdown()
