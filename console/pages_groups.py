@@ -98,9 +98,12 @@ async def group_view(request: Request, group: str) -> Response:
     history = tables.history_of(group) if tables is not None else []
     chart = None
     if history:
-        chart = await console.backend.call(history_svg, history, f"{group}: lag history",
-                                           rpcs=5)
-        chart = chart[chart.find("<svg"):]  # inline: no XML prolog
+        try:
+            chart = await console.backend.call(history_svg, history,
+                                               f"{group}: lag history", rpcs=5)
+            chart = chart[chart.find("<svg"):]  # inline: no XML prolog
+        except ImportError:  # matplotlib (the console extra) is not installed
+            chart = None
     topics = sorted({q.topic for q in detail.queues if not q.topic.startswith("%RETRY%")})
     return console.page(request, "group.html", title=f"Group {group}", d=detail,
                         members=detail_json(detail)["members"], status=status, chart=chart,
