@@ -18,7 +18,8 @@ from console.cli import READY_LINE
 from tests.support.processes import child_env, stop_process
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser")
-CONSOLE_BOOT_S = 20.0
+CONSOLE_BOOT_S = 60.0  # imports of the web stack on a loaded 2-core machine
+BROWSER_LAUNCH_MS = 120_000
 
 
 def chromium_path() -> str | None:
@@ -74,6 +75,7 @@ def browser() -> Iterator[Any]:
         pytest.skip("playwright is not installed (the dev extra has it)")
     with sync_playwright() as p:
         b = p.chromium.launch(executable_path=executable, headless=True,
+                              timeout=BROWSER_LAUNCH_MS,
                               args=["--no-sandbox"] if os.geteuid() == 0 else [])
         try:
             yield b

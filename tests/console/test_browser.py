@@ -23,6 +23,7 @@ from mqclient import (
     ConsumeFromWhere,
     LocalTransactionState,
     Message,
+    Producer,
     PushConsumer,
     TransactionProducer,
 )
@@ -436,3 +437,21 @@ def test_a_pending_transaction_shows_on_the_cluster_page(page: Any, setup: Setup
         wait_until(shown, timeout=WAIT_S, interval=0.5, message="the half listed as pending")
     finally:
         producer.shutdown()
+
+
+def test_a_delayed_message_is_found_by_its_id_before_it_is_delivered(page: Any, setup: Setup
+                                                                     ) -> None:
+    create_topic(setup.admin, "ConsoleDelayTopic")
+    producer = Producer("ConsoleDelayProducer", setup.local.namesrv_addr).start()
+    try:
+        sent = producer.send(Message("ConsoleDelayTopic", b"later", keys="delayed-1",
+                                     delay_level=5))  # 1 min
+    finally:
+        producer.shutdown()
+    page.goto(f"{setup.url}/messages?mode=id&msg_id={sent.offset_msg_id}")
+    assert "1 message(s) found" in page.locator("#found-count").inner_text()
+    row = page.locator("#messages tr").nth(1).inner_text()
+    assert "later" in row and "delayed-1" in row
+    # Not yet in its topic's queues: a time-range query of the topic finds nothing.
+    page.goto(f"{setup.url}/messages?mode=time&topic=ConsoleDelayTopic")
+    assert page.locator("#nothing-found").count() == 1
