@@ -12,11 +12,21 @@ $(STAMP): pyproject.toml setup.py common/_native.c
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# The console's browser tests drive Debian's chromium (never a browser download): installed
+# here when missing and this is root with apt-get; else those tests skip, saying why.
+CHROMIUM_STAMP := $(VENV)/.chromium
+$(CHROMIUM_STAMP): $(STAMP)
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null \
+	  && { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+	       --no-install-recommends chromium >/dev/null; } ; } \
+	  || echo "chromium not installed: the console's browser tests will skip"
+	touch $@
+
 run: $(STAMP)
 	$(PY) -m mqclient.demo
 
 # The store's tests run twice: with its C fast paths and, with STORE_NATIVE=0, without them.
-test: $(STAMP)
+test: $(STAMP) $(CHROMIUM_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 	STORE_NATIVE=0 $(PY) -m pytest -q -p no:cacheprovider tests/store
@@ -24,7 +34,7 @@ test: $(STAMP)
 # Every test that starts no container, JVM or chaos run, several at a time: the loop for a
 # change in progress. `make test` is what CI runs.
 TEST_WORKERS ?= 6
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(CHROMIUM_STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) -m "not docker and not spark and not slow"
 

@@ -4,6 +4,7 @@ HA state and the tables a slave copies."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 A = admin_pb2
 Context = grpc.aio.ServicerContext
+try:  # the installed distribution's version (runtime table's brokerVersion)
+    BROKER_VERSION = importlib.metadata.version("pyrocketmq-cluster")
+except importlib.metadata.PackageNotFoundError:
+    BROKER_VERSION = "unknown"
 DISPATCH_WAIT_S = 3.0  # MergeConsumerOffset waits this long at most for the dispatch
 
 
@@ -125,6 +130,7 @@ def runtime_table(broker: BrokerContext) -> dict[str, str]:
     stats = broker.stats
     table = dict(broker.store.runtime_info())
     table.update({
+        "brokerVersion": BROKER_VERSION,
         "brokerName": broker.config.broker_name,
         "brokerId": str(broker.config.broker_id),
         "brokerAddr": broker.addresses.broker_addr,

@@ -308,14 +308,16 @@ class SendProcessor:
         except Denied as e:
             raise RequestError(common_pb2.NO_PERMISSION, f"{e} ({where})") from None
         retry = RETRY_GROUP_TOPIC_PREFIX + group
-        if not subscribed_only or ext.topic == retry:
+        # Its own dead letters too: a tool resends them to the group (the console's DLQ view).
+        if not subscribed_only or ext.topic in (retry, DLQ_GROUP_TOPIC_PREFIX + group):
             return
         subscribed = self.broker.clients.subscribed_topics(group)
         if subscribed and ext.topic not in subscribed:
             raise RequestError(common_pb2.NO_PERMISSION, (
                 f"ConsumerSendMsgBack of group {group} refused: {where}, which the group's "
                 f"consumers here do not subscribe to ({', '.join(sorted(subscribed))}); a "
-                f"group sends back messages of its subscriptions and of {retry} only"))
+                f"group sends back messages of its subscriptions, of {retry} and of its "
+                f"dead-letter topic only"))
 
     async def ensure_retry_topic(self, group: str) -> None:
         """A clustering consumer's retry topic exists on masters from its first heartbeat,

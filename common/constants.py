@@ -83,3 +83,4 @@ class MessageProperty:
 # Printed on stdout once a process serves; mqcluster, tests and scripts wait for them.
 BROKER_BOOT_SUCCESS_PREFIX = "The broker["
 NAMESRV_BOOT_SUCCESS_MESSAGE = "The Name Server boot success."
+CONSOLE_READY_PREFIX = "mqconsole listening on"  # then the console's URL (`mqconsole`)

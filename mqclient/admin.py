@@ -445,6 +445,26 @@ class MQAdmin:
         queues.sort(key=lambda q: (q.topic, q.broker_name, q.queue_id))
         return ConsumerProgress(group, queues, tps, online)
 
+    def group_progress_at(self, addr: str, group: str) -> ConsumerProgress | None:
+        """The group's progress on the queues of the broker at `addr` (None: the broker
+        knows no such group): one RPC, for tools that ask brokers in parallel."""
+        r = self._consume_stats(addr, group, "")
+        if r.status.code != common_pb2.SUCCESS:
+            return None
+        queues = [_queue_progress(w, r.snapshot_timestamp)
+                  for s in r.consume_stats for w in s.offset_table]
+        return ConsumerProgress(group, queues, sum(s.consume_tps for s in r.consume_stats),
+                                max((s.online_consumers for s in r.consume_stats), default=0))
+
+    def consumer_ids_at(self, addr: str, group: str) -> list[str]:
+        """Client ids of the group's consumers connected to the broker at `addr`."""
+        r = self._messaging_rpc(addr, "GetConsumerListByGroup",
+                                messaging_pb2.GetConsumerListByGroupRequest(
+                                    consumer_group=group))
+        self._check(r.status, f"consumers of {group} on {addr}", common_pb2.SUCCESS,
+                    common_pb2.CONSUMER_NOT_ONLINE)
+        return sorted(r.consumer_id_list)
+
     def consumer_groups(self) -> list[GroupSummary]:
         """Every group known to a broker: online consumers, consume TPS and total diff."""
         tps: dict[str, float] = {}
@@ -712,6 +732,29 @@ class MQAdmin:
         return SendResult(code_name(r.status.code), group.broker_name, addr, res.queue_id,
                           res.queue_offset, res.message_id, res.offset_msg_id)
 
+    def send_back(self, offset_msg_id: str, group: str, *, delay_level: int = 1,
+                  max_reconsume_times: int | None = None) -> str:
+        """The stored message goes to the group's retry topic (%RETRY%{group}) as a failed
+        consume would send it (ConsumerSendMsgBack): only that group's consumers get it
+        again, under its original topic, after `delay_level`'s delay (1: 1 s). A message
+        already retried to its limit (a dead letter) needs a higher `max_reconsume_times`,
+        else it goes back to the %DLQ%. Returns the master's address."""
+        m = self.query_msg_by_id(offset_msg_id)
+        addr, offset = decode_offset_msg_id(offset_msg_id)
+        group_of = self.cluster_info().group_of_addr(addr)
+        master = group_of.master_addr if group_of is not None else addr
+        if master is None:
+            raise AdminError(f"broker {group_of.broker_name if group_of else addr} has no live "
+                             "master to resend from")
+        request = messaging_pb2.ConsumerSendMsgBackRequest(
+            consumer_group=group, commit_log_offset=offset, origin_message_id=m.msg_id,
+            origin_topic=m.topic, delay_level=delay_level)
+        if max_reconsume_times is not None:
+            request.max_reconsume_times = max_reconsume_times
+        r = self._messaging_rpc(master, "ConsumerSendMsgBack", request)
+        self._check(r.status, f"resend {offset_msg_id} to group {group} at {master}")
+        return master
+
     def _pull(self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int
               ) -> messaging_pb2.PullMessageResponse:
         r = self._messaging_rpc(addr, "PullMessage", messaging_pb2.PullMessageRequest(
@@ -721,6 +764,23 @@ class MQAdmin:
                     common_pb2.SUCCESS, common_pb2.NO_NEW_MSG, common_pb2.NO_MATCHED_MSG,
                     common_pb2.OFFSET_ILLEGAL)
         return r
+
+    def offset_by_time(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The offset of the first message of the queue stored at or after `timestamp_ms`
+        on the broker at `addr` (its max offset when none is)."""
+        r = self._messaging_rpc(addr, "SearchOffsetByTimestamp",
+                                messaging_pb2.SearchOffsetByTimestampRequest(
+                                    topic=topic, queue_id=queue_id, timestamp=timestamp_ms))
+        self._check(r.status, f"offset of {topic}-{queue_id} at {timestamp_ms} on {addr}")
+        return r.offset
+
+    def pull_at(self, addr: str, topic: str, queue_id: int, offset: int, max_nums: int,
+                broker_name: str = "") -> tuple[list[StoredMessage], int]:
+        """One raw pull (committing nothing) of up to `max_nums` (<= 32) messages: the
+        messages and the offset to pull next."""
+        r = self._pull(addr, topic, queue_id, offset, min(max_nums, PULL_BATCH))
+        return ([_message(m, broker_name) for m in r.messages],
+                r.next_begin_offset if r.messages or r.next_begin_offset else offset)
 
     def consume_messages(self, topic: str, *, broker_name: str | None = None,
                          queue_id: int | None = None, offset: int | None = None,

@@ -51,12 +51,16 @@ def _title(text: str) -> None:
 
 
 def run(directory: str, messages: int) -> int:
-    _title("starting the local cluster (mqcluster up --groups 2 --slaves 1)")
-    if mqcluster.main(["up", "--dir", directory, "--groups", "2", "--slaves", "1"]) != 0:
+    _title("starting the local cluster (mqcluster up --groups 2 --slaves 1 --console)")
+    if mqcluster.main(["up", "--dir", directory, "--groups", "2", "--slaves", "1",
+                       "--console"]) != 0:
         return 1
     state = mqcluster.load_state(Path(directory).resolve())
     assert state is not None
     namesrv = state[0].namesrv_addr
+    console = console_url(state[0])
+    if console:
+        print(f"\nThe web console: {console}  (open it now: it follows the demo)", flush=True)
 
     _title(f"creating {TOPIC} (8 queues on each master)")
     mqadmin.main(["updateTopic", "-n", namesrv, "-t", TOPIC, "-c", state[0].cluster_name,
@@ -74,6 +78,9 @@ def run(directory: str, messages: int) -> int:
                                                   if snapshots.errors else ""))
     analysed = _lag_analytics(analytics) if finished else False
 
+    if console:
+        print(f"\nThe web console: {console}  (cluster, topics, {GROUP}'s lag, messages"
+              + (", lag statuses)" if analysed else ")"), flush=True)
     print(f"\nThe cluster keeps running. Try:\n"
           f"  export NAMESRV_ADDR='{namesrv}'\n"
           f"  .venv/bin/mqadmin clusterList\n"
@@ -83,6 +90,14 @@ def run(directory: str, messages: int) -> int:
           f"--out {analytics}/lag\n"
           f"Stop it:  .venv/bin/mqcluster down --dir {directory}   (add --clean to drop data)")
     return 0 if finished and analysed else 1
+
+
+def console_url(layout: mqcluster.Layout) -> str | None:
+    """The web console's URL when the cluster was started with one (`up --console`)."""
+    for node in layout.nodes:
+        if node.kind == mqcluster.CONSOLE:
+            return f"http://{node.address}/"
+    return None
 
 
 class BackgroundSnapshots:

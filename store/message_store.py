@@ -571,6 +571,8 @@ class DefaultMessageStore:
             "getMessageTimesTotal": str(self.get_count),
             "writeable": str(self.writeable).lower(),
             "notWriteableReason": self.not_writeable_reason,
+            # RocketMQ's commitLogDiskRatio: how full the commitlog's disk is (0..1)
+            "commitLogDiskRatio": f"{self.disk_usage(str(self.commitlog.queue.store_path)):.4f}",
         }
 
 

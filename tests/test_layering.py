@@ -5,6 +5,7 @@
 - The clients build on `common/` and `remoting/`, never on the store, the name server or the
   broker.
 - `common/` builds on nothing of the cluster; the store knows nothing of the network.
+- The web console (`console/`) uses the admin API (`mqclient`), `common` and its web stack.
 """
 
 from __future__ import annotations
@@ -62,6 +63,10 @@ def test_only_the_startup_code_imports_the_broker_controller() -> None:
     ("remoting", ("store", "nameserver", "broker", "ha", "proxy", "mqclient")),
     ("store", ("grpc", "broker", "nameserver", "proxy", "mqclient", "remoting", "mqproto")),
     ("ha", ("broker", "nameserver", "proxy", "mqclient")),
+    # The console asks the cluster through the admin API only (mqclient.admin), and reads
+    # the analytics' and chaos runs' files, never their code.
+    ("console", ("store", "nameserver", "broker", "ha", "proxy", "remoting", "mqproto",
+                 "grpc", "acl", "spark_analytics", "chaos", "filter", "pyspark")),
 ])
 def test_packages_keep_to_their_rooms(package: str, forbidden: tuple[str, ...]) -> None:
     assert importers(package, forbidden) == []

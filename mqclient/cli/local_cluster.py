@@ -38,6 +38,8 @@ BROKER_CONF = "broker.conf"
 STORE_DIR = "store"
 NAMESRV = "namesrv"
 BROKER = "broker"
+CONSOLE = "console"  # `up --console`: the web console (console/, mqconsole)
+CONSOLE_ANALYTICS = "analytics/lag"  # under the cluster directory: the console's lag tables
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 SLAVE_ROLE = "SLAVE"
@@ -461,6 +463,17 @@ def process_argv(node: Node, directory: Path, layout: Layout | None = None) -> l
         if layout is not None and client_tls(layout) is not None:  # `up --tls`
             props = layout.broker_props
             argv += ["--tls-cert", props["tlsCertPath"], "--tls-key", props["tlsKeyPath"]]
+        return argv
+    if node.kind == CONSOLE:
+        assert layout is not None
+        # The lag tables where `make run`'s demo has the lag job write them.
+        argv = [sys.executable, "-m", "console", "--namesrv", layout.namesrv_addr,
+                "--listen", node.address, "--analytics", str(directory / CONSOLE_ANALYTICS)]
+        if layout.broker_props.get("aclEnable", "").lower() == "true":  # `up --acl`
+            argv.append("--login")
+        tls = client_tls(layout)
+        if tls is not None:
+            argv += ["--tls-ca", tls.ca_path]
         return argv
     return [sys.executable, "-m", "broker", "-c", str(directory / node.name / BROKER_CONF)]
 

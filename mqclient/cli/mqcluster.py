@@ -31,13 +31,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
+from common.constants import (
+    BROKER_BOOT_SUCCESS_PREFIX,
+    CONSOLE_READY_PREFIX,
+    NAMESRV_BOOT_SUCCESS_MESSAGE,
+)
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.cli.arguments import int_range, port_number, port_or_any, seconds
 from mqclient.cli.errors import stdout_closed, unexpected
 from mqclient.cli.local_cluster import (
     BROKER,
     BROKER_CONF,
+    CONSOLE,
     CREDENTIALS_FILE,
     DEFAULT_CLUSTER_NAME,
     DEFAULT_NAMESRV_PORT,
@@ -52,6 +57,7 @@ from mqclient.cli.local_cluster import (
     STATE_FILE,
     Layout,
     LocalClusterError,
+    Node,
     ProcessRecord,
     broker_conf,
     check_ports_free,
@@ -229,9 +235,10 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         shape["groups"], shape["slaves"], shape["namesrvs"])
     v2_count = v2_ports_needed(shape["groups"], shape["slaves"])
     if same_shape and previous is not None and args.base_port is None:
-        ports = [p for n in previous.nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
-                                                     else (n.port,))]
-        kept = [n.metrics_port for n in previous.nodes]
+        cluster_nodes = [n for n in previous.nodes if n.kind != CONSOLE]
+        ports = [p for n in cluster_nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
+                                                    else (n.port,))]
+        kept = [n.metrics_port for n in cluster_nodes]
         metrics_ports: list[int] = []
         if metrics_count and all(kept):
             metrics_ports = kept
@@ -271,8 +278,22 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
     if len(set(used)) != len(used):
         raise LocalClusterError(f"--namesrv-port {requested} is also another process's port "
                                 "in this layout; choose another")
+    if args.console:
+        layout = _with_console(layout, previous, same_shape and args.base_port is None)
     check_ports_free(layout)
     return layout
+
+
+def _with_console(layout: Layout, previous: Layout | None, reuse: bool) -> Layout:
+    """The layout with a web console (`up --console`) on the port it had, if free, else a
+    free one."""
+    used = {p for n in layout.nodes for p in (n.port, n.ha_port, n.metrics_port, n.v2_port)}
+    kept = next((n.port for n in previous.nodes if n.kind == CONSOLE), 0) if previous else 0
+    port = kept if reuse and kept and kept not in used and port_is_free(kept) else 0
+    while not port or port in used:
+        port = free_ports(1)[0]
+    return dataclasses.replace(layout, nodes=[*layout.nodes,
+                                              Node(f"{CONSOLE}-0", CONSOLE, port)])
 
 
 def _log_tail(directory: Path, record: ProcessRecord) -> str:
@@ -373,8 +394,9 @@ def up(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + args.timeout
     try:
         for kind_nodes, boot_line in (
-                ([n for n in layout.nodes if n.kind != BROKER], NAMESRV_BOOT_SUCCESS_MESSAGE),
-                (layout.brokers, BROKER_BOOT_SUCCESS_PREFIX)):
+                ([n for n in layout.nodes if n.kind == NAMESRV], NAMESRV_BOOT_SUCCESS_MESSAGE),
+                (layout.brokers, BROKER_BOOT_SUCCESS_PREFIX),
+                ([n for n in layout.nodes if n.kind == CONSOLE], CONSOLE_READY_PREFIX)):
             started = []
             for node in kind_nodes:
                 record, offset = spawn(node, directory, layout)
@@ -448,6 +470,10 @@ def _access_hints(directory: Path, layout: Layout) -> str:
     elif client_tls(layout) is None:
         hints += (f"RocketMQ 4.x clients: setNamesrvAddr(\"{layout.namesrv_addr}\") (the "
                   "same ports; docs/rocketmq4-clients.md)\n")
+    for node in layout.nodes:
+        if node.kind == CONSOLE:
+            hints += (f"Console: http://{node.address}/"
+                      + (" (sign in with that account)" if "ACL on" in hints else "") + "\n")
     return hints
 
 
@@ -459,10 +485,12 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
     dead = [r for r in records if not is_alive(r)]
     _out(f"{PROG}: restarting {', '.join(r.name for r in dead)} of the cluster in {directory}")
     deadline = time.monotonic() + args.timeout
-    for group, boot_line in (([r for r in dead if nodes[r.name].kind != BROKER],
+    for group, boot_line in (([r for r in dead if nodes[r.name].kind == NAMESRV],
                               NAMESRV_BOOT_SUCCESS_MESSAGE),
                              ([r for r in dead if nodes[r.name].kind == BROKER],
-                              BROKER_BOOT_SUCCESS_PREFIX)):
+                              BROKER_BOOT_SUCCESS_PREFIX),
+                             ([r for r in dead if nodes[r.name].kind == CONSOLE],
+                              CONSOLE_READY_PREFIX)):
         started = []
         for old in group:
             record, offset = spawn(nodes[old.name], directory, layout)
@@ -518,7 +546,8 @@ def _print_status(directory: Path, layout: Layout, records: list[ProcessRecord])
     _out(f"cluster {layout.cluster_name} in {directory}")
     _out(table(["Process", "Role", "PID", "Address", "HA Port", "Metrics", "State",
                 "Registered", "Log"],
-               [[r["name"], r["role"] or "NAMESRV", r["pid"], r["address"], r["ha_port"] or "-",
+               [[r["name"], r["role"] or r["kind"].upper(), r["pid"], r["address"],
+                 r["ha_port"] or "-",
                  r["metrics"] or "-",
                  ("stopped" if r["stopped"] else "alive") if r["alive"] else "DEAD",
                  registered(r["registered"], r["kind"]),
@@ -640,6 +669,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tls", action="store_true",
                    help="TLS on the gRPC and HA ports with a local CA (DIR/security/tls; "
                         "clients: MQ_TLS_CA=DIR/security/tls/ca.pem)")
+    p.add_argument("--console", action="store_true",
+                   help="also start the web console (mqconsole) on a free loopback port")
     p.add_argument("--json", action="store_true", help="print the processes as JSON")
     p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
     p = sub.add_parser("status", parents=[common], help="show each process alive or dead")

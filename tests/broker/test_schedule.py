@@ -231,3 +231,10 @@ def test_a_send_back_outside_the_groups_subscriptions_is_refused(start_broker: S
     send(b, "%RETRY%G", b"a retry")
     [retry] = pull_all(b, "%RETRY%G", 0, expect=1)
     assert code(send_back(b, retry, delay_level=-1)) == "SUCCESS"
+    # Its own dead letters too (a tool resends them to the group): back to %RETRY%G.
+    dead = dlq_messages(b, "G")[0]
+    assert dead.body == b"not subscribed"
+    r = b.messaging.ConsumerSendMsgBack(M.ConsumerSendMsgBackRequest(
+        consumer_group="G", commit_log_offset=dead.commit_log_offset, delay_level=1,
+        max_reconsume_times=dead.reconsume_times + 3), timeout=10)
+    assert code(r) == "SUCCESS"

@@ -9,6 +9,7 @@ import json
 import re
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -53,8 +54,14 @@ def test_main_job_produces_consumes_and_reports_the_lag(tmp_path: Path) -> None:
             heights = {xy.split(",")[1] for xy in demo_line[1].split()}
             assert len(heights) >= 3, demo_line[1]
             assert re.search(r"DemoGroup</text><text [^>]*>100</text>", lag_chart)
+        # The web console it started shows DemoGroup 100 behind.
+        console = re.search(r"^The web console: (http://\S+)", out, re.M)
+        assert console is not None, out
+        with urllib.request.urlopen(f"{console[1]}api/groups/DemoGroup", timeout=10) as r:
+            assert json.load(r)["message_lag"] == 100
         state = json.loads((directory / "mqcluster.state.json").read_text())
-        assert len(state["processes"]) == 5  # 1 name server, 2 masters, 2 slaves: left running
+        # 1 name server, 2 masters, 2 slaves and the console: left running
+        assert len(state["processes"]) == 6
     finally:
         if (directory / "mqcluster.state.json").exists():
             stop_local_cluster(directory)
