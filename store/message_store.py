@@ -493,7 +493,18 @@ class DefaultMessageStore:
                 log.warning("cutting %d bytes of an incomplete record at commitlog offset %d",
                             self.commitlog.max_offset - end, end)
                 self.commitlog.queue.truncate_dirty_files(end)
+            # A slave's appends never touched the next queue offsets: take them from the
+            # queues (RocketMQ's recoverTopicQueueTable), or puts would reuse offsets.
+            self._queue_table_from_queues()
             return end
+
+    def _queue_table_from_queues(self) -> None:
+        table = self.commitlog.topic_queue_table
+        for cq in self.queues.table.values():
+            if cq.max_offset_in_queue:
+                table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
+            else:
+                table.pop((cq.topic, cq.queue_id), None)
 
     def truncate_before_start(self, offset: int) -> None:
         """Controller mode, a broker that follows a new master: cuts the commitlog, its
@@ -506,12 +517,7 @@ class DefaultMessageStore:
         log.warning("truncating the commitlog from %d to %d (never replicated to the new "
                     "master)", self.commitlog.max_offset, offset)
         cut_at(self, offset)
-        table = self.commitlog.topic_queue_table
-        for cq in self.queues.table.values():
-            if cq.max_offset_in_queue:
-                table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
-            else:
-                table.pop((cq.topic, cq.queue_id), None)
+        self._queue_table_from_queues()
         self.reput_from_offset = min(self.reput_from_offset, offset)
 
     @property

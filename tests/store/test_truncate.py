@@ -56,3 +56,8 @@ def test_cut_undispatched_tail_drops_a_partial_record(make_store: MakeStore,
     assert slave.cut_undispatched_tail() == ends[2]
     assert slave.max_phy_offset == ends[2]
     assert slave.get_max_offset_in_queue("T", 0) == 3
+    # Made master, it goes on with the queue's next offset (not 0: replicated appends
+    # never set the next queue offsets).
+    slave.role = BrokerRole.SYNC_MASTER
+    r = slave.put_message(Message(topic="T", queue_id=0, body=b"new"))
+    assert r.append is not None and r.append.queue_offsets == [3]
