@@ -58,9 +58,20 @@ def test_only_the_startup_code_imports_the_broker_controller() -> None:
     ("remoting", ("store", "nameserver", "broker", "ha", "proxy", "mqclient")),
     ("store", ("grpc", "broker", "nameserver", "proxy", "mqclient", "remoting", "mqproto")),
     ("ha", ("broker", "nameserver", "proxy", "mqclient")),
+    # The controller knows brokers only by what they tell it over the network.
+    ("controller", ("store", "broker", "ha", "nameserver", "proxy", "mqclient")),
 ])
 def test_packages_keep_to_their_rooms(package: str, forbidden: tuple[str, ...]) -> None:
     assert importers(package, forbidden) == []
+
+
+def test_the_state_machine_is_pure() -> None:
+    """controller/state.py: no clock, network, etcd or other package of the cluster."""
+    allowed = {"__future__", "dataclasses", "json", "collections.abc", "typing"}
+    imported = {name.split(".")[0] if not name.startswith("collections") else name
+                for name in imported_modules(REPO_ROOT / "controller" / "state.py")}
+    assert {n for n in imported if n not in allowed and not n.startswith(
+        ("__future__.", "dataclasses.", "json.", "collections.abc.", "typing."))} == set()
 
 
 def test_the_rule_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:
