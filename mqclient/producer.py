@@ -378,6 +378,7 @@ class Producer:
                     if addr == refused and not channels.wait_ready(
                             addr, self._master_moved(topic, target.broker_name, addr),
                             remaining):
+                        attempts.failed(target, started, "not connected")
                         route, refused = self._current_route(topic, route), ""
                         continue  # another master is listed (or the time is up)
                     remaining = attempts.remaining()
@@ -590,6 +591,7 @@ class Producer:
                     if addr == refused and not await channels.wait_ready_async(
                             addr, self._master_moved(topic, target.broker_name, addr),
                             remaining):
+                        attempts.failed(target, started, "not connected")
                         route, refused = self._current_route(topic, route), ""
                         continue
                     remaining = attempts.remaining()
