@@ -144,6 +144,9 @@ class BrokerConfig:
     controller_addr: str = ""
     # How often (ms) it heartbeats to the controller and learns its role from the answer.
     broker_heartbeat_interval: int = 300
+    # As master (SYNC_MASTER): a send is acknowledged only once every SyncStateSet member
+    # has it, not the first (RocketMQ 5's allAckInSyncStateSet).
+    all_ack_in_sync_state_set: bool = False
     # Among candidates of equal epoch and max offset, the lower priority wins.
     broker_election_priority: int = 2**31 - 1
     # Only for the store; kept here so the broker can report them.

@@ -426,6 +426,7 @@ class BrokerController:
         service = self.ha_service
         if service is not None:
             service.counted_slaves = slaves
+            service.all_ack = self.config.all_ack_in_sync_state_set
             service.acked()
 
     def _listening(self, grpc_port: int) -> str:

@@ -408,6 +408,9 @@ class HAService:
         # Controller mode: only the acks of these slaves (the SyncStateSet, by brokerId)
         # release SYNC_MASTER sends; None: every verified slave's.
         self.counted_slaves: frozenset[int] | None = None
+        # With counted_slaves, allAckInSyncStateSet: a send is released only once every
+        # one of them acked it (a member without a live link holds every release).
+        self.all_ack = False
 
     def _counts(self, status: SlaveStatus) -> bool:
         return self.counted_slaves is None or status.broker_id in self.counted_slaves
@@ -493,9 +496,15 @@ class HAService:
     # -- acks and status -------------------------------------------------------------------
     def acked(self) -> None:
         """Tells `on_ack` of the best ack of the live links (push2SlaveMaxOffset)."""
-        best = max((c.status.ack_offset for c in self.connections
-                    if c.status.verified and not c.status.problem and self._counts(c.status)),
-                   default=0)
+        live = [c.status for c in self.connections
+                if c.status.verified and not c.status.problem and self._counts(c.status)]
+        if self.all_ack and self.counted_slaves:
+            acks = {st.broker_id: st.ack_offset for st in live}
+            if any(member not in acks for member in self.counted_slaves):
+                return  # RocketMQ #6662: never past what a linkless member may lack
+            best = min(acks[member] for member in self.counted_slaves)
+        else:
+            best = max((st.ack_offset for st in live), default=0)
         if self.on_ack is not None and best > 0:
             self.on_ack(best)
 
