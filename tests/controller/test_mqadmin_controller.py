@@ -1,4 +1,5 @@
-"""mqadmin's controller-mode commands against a real `python -m controller` on etcd."""
+"""mqadmin's controller-mode commands against a real `python -m controller` on etcd, and
+a controller run by the name server."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ from controller import protocol as p
 from controller.client import ControllerClient
 from controller.etcd_process import EtcdCluster
 from controller.startup import BOOT_SUCCESS_PREFIX
+from mqclient.cli.local_cluster import free_ports
 from mqclient.cli.mqadmin import main as mqadmin
-from tests.support.processes import REPO_ROOT, child_env, stop_process, wait_for_line
+from tests.support.processes import (
+    REPO_ROOT,
+    Processes,
+    child_env,
+    stop_process,
+    wait_for_line,
+)
 
 
 @pytest.fixture
@@ -74,3 +82,22 @@ def test_controller_commands(controller: str, capsys: pytest.CaptureFixture[str]
     assert "ELECT_MASTER_FAILED" in capsys.readouterr().err
     assert mqadmin(["getSyncStateSet", "-a", controller, "-b", "nope"]) == 1
     assert "not registered" in capsys.readouterr().err
+
+
+def test_controller_in_the_name_server(etcd: EtcdCluster, processes: Processes) -> None:
+    """enableControllerInNamesrv: the name server process also runs a controller."""
+    [port] = free_ports(1)
+    addr = f"127.0.0.1:{port}"
+    processes.namesrv("--enable-controller-in-namesrv", "--controller-listen", addr,
+                      "--controller-etcd", etcd.endpoints_text)
+    register(addr, 1)
+    info = asyncio.run(_replica_info(addr))
+    assert info["masterId"] == 1 and info["masterAddress"] == "127.0.0.1:101"
+
+
+async def _replica_info(addr: str) -> dict[str, object]:
+    client = ControllerClient([addr], timeout_s=2)
+    try:
+        return await client.call(p.GET_REPLICA_INFO, {"brokerName": "broker-a"})
+    finally:
+        await client.close()
