@@ -217,8 +217,9 @@ def run_round(cluster: FailoverCluster, producers: Producers, settle_s: float) -
 
 
 def run(root: Path, rounds: int, producer_count: int, settle_s: float = 1.0,
-        out: Callable[[str], None] = print) -> dict[str, Any]:
-    cluster = FailoverCluster(root)
+        out: Callable[[str], None] = print, all_ack: bool = False) -> dict[str, Any]:
+    cluster = FailoverCluster(root, extra_props={"allAckInSyncStateSet": "true"}
+                              if all_ack else None)
     producers: Producers | None = None
     results: list[Round] = []
     try:
@@ -244,8 +245,8 @@ def run(root: Path, rounds: int, producer_count: int, settle_s: float = 1.0,
         cluster.stop()
     oks = [r.ok for r in results if r.ok is not None]
     summary: dict[str, Any] = {
-        "rounds": rounds, "producers": producer_count,
-        "median_ok_s": statistics.median(oks) if oks else None,
+        "rounds": rounds, "producers": producer_count, "all_ack": all_ack,
+        "median_ok_s": round(statistics.median(oks), 3) if oks else None,
         "max_ok_s": max(oks, default=None),
         "median_elected_s": _median([r.elected for r in results]),
         "lost": lost, "acked": len(acked),
@@ -263,7 +264,7 @@ def _fmt(value: float | None, width: int) -> str:
 
 def _median(values: list[float | None]) -> float | None:
     known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
+    return round(statistics.median(known), 3) if known else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -272,13 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--dir", type=Path, default=None, help="keep the run's files here")
+    ap.add_argument("--all-ack", action="store_true",
+                    help="allAckInSyncStateSet=true: every member acks each send")
     args = ap.parse_args(argv)
     if args.rounds < 1 or args.producers < 1:
         ap.error("--rounds and --producers must be >= 1")
     with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
         root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        summary = run(root, args.rounds, args.producers)
+        summary = run(root, args.rounds, args.producers, all_ack=args.all_ack)
     print(json.dumps(summary))
     return 0 if summary["lost"] == 0 else 1
 

@@ -138,3 +138,39 @@ def test_parse_addresses() -> None:
     assert parse_addresses("a:1;b:2") == ["a:1", "b:2"]
     with pytest.raises(ValueError):
         parse_addresses("a")
+
+
+def test_without_etcd_no_election_happens_and_it_resumes_after(etcd: EtcdCluster) -> None:
+    """etcd down: the controller steps down within its lease, so nobody is elected (the
+    brokers keep their roles: they hear NOT_LEADER); etcd back: it leads again with the
+    state it had, and a silent master is replaced again."""
+    async def run() -> None:
+        ctl = make(etcd)
+        addr = await ctl.start()
+        client = ControllerClient([addr])
+        try:
+            await until(lambda: asyncio.sleep(0, ctl.leading))
+            await client.call(p.REGISTER, beat(1))
+            await client.call(p.REGISTER, beat(2))
+            await client.call(p.ALTER_SYNC_STATE_SET, {
+                "brokerName": "g", "masterId": 1, "masterEpoch": 1, "syncStateSetEpoch": 1,
+                "syncStateSet": [1, 2]})
+            etcd.kill(0)
+            await until(lambda: asyncio.sleep(0, not ctl.leading), timeout=15)
+            with pytest.raises(Exception) as e:  # no active controller: nothing changes
+                await client.call(p.HEARTBEAT, beat(2, 10, epoch=1))
+            assert "no active controller" in str(e.value)
+            await asyncio.to_thread(etcd.restart, 0)
+            await until(lambda: asyncio.sleep(0, ctl.leading), timeout=15)
+            # Master 1 is silent, 2 beats: once the new term's grace is over, 2 is elected.
+
+            async def elected() -> bool:
+                got = await client.call(p.HEARTBEAT, beat(2, 10, epoch=1))
+                return got["masterId"] == 2
+            await until(elected, timeout=15)
+            got = await client.call(p.GET_REPLICA_INFO, {"brokerName": "g"})
+            assert got["masterEpoch"] == 2
+        finally:
+            await client.close()
+            await ctl.stop()
+    asyncio.run(run())
