@@ -1,5 +1,9 @@
 """Automatic failover in controller mode: `python -m bench.failover [--rounds 5]`.
 
+`--pause`: every other round pauses the master (SIGSTOP) past the heartbeat timeout instead,
+then resumes it (SIGCONT): it finds itself demoted with a tail the new master lacks and
+restarts in place to cut it.
+
 Real processes on loopback: one etcd member, a controller (`python -m controller`), a name
 server and one broker group of three brokers in controller mode (brokerRole=SYNC_MASTER,
 fixed ports), and `--producers` sync producers (mqclient, in this process) sending without
@@ -22,6 +26,7 @@ import dataclasses
 import itertools
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -171,6 +176,7 @@ class FailoverCluster:
 @dataclasses.dataclass
 class Round:
     killed: int
+    fault: str = "kill"
     new_master: int | None = None
     elected: float | None = None
     master: float | None = None
@@ -179,7 +185,8 @@ class Round:
     failed: int = 0
 
 
-def run_round(cluster: FailoverCluster, producers: Producers, settle_s: float) -> Round:
+def run_round(cluster: FailoverCluster, producers: Producers, settle_s: float,
+              fault: str = "kill") -> Round:
     answers = producers.answers
     wait_for(lambda: len(cluster.sync_state_set()) >= 2, SWITCH_TIMEOUT_S,
              "a slave in the SyncStateSet")
@@ -191,13 +198,17 @@ def run_round(cluster: FailoverCluster, producers: Producers, settle_s: float) -
     assert killed_id is not None
     node = cluster.brokers[killed_id]
     t0 = time.time()
-    node.kill()  # returns once the process is gone: later answers are not from it
+    if fault == "pause":  # SIGSTOP: it stays silent, then comes back still thinking it leads
+        assert node.process is not None
+        node.process.send_signal(signal.SIGSTOP)
+    else:
+        node.kill()  # returns once the process is gone: later answers are not from it
     mark = len(answers)
     wait_for(lambda: cluster.master_id() not in (None, killed_id), SWITCH_TIMEOUT_S,
              "a new master")
     wait_for(lambda: first_answer(answers, mark, t0, "SEND_OK".__eq__) is not None,
              SWITCH_TIMEOUT_S, "the first SEND_OK after the kill")
-    r = Round(killed_id)
+    r = Round(killed_id, fault=fault)
     ok = first_answer(answers, mark, t0, "SEND_OK".__eq__)
     r.ok = round(ok - t0, 3) if ok is not None else None
     r.failed = sum(1 for a in itertools.islice(answers, mark, None)
@@ -208,16 +219,25 @@ def run_round(cluster: FailoverCluster, producers: Producers, settle_s: float) -
     if r.new_master is not None:
         at = cluster.brokers[r.new_master].first_line_after(t0, "this broker is master", 5.0)
         r.master = round(at - t0, 3) if at is not None else None
-    node.start()
+    if fault == "pause":
+        assert node.process is not None
+        back = time.time()
+        node.process.send_signal(signal.SIGCONT)  # it restarts itself in place, cut
+    else:
+        node.start()
+        back = node.started
     wait_for(lambda: killed_id in cluster.sync_state_set(), SWITCH_TIMEOUT_S,
              f"broker {killed_id} back in the SyncStateSet")
-    r.rejoin = round(time.time() - node.started, 3)
+    r.rejoin = round(time.time() - back, 3)
     time.sleep(settle_s)
     return r
 
 
 def run(root: Path, rounds: int, producer_count: int, settle_s: float = 1.0,
-        out: Callable[[str], None] = print, all_ack: bool = False) -> dict[str, Any]:
+        out: Callable[[str], None] = print, all_ack: bool = False,
+        faults: tuple[str, ...] = ("kill",)) -> dict[str, Any]:
+    """`faults`, in turn per round: kill (SIGKILL, then a restart) or pause (SIGSTOP past
+    the heartbeat timeout, then SIGCONT)."""
     cluster = FailoverCluster(root, extra_props={"allAckInSyncStateSet": "true"}
                               if all_ack else None)
     producers: Producers | None = None
@@ -226,12 +246,12 @@ def run(root: Path, rounds: int, producer_count: int, settle_s: float = 1.0,
         cluster.start()
         producers = Producers(cluster.namesrv_addr, producer_count, error_pause_s=0.01)
         producers.start()
-        out(f"{'round':>5} {'killed':>6} {'new':>4} {'elected':>8} {'master':>7} {'ok':>6} "
-            f"{'failed':>7} {'rejoin':>7}")
+        out(f"{'round':>5} {'fault':>5} {'killed':>6} {'new':>4} {'elected':>8} {'master':>7} "
+            f"{'ok':>6} {'failed':>7} {'rejoin':>7}")
         for n in range(rounds):
-            r = run_round(cluster, producers, settle_s)
+            r = run_round(cluster, producers, settle_s, faults[n % len(faults)])
             results.append(r)
-            out(f"{n + 1:>5} {r.killed:>6} {r.new_master!s:>4} {_fmt(r.elected, 8)} "
+            out(f"{n + 1:>5} {r.fault:>5} {r.killed:>6} {r.new_master!s:>4} {_fmt(r.elected, 8)} "
                 f"{_fmt(r.master, 7)} {_fmt(r.ok, 6)} {r.failed:>7} {_fmt(r.rejoin, 7)}")
         producers.stop()
         master = cluster.master_id()
@@ -273,6 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--producers", type=int, default=4)
     ap.add_argument("--dir", type=Path, default=None, help="keep the run's files here")
+    ap.add_argument("--pause", action="store_true",
+                    help="every other round pauses the master (SIGSTOP) instead of killing it")
     ap.add_argument("--all-ack", action="store_true",
                     help="allAckInSyncStateSet=true: every member acks each send")
     args = ap.parse_args(argv)
@@ -281,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-failover-") as tmp:
         root = args.dir or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        summary = run(root, args.rounds, args.producers, all_ack=args.all_ack)
+        summary = run(root, args.rounds, args.producers, all_ack=args.all_ack,
+                      faults=("kill", "pause") if args.pause else ("kill",))
     print(json.dumps(summary))
     return 0 if summary["lost"] == 0 else 1
 

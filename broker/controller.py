@@ -161,6 +161,8 @@ class BrokerController:
         self._ha_bind: tuple[str, int] = ("", 0)  # host, port a master's HA service takes
         self._ha_socket: socket.socket | None = None  # controller mode: the HA port, kept
         self._slave_sync_task: asyncio.Task[None] | None = None
+        # Set when the broker must be started again (broker/startup.py does it).
+        self.restart_requested = asyncio.Event()
         self._started = False
         self._stopped = False
         # A config file not written for lack of space before the store was made.
@@ -418,6 +420,12 @@ class BrokerController:
     def slave_statuses(self) -> list[SlaveStatus]:
         service = self.ha_service
         return service.slave_statuses() if service is not None else []
+
+    def request_restart(self, reason: str) -> None:
+        """Controller mode: this broker must start again (its store cut first); the startup
+        code does it in this process."""
+        log.warning("controller mode: restarting this broker in place: %s", reason)
+        self.restart_requested.set()
 
     def master_linked(self) -> bool:
         return self.config.is_slave and self.master_available()

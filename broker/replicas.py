@@ -58,6 +58,8 @@ class RoleSwitch(Protocol):
 
     def master_linked(self) -> bool: ...
 
+    def request_restart(self, reason: str) -> None: ...
+
 
 @dataclasses.dataclass
 class RoleState:
@@ -89,7 +91,6 @@ class ReplicasManager:
         self._task: asyncio.Task[None] | None = None
         self._registered = False
         self.last_answer = 0.0  # monotonic: the controller's last answer
-        self.warned_diverged = False
 
     @property
     def replica_id(self) -> int:
@@ -249,12 +250,15 @@ class ReplicasManager:
             remote = [EpochEntry(int(e), int(s)) for e, s in entries]
             point = find_consistent_point(self.epochs.entries, self.store.max_phy_offset,
                                           remote, int(info.get("masterMaxOffset", -1)))
-            if 0 <= point < self.store.max_phy_offset and not self.warned_diverged:
-                self.warned_diverged = True
-                log.error("controller mode: this broker holds %d bytes past offset %d that "
-                          "master %s does not have; restart it to cut them (it will not "
-                          "link to the master meanwhile)", self.store.max_phy_offset - point,
-                          point, master_addr)
+            if 0 <= point < self.store.max_phy_offset:
+                # A master demoted while running (it was paused or cut off past the
+                # heartbeat timeout): it stops serving as master now, and restarts in place
+                # to cut, before its store starts, what the new master does not have.
+                await self.switch.become_slave(master_addr, master_ha)
+                self.switch.request_restart(
+                    f"it holds {self.store.max_phy_offset - point} bytes past offset {point} "
+                    f"that master {master_addr} (epoch {epoch}) does not have")
+                return
         await self.switch.become_slave(master_addr, master_ha)
         s = self.state
         s.role, s.master_epoch, s.master_id, s.master_addr = "SLAVE", epoch, master, master_addr

@@ -123,6 +123,9 @@ class _Attempts:
                                 f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
             why = f"no answer within {timeout:.3f} s"
+            # ... or paused, and replaced by another master (controller mode): the route is
+            # refreshed soon (once, unless it lost a master).
+            self.producer.instance.watch.suspect(mq.topic)
         else:  # it may have restarted elsewhere: ask it again where its channel is
             self.producer.instance.channels.forget_send_address(addr)
             # and it may be gone: the name servers tell (its route is watched meanwhile)

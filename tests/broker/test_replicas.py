@@ -44,6 +44,9 @@ class FakeSwitch:
     def master_linked(self) -> bool:
         return True
 
+    def request_restart(self, reason: str) -> None:
+        self.calls.append(("restart", reason))
+
 
 def manager(tmp_path: Path, broker_id: int = 2) -> tuple[ReplicasManager, FakeSwitch]:
     loaded = parse_config({"brokerName": "g", "enableControllerMode": "true",
@@ -57,10 +60,11 @@ def manager(tmp_path: Path, broker_id: int = 2) -> tuple[ReplicasManager, FakeSw
 
 
 def info(master: int | None, epoch: int, members: list[int] | None = None,
-         entries: list[list[int]] | None = None) -> dict[str, Any]:
+         entries: list[list[int]] | None = None, max_offset: int = 10_000) -> dict[str, Any]:
     return {"masterId": master, "masterEpoch": epoch, "masterAddress": f"a:{master}",
             "masterHaAddress": f"h:{master}", "syncStateSet": members or [],
-            "syncStateSetEpoch": 1, "masterEpochEntries": entries or [], "masterMaxOffset": 0}
+            "syncStateSetEpoch": 1, "masterEpochEntries": entries or [],
+            "masterMaxOffset": max_offset}
 
 
 def test_acts_only_on_a_higher_master_epoch(tmp_path: Path) -> None:
@@ -87,10 +91,24 @@ def test_refuses_an_epoch_below_its_own(tmp_path: Path) -> None:
     assert switch.calls == []
 
 
+def test_a_master_demoted_while_running_with_a_tail_the_new_master_lacks_restarts(
+        tmp_path: Path) -> None:
+    m, switch = manager(tmp_path)
+    asyncio.run(m.apply(info(2, 1, [2])))  # master of epoch 1 from 1000
+    m.store.max_phy_offset = 1500  # type: ignore[misc]  # it wrote 500 more bytes
+    # Paused past the timeout: 3 took over at 1200 (what it had of epoch 1).
+    asyncio.run(m.apply(info(3, 2, entries=[[1, 1000], [2, 1200]])))
+    assert switch.calls[-2] == ("slave", "a:3", "h:3")
+    assert switch.calls[-1][0] == "restart" and "300 bytes past offset 1200" in \
+        switch.calls[-1][1]
+
+
 def test_a_linked_slave_records_the_master_epochs_its_data_reached(tmp_path: Path) -> None:
-    m, _ = manager(tmp_path)
-    m.epochs.append(1, 0)  # it was master of epoch 1
-    asyncio.run(m.apply(info(3, 2, entries=[[1, 0], [2, 900]])))
+    m, switch = manager(tmp_path)
+    m.epochs.append(1, 0)  # it was master of epoch 1, its data all in the master's epoch 2
+    asyncio.run(m.apply(info(3, 2, entries=[[1, 0], [2, 1000]])))
+    assert switch.calls == [("slave", "a:3", "h:3")]
+    asyncio.run(m._follow_epochs(info(3, 2, entries=[[1, 0], [2, 900]])))
     asyncio.run(m._follow_epochs(info(3, 2, entries=[[1, 0], [2, 900]])))
     assert m.epochs.entries == [EpochEntry(1, 0), EpochEntry(2, 900)]
     # An epoch that starts past its data is not recorded yet.
