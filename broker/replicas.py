@@ -231,7 +231,8 @@ class ReplicasManager:
         assert self.switch is not None
         started = self.clock()
         end = await asyncio.to_thread(self.store.cut_undispatched_tail)
-        await asyncio.to_thread(self.epochs.append, epoch, end)
+        if epoch > self.epochs.last_epoch:  # else: restarted within its own epoch
+            await asyncio.to_thread(self.epochs.append, epoch, end)
         await self.switch.become_master(epoch)
         s = self.state
         s.role, s.master_epoch, s.master_id = "MASTER", epoch, self.replica_id

@@ -84,6 +84,14 @@ def test_acts_only_on_a_higher_master_epoch(tmp_path: Path) -> None:
     assert switch.counted == frozenset()  # the SyncStateSet is itself: no slave ack counts
 
 
+def test_a_master_restarted_within_its_epoch_goes_on_with_it(tmp_path: Path) -> None:
+    m, switch = manager(tmp_path)
+    m.epochs.append(1, 0)  # master of epoch 1 since offset 0, killed and restarted at once
+    asyncio.run(m.apply(info(2, 1, [2])))
+    assert switch.calls == [("master", 1)]
+    assert m.epochs.entries == [EpochEntry(1, 0)]
+
+
 def test_refuses_an_epoch_below_its_own(tmp_path: Path) -> None:
     m, switch = manager(tmp_path)
     m.epochs.append(5, 0)
