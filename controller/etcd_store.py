@@ -96,25 +96,35 @@ class EtcdStore:
             self._client = client
         return self._client
 
-    async def _drop(self) -> None:
-        client, self._client = self._client, None
+    async def _drop(self, client: aetcd.Client | None) -> None:
+        """Leaves a failed connection for the next endpoint (once, however many callers
+        saw it fail)."""
+        if client is None or client is not self._client:
+            return
+        self._client = None
         self._index += 1
-        if client is not None:
-            try:
-                await client.close()
-            except Exception:  # closing a broken channel: nothing to save
-                log.debug("closing etcd client", exc_info=True)
+        try:
+            await asyncio.wait_for(client.close(), self.timeout_s)
+        except Exception:  # closing a broken channel: nothing to save
+            log.debug("closing etcd client", exc_info=True)
 
     async def _call(self, op: Callable[[aetcd.Client], Awaitable[T]]) -> T:
-        """Runs `op` on a member, trying each endpoint once more on a connection failure."""
+        """Runs `op` on a member, trying each endpoint once more on a failure; every
+        attempt (connecting included) bounded by `timeout_s`. EtcdUnreachable when none
+        answered."""
         last: BaseException | None = None
         for _ in range(len(self.endpoints) + 1):
-            try:
+            client: aetcd.Client | None = None
+
+            async def attempt() -> T:
+                nonlocal client
                 client = await self._connected()
-                return await asyncio.wait_for(op(client), self.timeout_s)
-            except _RETRYABLE as e:
+                return await op(client)
+            try:
+                return await asyncio.wait_for(attempt(), self.timeout_s)
+            except (*_RETRYABLE, aetcd.exceptions.ClientError) as e:
                 last = e
-                await self._drop()
+                await self._drop(client if client is not None else self._client)
         raise EtcdUnreachable(f"etcd {self.endpoints_text}: {last!r}")
 
     @property
@@ -122,7 +132,7 @@ class EtcdStore:
         return ";".join(f"{h}:{p}" for h, p in self.endpoints)
 
     async def close(self) -> None:
-        await self._drop()
+        await self._drop(self._client)
 
     # -- leadership ------------------------------------------------------------------------
     async def campaign(self, me: str, ttl_s: int) -> bool:

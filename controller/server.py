@@ -215,7 +215,7 @@ class Controller:
                 return
             async with self._lock:
                 self.groups = await self.store.load_groups()
-        except EtcdUnreachable as e:
+        except Exception as e:  # EtcdUnreachable, or anything etcd answered
             log.warning("controller: cannot read etcd after a refused write: %s", e)
 
     async def _update(self, name: str, change: Callable[[ReplicaSet | None], ReplicaSet | None]
@@ -385,24 +385,32 @@ class Controller:
     async def _scan_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.scan_interval_ms / 1000)
-            if not self.leading:
+            try:
+                await self._scan()
+            except Exception:  # never let the scan die: the next one tries again
+                log.exception("controller: scan for silent masters")
+
+    async def _scan(self) -> None:
+        """Elects a master for each group whose master is silent (or that has none while a
+        candidate is alive)."""
+        if not self.leading:
+            return
+        # A new leader has heard nobody yet: give live brokers one timeout to speak.
+        if self.clock() - self.leading_since < self.config.heartbeat_timeout_ms / 1000:
+            return
+        for name, (rs, _) in list(self.groups.items()):
+            alive = self._live_infos(rs)
+            if rs.master_id is not None and rs.master_id in alive:
                 continue
-            # A new leader has heard nobody yet: give live brokers one timeout to speak.
-            if self.clock() - self.leading_since < self.config.heartbeat_timeout_ms / 1000:
+            if rs.master_id is None and not (set(alive) & (
+                    rs.sync_state_set if not self.config.enable_elect_unclean_master
+                    else set(rs.replicas))):
                 continue
-            for name, (rs, _) in list(self.groups.items()):
-                alive = self._live_infos(rs)
-                if rs.master_id is not None and rs.master_id in alive:
-                    continue
-                if rs.master_id is None and not (set(alive) & (
-                        rs.sync_state_set if not self.config.enable_elect_unclean_master
-                        else set(rs.replicas))):
-                    continue
-                try:
-                    await self._elect_and_log(name)
-                except (ControllerError, EtcdUnreachable, Fenced) as e:
-                    log.warning("broker group %s: election failed: %s", name, e)
-                    if isinstance(e, Fenced):
-                        await self._reload_after_fence()
-                except Exception:
-                    log.exception("broker group %s: election failed", name)
+            try:
+                await self._elect_and_log(name)
+            except (ControllerError, EtcdUnreachable, Fenced) as e:
+                log.warning("broker group %s: election failed: %s", name, e)
+                if isinstance(e, Fenced):
+                    await self._reload_after_fence()
+            except Exception:
+                log.exception("broker group %s: election failed", name)
