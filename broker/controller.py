@@ -785,9 +785,9 @@ class BrokerController:
         except OSError as e:
             if not self.config_write_failed(e, self.topics.path):
                 raise
-            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE, (
-                f"SERVICE_NOT_AVAILABLE: {self.store.disk_full.reason or 'disk full'}: the "
-                "topic change is in use but not saved; it is written once space is freed"
+            raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE, (  # clients prefix the code
+                f"{self.store.disk_full.reason or 'disk full'}: the topic change is in use "
+                "but not saved; it is written once space is freed"
             )) from None
 
 

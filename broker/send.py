@@ -365,7 +365,7 @@ class SendProcessor:
         when nothing was stored."""
         broker = self.broker
         self._check_broker()
-        config = await self._topic_config(topic, requested_queue_nums)
+        config = await self._topic_config(topic, requested_queue_nums, queue_id)
         queue_id = self._queue_id(config, queue_id)
         now = broker.clock_ms()
         msgs = build(queue_id, now, functools.partial(broker.uniq_key, now))
@@ -411,11 +411,13 @@ class SendProcessor:
                                f"the broker[{broker.config.broker_name}] sending message is "
                                "forbidden")
         if broker.config.is_slave:
+            # The remark without the code: clients print "CODE: remark".
             raise RequestError(common_pb2.SERVICE_NOT_AVAILABLE,
-                               "SERVICE_NOT_AVAILABLE: this broker is a slave and refuses "
-                               "writes; send to the master of its group")
+                               "this broker is a slave and refuses writes; send to the "
+                               "master of its group")
 
-    async def _topic_config(self, topic: str, requested_queue_nums: int) -> TopicConfig:
+    async def _topic_config(self, topic: str, requested_queue_nums: int,
+                            queue_id: int = -1) -> TopicConfig:
         problem = send_topic_problem(topic)
         if problem is not None:
             raise RequestError(common_pb2.MESSAGE_ILLEGAL, problem)
@@ -431,6 +433,12 @@ class SendProcessor:
             # As RocketMQ: a retry topic has its group's retry queue count, auto-create or not.
             config = await self._send_back_topic(topic, RETRY_QUEUE_NUMS, PERM_READ_WRITE)
         if config is None:
+            queue_nums = topics.auto_created_queue_nums(requested_queue_nums)
+            if queue_id >= queue_nums:  # refused: nothing is created for it
+                raise RequestError(common_pb2.INVALID_PARAMETER,
+                                   f"queueId[{queue_id}] is illegal: topic {topic} does not "
+                                   f"exist here and a send would create it with {queue_nums} "
+                                   "queues (it was not created)")
             config = topics.create_in_send(topic, requested_queue_nums)
             if config is None:
                 raise RequestError(common_pb2.TOPIC_NOT_EXIST,

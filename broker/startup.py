@@ -58,6 +58,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="a broker.conf key, overriding the file (repeatable)")
     parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS, default="INFO",
                         help="logging level (default INFO)")
+    parser.add_argument("--check-config", action="store_true",
+                        help="only check the configuration: exit 0 when it is good, 1 (the "
+                             "problem logged) when not; nothing is started")
     return parser.parse_args(argv)
 
 
@@ -137,6 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem := identity_problem(loaded, args.config_file):
         log.error("bad configuration: %s", problem)
         return 1
+    if args.check_config:
+        return 0
     if "brokerName" in loaded.defaulted_keys:
         log.warning("no brokerName in %s: named after this host, %s",
                     args.config_file, loaded.broker.broker_name)

@@ -78,9 +78,10 @@ _PUT_REMARKS: dict[PutMessageStatus, str] = {
 
 
 def put_status(put: PutMessageStatus, detail: str = "") -> common_pb2.Status:
-    """The reply status of a put: `STATUS: reason`, the store's reason when it gave one."""
-    reason = detail or _PUT_REMARKS.get(put, "")
-    return status(PUT_STATUS_CODES[put], f"{put.value}: {reason}" if reason else "")
+    """The reply status of a put: its code (named as the put status) and the reason, the
+    store's when it gave one. The remark is the reason only: clients print `CODE: remark`
+    (it read "SERVICE_NOT_AVAILABLE: SERVICE_NOT_AVAILABLE: ..." when it named it too)."""
+    return status(PUT_STATUS_CODES[put], detail or _PUT_REMARKS.get(put, ""))
 
 
 GET_STATUS_PROTO: dict[GetMessageStatus, int] = {

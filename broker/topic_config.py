@@ -288,10 +288,13 @@ class TopicConfigManager(ConfigManager[Table]):
             return existing
         if not self.config.auto_create_topic_enable:
             return None
+        return self._create(topic, self.auto_created_queue_nums(requested_queue_nums),
+                            PERM_READ_WRITE, "auto-created topic %s with %d queues")
+
+    def auto_created_queue_nums(self, requested_queue_nums: int) -> int:
+        """How many queues a topic auto-created by a send asking for that many gets."""
         default = self.config.default_topic_queue_nums
-        queue_nums = min(requested_queue_nums, default) if requested_queue_nums > 0 else default
-        return self._create(topic, queue_nums, PERM_READ_WRITE,
-                            "auto-created topic %s with %d queues")
+        return min(requested_queue_nums, default) if requested_queue_nums > 0 else default
 
     def create_in_send_back(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
         """A group's retry or dead-letter topic, created on its first message whether or

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import sys
 import time
@@ -27,6 +28,7 @@ from chaos.history import HistoryError, read_history
 from chaos.operations import run_info
 from chaos.runner import RunError, RunOptions, evaluate, run
 from chaos.scenarios import SCENARIOS
+from mqclient.cli.errors import stdout_closed
 
 PROG = "mqchaos"
 EXIT_FAILED = 1
@@ -96,20 +98,40 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(kind: type) -> object:
-    def parse(text: str) -> object:
+MAX_THREADS = 256  # --producers, --ordered-producers, --consumers
+MAX_BODY_SIZE = 4 * 1024 * 1024  # the brokers' default maxMessageSize
+MAX_DURATION_S = 86_400.0
+MAX_COUNT = 2**63 - 1
+
+
+def _number(kind: type, text: str) -> float:
+    try:
         value = kind(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text} is not a finite number")
+    return value
+
+
+def _positive(kind: type, maximum: float = MAX_COUNT) -> object:
+    """0 or more, at most `maximum`."""
+    def parse(text: str) -> object:
+        value = _number(kind, text)
         if value < 0:
             raise argparse.ArgumentTypeError(f"{text} is negative")
+        if value > maximum:
+            raise argparse.ArgumentTypeError(f"{text} is above {maximum:g}")
         return value
     return parse
 
 
-def _above_zero(kind: type) -> object:
+def _above_zero(kind: type, maximum: float = MAX_COUNT) -> object:
     def parse(text: str) -> object:
-        value = kind(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text}: must be above 0")
+        value = _number(kind, text)
+        if not 0 < value <= maximum:
+            raise argparse.ArgumentTypeError(f"{text}: must be above 0 and at most "
+                                             f"{maximum:g}")
         return value
     return parse
 
@@ -123,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=("local", "compose"), default="local",
                    help="local: an mqcluster (faults by signals); compose: the compose "
                         "cluster (faults through the Docker API)")
-    p.add_argument("--duration", type=_above_zero(float), help="send phase in seconds "
-                   "(default: the scenario's)")
+    p.add_argument("--duration", type=_above_zero(float, MAX_DURATION_S),
+                   help="send phase in seconds (default: the scenario's)")
     p.add_argument("--out", help=f"run directory (default {DEFAULT_OUT_ROOT}/NAME-TIME)")
     p.add_argument("--cluster-dir", help="local: a running mqcluster directory to use (left "
                    "running); without it mqchaos starts one in OUT/cluster and stops it")
@@ -144,11 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--service", action="append", metavar="NODE=SERVICE",
                    help="compose: the service of a node, e.g. namesrv-0=namesrv1 "
                         "(repeatable; default: compose/docker-compose.yml's services)")
-    p.add_argument("--producers", type=_positive(int), default=4, help="plain producer "
-                   "threads (default 4)")
-    p.add_argument("--ordered-producers", type=_positive(int),
+    p.add_argument("--producers", type=_positive(int, MAX_THREADS), default=4,
+                   help="plain producer threads (default 4)")
+    p.add_argument("--ordered-producers", type=_positive(int, MAX_THREADS),
                    help="ordered producer threads (default: the scenario's)")
-    p.add_argument("--consumers", type=_positive(int), default=2,
+    p.add_argument("--consumers", type=_positive(int, MAX_THREADS), default=2,
                    help="consumers per group (default 2)")
     p.add_argument("--rate", type=_positive(float), help="sends per second over all threads "
                    "(0: as fast as they go; default: the scenario's)")
@@ -158,7 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "builds up (0: no limit; default: the scenario's)")
     p.add_argument("--max-messages", type=_positive(int), default=100_000,
                    help="the send phase ends after this many sends (default 100000)")
-    p.add_argument("--body-size", type=_positive(int), default=256)
+    p.add_argument("--body-size", type=_positive(int, MAX_BODY_SIZE), default=256,
+                   help=f"bytes, at most {MAX_BODY_SIZE} (default 256)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.set_defaults(run=cmd_run)
     p = sub.add_parser("check", help="check a kept history again")
@@ -187,6 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except argparse.ArgumentTypeError as e:
         parser.error(str(e))
+    except BrokenPipeError:  # `mqchaos ... | head`: the reader had enough
+        return stdout_closed()
     except (RunError, FaultError, HistoryError, OSError) as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_CANNOT_RUN

@@ -28,6 +28,7 @@ from mqclient import ConsumeFromWhere, Message, MessageExt, Producer, PushConsum
 from mqclient.admin import AdminError, MQAdmin
 from mqclient.admin_types import HAStatus
 from mqclient.cli import mqadmin, mqcluster
+from mqclient.cli.arguments import int_range
 from spark_analytics.collect import Collector, write_snapshot
 from spark_analytics.schema import SNAPSHOTS_DIR
 from spark_analytics.session import java_problem
@@ -36,6 +37,7 @@ TOPIC = "DemoTopic"
 GROUP = "DemoGroup"
 PRODUCER_GROUP = "DemoProducer"
 LAGGING_MESSAGES = 100
+MAX_DEMO_MESSAGES = 100_000  # 1 KiB each, all kept in memory to check what came back
 CONSUME_TIMEOUT_S = 60.0
 SLAVE_WAIT_S = 15.0
 SNAPSHOT_INTERVAL_S = 1.0
@@ -243,10 +245,11 @@ def _body(i: int) -> bytes:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mqclient.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="mqdemo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", default=mqcluster.DEFAULT_DIR)
-    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--messages", type=int_range(1, MAX_DEMO_MESSAGES), default=2000,
+                        help=f"messages to send, 1..{MAX_DEMO_MESSAGES} (default 2000)")
     args = parser.parse_args(argv)
     return run(args.dir, args.messages)
 

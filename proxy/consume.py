@@ -20,7 +20,7 @@ from mqproto import common_pb2, messaging_pb2
 from mqproto.v2 import definition_pb2 as D
 from proxy.convert import ReceiptHandle, V2Error, message_to_v2
 from proxy.peers import PEER_POLL_INTERVAL_S
-from proxy.pop import InFlight, PopStateStore, QueueKey
+from proxy.pop import InFlight, PopLogUnwritable, PopStateStore, QueueKey
 from store.reading import MessageFilter
 
 if TYPE_CHECKING:
@@ -366,6 +366,8 @@ class PopService:
                 continue
             try:
                 await self.sweep()
+            except PopLogUnwritable:  # logged where it failed, once while the disk is full
+                pass
             except Exception:
                 log.exception("dead-letter sweep failed")
 

@@ -76,8 +76,15 @@ def v2_code(code: int) -> int:
 
 
 def v2_status(status: common_pb2.Status) -> D.Status:
+    """The broker's status as v2's: its code mapped, and its own code's name before the
+    remark when v2's name differs (SERVICE_NOT_AVAILABLE is INTERNAL_SERVER_ERROR in v2)."""
     code = v2_code(status.code)
-    return D.Status(code=code, message=status.remark or D.Code.Name(code))  # type: ignore[arg-type]
+    name = common_pb2.ResponseCode.Name(status.code) if status.code in _CODES else ""
+    message = status.remark or D.Code.Name(code)
+    if status.remark and name and name != D.Code.Name(code) \
+            and not status.remark.startswith(name):
+        message = f"{name}: {status.remark}"
+    return D.Status(code=code, message=message)  # type: ignore[arg-type]
 
 
 # -- time --------------------------------------------------------------------------------

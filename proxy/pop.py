@@ -21,12 +21,18 @@ the reply: a broker killed at any point finds, after its restart, every message 
 not acked still in flight (delivered again once its deadline passed) and every ack it
 answered. The log starts with a snapshot of the whole state and is rewritten (atomically)
 when it grows.
+
+A write that fails (a full disk) is cut off again, so the log holds whole records only, and the
+request answers an error; the next write first rewrites the log as a snapshot of the state in
+memory (which took the failed request's changes): a record missing from the middle of the log
+could otherwise leave an offset neither in flight nor acked after a restart, never delivered.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
@@ -110,19 +116,31 @@ def _skip(state: QueueState, offset: int) -> bool:
     return True
 
 
+class PopLogUnwritable(Exception):
+    """The pop state log could not be written (`cause`: the OSError, e.g. ENOSPC)."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(f"cannot write the pop state log {path}: {cause.strerror or cause}")
+        self.cause = cause
+
+
 class PopStateStore:
     """The pop state of one broker and its log. `on_commit(group, topic, queue, offset)` is
-    called whenever a queue's commit offset moves (the broker's consumer offset)."""
+    called whenever a queue's commit offset moves (the broker's consumer offset);
+    `on_write_failed(error)` when a write of the log fails (the broker's disk-full report)."""
 
     def __init__(self, directory: Path, on_commit: Callable[[str, str, int, int], None],
-                 compact_after: int = COMPACT_AFTER_RECORDS) -> None:
+                 compact_after: int = COMPACT_AFTER_RECORDS,
+                 on_write_failed: Callable[[OSError], object] | None = None) -> None:
         self.path = directory / LOG_NAME
         self.on_commit = on_commit
+        self.on_write_failed = on_write_failed
         self.compact_after = compact_after
         self.queues: dict[QueueKey, QueueState] = {}
         self._fd: int | None = None
         self._records = 0
         self._pending: list[bytes] | None = None  # records of the batch() under way
+        self._behind = False  # a write failed: the log lacks records the memory has
 
     # -- persistence -----------------------------------------------------------------------
     def load(self) -> None:
@@ -172,18 +190,25 @@ class PopStateStore:
             _skip(state, int(rec["o"]))
 
     def _rewrite(self) -> None:
-        """The log as one snapshot line, written aside and renamed over."""
-        self.close()
+        """The log as one snapshot line, written aside and renamed over; the old log stays
+        (and open) when the new one cannot be written."""
         snapshot = {"k": "snap", "q": [[g, t, q, s.to_json()]
                                         for (g, t, q), s in sorted(self.queues.items())]}
         tmp = self.path.with_suffix(".tmp")
-        with tmp.open("w", encoding="utf-8") as f:
-            f.write(_encode(snapshot) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        try:
+            with tmp.open("w", encoding="utf-8") as f:
+                f.write(_encode(snapshot) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        self.close()
         os.replace(tmp, self.path)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         self._records = 0
+        self._behind = False
 
     def _append(self, rec: dict[str, Any]) -> None:
         line = (_encode(rec) + "\n").encode()
@@ -195,12 +220,34 @@ class PopStateStore:
     def _write(self, lines: list[bytes]) -> None:
         if self._fd is None:
             raise RuntimeError("pop state log is closed")
-        # One write: a killed process leaves whole records (the page cache has them); a
-        # machine crash may lose the last ones, as an asynchronous flush does.
-        os.write(self._fd, b"".join(lines))
+        try:
+            if self._behind:  # the snapshot holds these lines' changes too
+                self._rewrite()
+                return
+            self._write_whole(b"".join(lines))
+        except OSError as e:
+            self._behind = True
+            if self.on_write_failed is not None:
+                self.on_write_failed(e)
+            raise PopLogUnwritable(self.path, e) from e
         self._records += len(lines)
         if self._records >= self.compact_after:
             self._rewrite()
+
+    def _write_whole(self, data: bytes) -> None:
+        """One write: a killed process leaves whole records (the page cache has them; a
+        machine crash may lose the last ones, as an asynchronous flush does). A write cut
+        short (no space) is cut off the file again."""
+        assert self._fd is not None
+        size = os.lseek(self._fd, 0, os.SEEK_END)
+        try:
+            written = os.write(self._fd, data)
+            if written != len(data):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
+            raise
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:

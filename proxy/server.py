@@ -30,7 +30,8 @@ class GrpcProxy:
     def __init__(self, broker: BrokerContext, sender: SendProcessor) -> None:
         self.broker = broker
         root = Path(broker.store_config.store_path_root_dir)
-        self.state = PopStateStore(root / "config", self._commit)
+        self.state = PopStateStore(root / "config", self._commit,
+                                   on_write_failed=self._log_write_failed)
         self.pop = PopService(broker, sender, self.state,
                               broker.config.grpc_proxy_max_delivery_attempts)
         self.route = RouteService(broker)
@@ -38,6 +39,12 @@ class GrpcProxy:
         self.service = MessagingServiceV2(broker, sender, self.route, self.pop, self.timer)
         self.server: grpc.aio.Server | None = None
         self.addr = ""
+
+    def _log_write_failed(self, error: OSError) -> None:
+        """A full disk under the pop state log is the store's disk-full state (logged once,
+        puts refused until space is back); any other error is logged here."""
+        if not self.broker.store.disk_full.report(error, f"cannot write {self.state.path}"):
+            log.error("cannot write the pop state log %s: %s", self.state.path, error)
 
     def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """The group's consumer offset on the broker (for consumerProgress and the lag)."""

@@ -43,6 +43,7 @@ from proxy.convert import (
     v2_status,
 )
 from proxy.peers import PeerBrokers
+from proxy.pop import PopLogUnwritable
 from proxy.route import RouteService, permission
 from proxy.timer import TimerService
 
@@ -74,6 +75,8 @@ def error_status(name: str, e: Exception) -> D.Status:
         return e.status()
     if isinstance(e, RequestError):
         return v2_status(e.status())
+    if isinstance(e, PopLogUnwritable):  # logged where it failed (once while the disk is full)
+        return D.Status(code=D.INTERNAL_SERVER_ERROR, message=str(e))
     log.exception("v2 %s failed", name)
     return D.Status(code=D.INTERNAL_ERROR, message=f"{name} failed: {e!r}")
 

@@ -33,6 +33,8 @@ import pyarrow.parquet as pq
 from common.constants import MASTER_ID
 from mqclient.admin import NAMESRV_ADDR_ENV, AdminError, MQAdmin
 from mqclient.admin_types import BrokerRuntime, ClusterInfo, ConsumerProgress
+from mqclient.cli.arguments import host_port_list, seconds
+from mqclient.cli.errors import stdout_closed
 from spark_analytics.schema import (
     COLUMNS,
     KIND_BROKER,
@@ -45,6 +47,7 @@ from spark_analytics.schema import (
 log = logging.getLogger("spark_analytics.collect")
 
 DEFAULT_INTERVAL_S = 10.0
+MAX_INTERVAL_S = 86400.0
 DEFAULT_TIMEOUT_S = 5.0
 FORGET_UNLISTED_MS = 3_600_000  # a broker gone from the name servers is asked for an hour
 Row = dict[str, Any]
@@ -267,17 +270,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mqcollect", description="Collect offset snapshots of the whole cluster into "
         "Parquet for the lag job (python -m spark_analytics.lag).")
-    parser.add_argument("-n", "--namesrvAddr", dest="namesrv",
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", type=host_port_list,
                         help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--interval", type=float, default=DEFAULT_INTERVAL_S,
+    parser.add_argument("--interval", type=seconds(MAX_INTERVAL_S), default=DEFAULT_INTERVAL_S,
                         help="seconds between snapshots (default 10)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
+    parser.add_argument("--timeout", type=seconds(), default=DEFAULT_TIMEOUT_S,
                         help="seconds a broker has to answer (default 5)")
     parser.add_argument("--once", action="store_true", help="one snapshot, then exit")
     args = parser.parse_args(argv)
-    if args.interval <= 0 or args.timeout <= 0:
-        parser.error("--interval and --timeout must be > 0")
     namesrv = args.namesrv or os.environ.get(NAMESRV_ADDR_ENV, "")
     if not namesrv:
         parser.error(f"no name server address: give -n HOST:PORT or set {NAMESRV_ADDR_ENV}")
@@ -291,6 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except AdminError as e:
         print(f"mqcollect: {e}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # `mqcollect ... | head`: the reader had enough
+        return stdout_closed()
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ from spark_analytics.session import build_session, java_problem, under_spark_sub
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-PROG = "spark_analytics.lag"
+PROG = "mqlag"  # its console script (python -m spark_analytics.lag too)
 FOLLOW_TRIGGER = "2 seconds"
 SMALL_TABLE_FILES = 1
 
@@ -170,6 +170,18 @@ def follow(spark: SparkSession, in_dir: str, out_dir: str, window: int) -> None:
     print(f"{PROG}: stopped", file=sys.stderr, flush=True)
 
 
+def _count(text: str) -> int:
+    """--window, --shuffle-partitions: a whole number in 1..2**31-1 (Spark's int); a usage
+    error else. (No mqclient import here: spark-submit may run this file alone.)"""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in 1..{2**31 - 1}")
+    return value
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--in", dest="in_dir", required=True,
@@ -179,19 +191,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     where.add_argument("--master", help="Spark master URL (default local[*], or "
                        "spark-submit's)")
     where.add_argument("--remote", help="Spark Connect server, sc://HOST[:PORT]")
-    parser.add_argument("--window", type=int, default=constants.DEFAULT_WINDOW,
+    parser.add_argument("--window", type=_count, default=constants.DEFAULT_WINDOW,
                         help="snapshots per queue for the statuses (default %(default)s)")
     parser.add_argument("--follow", action="store_true",
                         help="keep the outputs current as snapshots arrive")
-    parser.add_argument("--shuffle-partitions", type=int, default=None,
+    parser.add_argument("--shuffle-partitions", type=_count, default=None,
                         help="spark.sql.shuffle.partitions (default 8, or spark-submit's)")
     parser.add_argument("--driver-memory", default=None,
                         help="spark.driver.memory for a local JVM (default 2g)")
     args = parser.parse_args(argv)
-    if args.window < 1:
-        parser.error("--window must be at least 1")
-    if args.shuffle_partitions is not None and args.shuffle_partitions < 1:
-        parser.error("--shuffle-partitions must be at least 1")
     if args.follow and args.remote:
         parser.error("--follow needs a JVM driver here (--master or local), not --remote")
     return args

@@ -18,10 +18,11 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from mqclient.cli.errors import stdout_closed
 from spark_analytics import constants as C
 from spark_analytics.charts import human, line_chart
 
-PROG = "spark_analytics.report"
+PROG = "mqlagreport"  # its console script (python -m spark_analytics.report too)
 TOP_GROUPS = 10
 TOP_QUEUES = 10
 CHART_GROUPS = 8
@@ -213,7 +214,11 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     report = Report(args.in_dir)
-    sys.stdout.write(terminal_report(report))
+    try:
+        sys.stdout.write(terminal_report(report))
+        sys.stdout.flush()
+    except BrokenPipeError:  # `mqlagreport --in DIR | head`: the reader had enough
+        return stdout_closed()
     if args.html:
         args.html.parent.mkdir(parents=True, exist_ok=True)
         args.html.write_text(html_report(report, args.in_dir), encoding="utf-8")

@@ -30,7 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mqclient.cli.arguments import at_least, port_number
+from mqclient.cli.arguments import at_least, port_number, seconds
+from mqclient.cli.errors import stdout_closed
 from mqclient.cli.local_cluster import port_is_free, read_json, write_json
 from spark_analytics.session import java_problem
 
@@ -270,14 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=at_least(1), default=1, help="workers (default 1)")
     p.add_argument("--cores", type=at_least(1), help="cores per worker (default: all)")
     p.add_argument("--memory", help="memory per worker, e.g. 2g (default: RAM minus 1 GiB)")
-    p.add_argument("--timeout", type=float, default=START_TIMEOUT_S,
+    p.add_argument("--timeout", type=seconds(), default=START_TIMEOUT_S,
                    help=f"seconds to wait for the workers (default {START_TIMEOUT_S:.0f})")
     p.set_defaults(run=start)
     p = sub.add_parser("status", parents=[common], help="the master's URL and its workers")
     p.add_argument("--json", action="store_true")
     p.set_defaults(run=status)
     p = sub.add_parser("stop", parents=[common], help="stop the master and workers")
-    p.add_argument("--timeout", type=float, default=STOP_TIMEOUT_S,
+    p.add_argument("--timeout", type=seconds(), default=STOP_TIMEOUT_S,
                    help=f"seconds before SIGKILL (default {STOP_TIMEOUT_S:.0f})")
     p.set_defaults(run=stop)
     return parser
@@ -287,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))
+    except BrokenPipeError:  # `mqspark status | head`: the reader had enough
+        return stdout_closed()
     except (SparkClusterError, OSError) as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILURE

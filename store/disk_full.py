@@ -102,9 +102,10 @@ class DiskFull:
         with self._lock:
             if self.failures != seen:  # another write failed meanwhile: look again later
                 return False
-            log.info("disk space is back (%d MiB free on %s): the store accepts writes again "
-                     "(%d more file writes had failed for lack of space)", free >> 20, self.path,
-                     self.failures)
+            log.info("disk space is back (%d MiB free on %s): the store accepts writes again%s",
+                     free >> 20, self.path,
+                     f" ({self.failures} more file writes had failed for lack of space "
+                     "meanwhile)" if self.failures else "")
             self._step_error = ""
             self.reason = ""
             self.needed = 0

@@ -548,14 +548,29 @@ def format_report(rep: Report) -> str:
     return "\n".join(lines)
 
 
+MAX_SIZE_ARGUMENT = 2**62  # file sizes and index geometry: positive, below any int64 sum
+
+
+def _positive(text: str) -> int:
+    """A size or count argument: a whole number in 1..MAX_SIZE_ARGUMENT (usage error else)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_SIZE_ARGUMENT:
+        raise argparse.ArgumentTypeError(f"{text} is not in 1..{MAX_SIZE_ARGUMENT}")
+    return value
+
+
 def main(argv: list[str] | None = None, prog: str = "mqstore inspect") -> int:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("store_dir", type=Path)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
-    ap.add_argument("--commitlog-file-size", type=int, help="default: size of the files")
-    ap.add_argument("--cq-file-size", type=int, help="default: size of the files")
-    ap.add_argument("--index-slots", type=int, help="hashSlotNum (default: inferred)")
-    ap.add_argument("--index-num", type=int, help="indexNum (default: inferred)")
+    ap.add_argument("--commitlog-file-size", type=_positive,
+                    help="default: size of the files")
+    ap.add_argument("--cq-file-size", type=_positive, help="default: size of the files")
+    ap.add_argument("--index-slots", type=_positive, help="hashSlotNum (default: inferred)")
+    ap.add_argument("--index-num", type=_positive, help="indexNum (default: inferred)")
     args = ap.parse_args(argv)
     if (args.index_slots is None) != (args.index_num is None):
         ap.error("--index-slots and --index-num go together")
@@ -566,7 +581,14 @@ def main(argv: list[str] | None = None, prog: str = "mqstore inspect") -> int:
     except UsageError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    print(json.dumps(rep.to_json()) if args.json else format_report(rep))
+    try:
+        print(json.dumps(rep.to_json()) if args.json else format_report(rep), flush=True)
+    except BrokenPipeError:  # `mqstore inspect DIR --json | head`: the reader had enough
+        # Python would report the pipe again when it flushes stdout at exit.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
     return 1 if rep.problem_count else 0
 
 

@@ -16,6 +16,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -77,10 +78,17 @@ class Node:
     broker_id: int = 0
     metrics_port: int = 0  # Prometheus /metrics; 0: off (a layout from before metrics)
     v2_port: int = 0  # a broker's grpcProxyPort (RocketMQ 5 SDKs); 0: a layout from before
+    send_port: int = 0  # a broker's sendListenPort; 0: any free one (a layout from before)
 
     @property
     def address(self) -> str:
         return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def ports(self) -> list[int]:
+        """Every port the node listens on (0s left out)."""
+        return [p for p in (self.port, self.ha_port, self.metrics_port, self.v2_port,
+                            self.send_port) if p]
 
     @property
     def metrics_address(self) -> str:
@@ -154,18 +162,23 @@ def v2_ports_needed(groups: int, slaves: int) -> int:
 def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int], flush: str,
                 role: str, broker_props: dict[str, str],
                 cluster_name: str = DEFAULT_CLUSTER_NAME,
-                metrics_ports: Sequence[int] = (), v2_ports: Sequence[int] = ()) -> Layout:
+                metrics_ports: Sequence[int] = (), v2_ports: Sequence[int] = (),
+                send_ports: Sequence[int] = ()) -> Layout:
     """Name servers take the first ports, then each broker its gRPC port and its HA port.
     `metrics_ports` (none: metrics off) go to the processes in the same order, `v2_ports`
-    (none: no v2 endpoint) to the brokers."""
+    (none: no v2 endpoint) and `send_ports` (none: any free port at each start) to the
+    brokers."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
     if metrics_ports and len(metrics_ports) != metrics_ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of metrics ports for the shape")
     if v2_ports and len(v2_ports) != v2_ports_needed(groups, slaves):
         raise ValueError("wrong number of v2 ports for the shape")
+    if send_ports and len(send_ports) != v2_ports_needed(groups, slaves):
+        raise ValueError("wrong number of send ports for the shape")
     free = iter(ports)
     v2 = iter(v2_ports or [0] * v2_ports_needed(groups, slaves))
+    send = iter(send_ports or [0] * v2_ports_needed(groups, slaves))
     metrics = iter(metrics_ports or [0] * metrics_ports_needed(groups, slaves, namesrvs))
     nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free), metrics_port=next(metrics))
              for i in range(namesrvs)]
@@ -173,7 +186,7 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id, next(metrics), next(v2)))
+                              broker_id, next(metrics), next(v2), next(send)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -196,15 +209,51 @@ def port_is_free(port: int, host: str = LOOPBACK) -> bool:
     return True
 
 
-def free_ports(count: int) -> list[int]:
-    """Ports the kernel hands out now (held together so that they differ)."""
-    sockets = []
+# Free ports are picked at random in [SERVER_PORT_LOW, the kernel's ephemeral range): a port
+# bind(0) hands out is one the kernel may also give an outgoing connection, or another
+# process's bind(0), before our server binds it (tests running side by side lost clusters
+# that way); below that range a pick collides only with another random pick.
+SERVER_PORT_LOW = 10_000
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+PICK_TRIES_PER_PORT = 50
+
+
+def _first_ephemeral_port() -> int:
     try:
-        for _ in range(count):
+        return int(EPHEMERAL_RANGE_FILE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` different ports nobody listens on now, outside the ephemeral range (the
+    kernel's own picks where that range leaves too little room below it)."""
+    sockets: list[socket.socket] = []
+    high = _first_ephemeral_port()
+    try:
+        if high - SERVER_PORT_LOW >= 100 * count:
+            for _ in range(PICK_TRIES_PER_PORT * count):
+                if len(sockets) == count:
+                    break
+                port = random.randrange(SERVER_PORT_LOW, high)
+                if any(s.getsockname()[1] == port for s in sockets):
+                    continue  # SO_REUSEADDR would let it bind twice
+                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+                try:
+                    s.bind((LOOPBACK, port))
+                except OSError:  # taken
+                    s.close()
+                    continue
+                sockets.append(s)
+        while len(sockets) < count:
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             sockets.append(s)
             s.bind((LOOPBACK, 0))
         return [s.getsockname()[1] for s in sockets]
+    except OSError as e:  # e.g. EMFILE: one socket a port, all held at once
+        raise LocalClusterError(f"cannot reserve {count} free ports on {LOOPBACK} (got "
+                                f"{len(sockets) - 1}): {e.strerror or e}") from None
     finally:
         for s in sockets:
             s.close()
@@ -229,7 +278,7 @@ def pick_namesrv_port(requested: int | None, planned: int, reused: bool, others:
 
 def check_ports_free(layout: Layout) -> None:
     for node in layout.nodes:
-        for port in (node.port, node.ha_port, node.metrics_port, node.v2_port):
+        for port in node.ports:
             if port and not port_is_free(port):
                 raise LocalClusterError(f"port {port} of {node.name} is taken; choose another "
                                         "--base-port (or omit it to use free ports)")
@@ -251,9 +300,9 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         # Its own planned port (listenPort + 3 may be another node's port in this layout);
         # 0 (off) in a layout from before.
         "grpcProxyPort": str(node.v2_port),
-        # Any free port: producers ask each broker where its send channel is (GetSendChannel),
-        # and listenPort + 2 may be the next broker's port in this layout.
-        "sendListenPort": "0",
+        # Its own planned port, kept across restarts (listenPort + 2 may be another node's
+        # port in this layout); 0 (any free port) in a layout from before.
+        "sendListenPort": str(node.send_port),
         "brokerRole": layout.role if node.broker_id == 0 else SLAVE_ROLE,
         "flushDiskType": layout.flush,
         "storePathRootDir": str(directory / node.name / STORE_DIR),
@@ -462,11 +511,15 @@ def spawn(node: Node, directory: Path, layout: Layout | None = None
     key = cluster_key_of(directory)  # `up --acl`: name servers and brokers share it
     if key:
         env["MQ_CLUSTER_KEY"] = key
-    with log_path.open("ab") as log:
-        offset = log.tell()
-        process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                   stderr=subprocess.STDOUT, cwd=directory, env=env,
-                                   start_new_session=True)
+    try:
+        with log_path.open("ab") as log:
+            offset = log.tell()
+            process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                       stderr=subprocess.STDOUT, cwd=directory, env=env,
+                                       start_new_session=True)
+    except OSError as e:
+        raise LocalClusterError(f"cannot start {node.name} (log {log_path}): "
+                                f"{e.strerror or e}") from None
     stat = _proc_stat(process.pid)
     # Exited already: recorded with a start time no process has, so it reads as dead.
     record = ProcessRecord(node.name, process.pid, stat[1] if stat else -1, argv, log_rel)

@@ -26,7 +26,16 @@ from mqclient.admin import (
 from mqclient.admin_queries import BROKER_QUERIES, BrokerQuery
 from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage
 from mqclient.cli import controller_admin
-from mqclient.cli.arguments import at_least
+from mqclient.cli.arguments import (
+    INT32_MAX,
+    INT64_MAX,
+    host_port,
+    host_port_list,
+    int_range,
+    offset_msg_id,
+    seconds,
+)
+from mqclient.cli.errors import stdout_closed, unexpected
 from mqclient.cli.output import (
     TABLE_BODY_CHARS,
     body_text,
@@ -48,8 +57,12 @@ EXIT_INTERRUPTED = 130
 DEFAULT_QUEUE_NUMS = 8  # updateTopic -r / -w (RocketMQ's UpdateTopicSubCommand)
 DEFAULT_CONSUME_COUNT = 128  # consumeMessage -c
 Handler = Callable[[MQAdmin, argparse.Namespace], None]
-POSITIVE = at_least(1)
-NON_NEGATIVE = at_least(0)
+QUEUE_NUMS = int_range(1, INT32_MAX)  # the broker refuses more than its maxTopicQueueNums
+QUEUE_ID = int_range(0, INT32_MAX - 1)
+OFFSET = int_range(0, INT64_MAX)
+MESSAGE_COUNT = int_range(1, INT32_MAX)
+SLAVE_ID = int_range(1, INT64_MAX)  # brokerId of a slave (0 is the master)
+MAX_TIMEOUT_S = 3600.0
 
 
 def _out(text: str) -> None:
@@ -57,7 +70,8 @@ def _out(text: str) -> None:
 
 
 def _warn_unreachable(results: list[object]) -> None:
-    """One stderr line per broker that did not answer (the others are printed)."""
+    """One stderr line per broker that did not answer, for output that has no row of it
+    (the others are printed)."""
     for r in results:
         if isinstance(r, BrokerUnreachable):
             which = (f"{r.broker_name} id {r.broker_id} ({r.broker_addr})" if r.broker_name
@@ -268,7 +282,7 @@ def broker_status(admin: MQAdmin, args: argparse.Namespace) -> None:
         runtimes: list = _each_address(admin, args.broker_addr, admin.broker_runtime)
     else:
         runtimes = admin.broker_runtimes_of_cluster(args.cluster)
-    _warn_unreachable(runtimes)
+    # A broker that did not answer is listed once, in the output (UNREACHABLE and why).
     if args.json:
         _out(dumps({rt.broker_addr if isinstance(rt, BrokerUnreachable) else rt.addr: rt
                     for rt in runtimes}))
@@ -346,7 +360,7 @@ def ha_status(admin: MQAdmin, args: argparse.Namespace) -> None:
         statuses: list = _each_address(admin, args.broker_addr, admin.ha_status)
     else:
         statuses = admin.ha_status_of_cluster(args.cluster)
-    _warn_unreachable(statuses)
+    # A broker that did not answer is listed once, in the output (UNREACHABLE and why).
     if args.json:
         _out(dumps(statuses))
     else:
@@ -407,6 +421,9 @@ def broker_query(query: BrokerQuery, admin: MQAdmin, args: argparse.Namespace) -
                                   addrs=parse_addresses(args.broker_addr)
                                   if args.broker_addr is not None else ())
     _warn_unreachable(results)
+    # None answering (all refused, e.g. an account without admin rights, or all down) is
+    # a failure, not an empty listing ("0 half message(s)" said nothing was pending).
+    _fail_if_none_answered(results)
     rows = [row for r in results if not isinstance(r, BrokerUnreachable) for row in r]
     if args.json:
         _out(dumps(rows))
@@ -432,15 +449,20 @@ def _reset_time(text: str) -> int | str:
     if text in (RESET_EARLIEST, RESET_LATEST):
         return text
     if text.isdigit():
-        if int(text) >= 2**63:
-            raise argparse.ArgumentTypeError(f"{text}: epoch ms out of range")
+        if int(text) > INT64_MAX:
+            raise argparse.ArgumentTypeError(f"{text}: epoch ms out of range (0..{INT64_MAX})")
         return int(text)
     for parse in (lambda t: datetime.datetime.strptime(t, "%Y-%m-%d#%H:%M:%S:%f"),
                   datetime.datetime.fromisoformat):
         try:
-            return int(parse(text).timestamp() * 1000)
+            ms = int(parse(text).timestamp() * 1000)
         except ValueError:
-            pass
+            continue
+        except (OverflowError, OSError):  # a year the platform's clock cannot convert
+            ms = -1
+        if ms < 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: before 1970 (epoch ms must be >= 0)")
+        return ms
     raise argparse.ArgumentTypeError(
         f"{text!r}: expected epoch ms, 'now', 'earliest', an ISO-8601 time or "
         "yyyy-MM-dd#HH:mm:ss:SSS")
@@ -463,7 +485,8 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     def default(value: object) -> object:
         return argparse.SUPPRESS if suppress else value
 
-    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", default=default(None),
+    parser.add_argument("-n", "--namesrvAddr", dest="namesrv", type=host_port_list,
+                        default=default(None),
                         help=f"name servers HOST:PORT;HOST:PORT (default ${NAMESRV_ADDR_ENV})")
     parser.add_argument("--json", action="store_true", default=default(False),
                         help="print JSON for scripts")
@@ -475,8 +498,9 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     parser.add_argument("--secretKey", dest="secret_key", default=default(None),
                         help="its secret (default $MQ_SECRET_KEY; prefer the variable: "
                              "arguments show in the process list)")
-    parser.add_argument("--timeout", type=float, default=default(5.0),
-                        help="seconds per RPC (default 5)")
+    parser.add_argument("--timeout", type=seconds(MAX_TIMEOUT_S), default=default(5.0),
+                        help=f"seconds per RPC, above 0, at most {MAX_TIMEOUT_S:.0f} "
+                             "(default 5)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -511,10 +535,11 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("-c", "--clusterName", dest="cluster",
                        help="on every master of this cluster (default: every master)")
-    where.add_argument("-b", "--brokerAddr", dest="broker_addr", help="on this broker only")
-    p.add_argument("-r", "--readQueueNums", dest="read_queue_nums", type=POSITIVE,
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", type=host_port,
+                       help="on this broker only")
+    p.add_argument("-r", "--readQueueNums", dest="read_queue_nums", type=QUEUE_NUMS,
                    default=DEFAULT_QUEUE_NUMS)
-    p.add_argument("-w", "--writeQueueNums", dest="write_queue_nums", type=POSITIVE,
+    p.add_argument("-w", "--writeQueueNums", dest="write_queue_nums", type=QUEUE_NUMS,
                    default=DEFAULT_QUEUE_NUMS)
     p.add_argument("-p", "--perm", type=_perm, default=PERM_READ | PERM_WRITE,
                    help="2 (W), 4 (R) or 6 (RW, default)")
@@ -529,10 +554,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-t", "--topic")
     p = command("brokerStatus", broker_status, "a broker's runtime values")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("-b", "--brokerAddr", dest="broker_addr")
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", type=host_port_list)
     where.add_argument("-c", "--clusterName", dest="cluster")
     p = command("queryMsgById", query_msg_by_id, "a message by its offsetMsgId")
-    p.add_argument("-i", "--msgId", dest="msg_id", required=True)
+    p.add_argument("-i", "--msgId", dest="msg_id", type=offset_msg_id, required=True,
+                   help="an offsetMsgId: 32 or 56 hex digits")
     p = command("queryMsgByKey", query_msg_by_key, "messages of a topic by key")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-k", "--msgKey", dest="key", required=True)
@@ -542,18 +568,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-k", "--keys", default="", help="keys, blank-separated")
     p.add_argument("-c", "--tags", default="", help="tag")
     p.add_argument("-b", "--broker", dest="broker_name", help="broker name")
-    p.add_argument("-i", "--qid", dest="queue_id", type=NON_NEGATIVE, help="queue id")
+    p.add_argument("-i", "--qid", dest="queue_id", type=QUEUE_ID, help="queue id")
     p = command("consumeMessage", consume_message,
                 "read messages with raw pulls (commits no offset)")
     p.add_argument("-t", "--topic", required=True)
     p.add_argument("-b", "--brokerName", dest="broker_name")
-    p.add_argument("-i", "--queueId", dest="queue_id", type=NON_NEGATIVE)
-    p.add_argument("-o", "--offset", type=NON_NEGATIVE, help="default: each queue's min")
-    p.add_argument("-c", "--messageNumber", dest="count", type=POSITIVE,
+    p.add_argument("-i", "--queueId", dest="queue_id", type=QUEUE_ID)
+    p.add_argument("-o", "--offset", type=OFFSET, help="default: each queue's min")
+    p.add_argument("-c", "--messageNumber", dest="count", type=MESSAGE_COUNT,
                    default=DEFAULT_CONSUME_COUNT)
     p = command("haStatus", ha_status, "replication state of masters and slaves")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("-b", "--brokerAddr", dest="broker_addr")
+    where.add_argument("-b", "--brokerAddr", dest="broker_addr", type=host_port_list)
     where.add_argument("-c", "--clusterName", dest="cluster")
     p = command("resetOffsetByTime", reset_offset_by_time,
                 "move a group's offsets on a topic to a time (every master of the topic)")
@@ -566,16 +592,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="reset although consumers are online (they move to the new offsets)")
     p = command("removeSlave", remove_slave,
                 "make a master forget an absent slave that left its group for good")
-    p.add_argument("-b", "--brokerAddr", dest="broker_addr", required=True,
+    p.add_argument("-b", "--brokerAddr", dest="broker_addr", type=host_port, required=True,
                    help="the master's address")
-    p.add_argument("-i", "--brokerId", dest="broker_id", type=POSITIVE, required=True)
+    p.add_argument("-i", "--brokerId", dest="broker_id", type=SLAVE_ID, required=True)
     controller_admin.add_commands(
         command, lambda fn: lambda _admin, args: fn(_out, args))
     for query in BROKER_QUERIES:
         p = command(query.command, functools.partial(broker_query, query), query.help)
         kind = "master" if query.masters_only else "broker"
         where = p.add_mutually_exclusive_group()
-        where.add_argument("-b", "--brokerAddr", dest="broker_addr", help=f"this {kind} only")
+        where.add_argument("-b", "--brokerAddr", dest="broker_addr", type=host_port_list,
+                           help=f"this {kind} only (or several: 'ADDR;ADDR')")
         where.add_argument("-c", "--clusterName", dest="cluster",
                            help=f"every {kind} of this cluster (default: every {kind})")
         for option in query.options:
@@ -604,9 +631,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:  # `mqadmin ... | head`: the reader had enough
-        # Python would report the pipe again when it flushes stdout at exit.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return stdout_closed()
+    except Exception as e:  # a bug or an error no handler expected: one line, not a trace
+        return unexpected(f"{PROG} {args.command}", e)
     return 0
 
 

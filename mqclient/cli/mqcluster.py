@@ -20,10 +20,13 @@ started). Exit codes: 0 done / all alive, 1 failure / not all alive.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -32,7 +35,8 @@ from typing import Any
 
 from common.constants import BROKER_BOOT_SUCCESS_PREFIX, NAMESRV_BOOT_SUCCESS_MESSAGE
 from mqclient.admin import AdminError, MQAdmin
-from mqclient.cli.arguments import at_least, port_or_any
+from mqclient.cli.arguments import int_range, port_number, port_or_any, seconds
+from mqclient.cli.errors import stdout_closed, unexpected
 from mqclient.cli.local_cluster import (
     BROKER,
     BROKER_CONF,
@@ -55,6 +59,7 @@ from mqclient.cli.local_cluster import (
     ProcessRecord,
     broker_conf,
     check_ports_free,
+    child_env,
     client_tls,
     free_ports,
     is_alive,
@@ -89,7 +94,29 @@ POLL_S = 0.1
 STATUS_RPC_TIMEOUT_S = 2.0
 LOG_TAIL_LINES = 5
 EXIT_FAILURE = 1
+EXIT_USAGE = 2  # as argparse
 EXIT_INTERRUPTED = 130
+# A local cluster is processes on one machine: a few of each (broker-a .. broker-z).
+MAX_GROUPS = 26
+MAX_SLAVES = 4
+MAX_NAMESRVS = 4
+MAX_TIMEOUT_S = 3600.0
+CHECK_CONFIG_TIMEOUT_S = 60.0
+# `up` options that shape a new cluster (not applied to one that runs), as given on the
+# command line, by their argparse dest: the value that means "not given".
+SHAPE_OPTIONS = {"groups": None, "slaves": None, "namesrvs": None, "base_port": None,
+                 "namesrv_port": None, "flush": None, "role": None, "set": None,
+                 "metrics": True, "acl": False, "tls": False}
+OPTION_NAMES = {"base_port": "--base-port", "namesrv_port": "--namesrv-port",
+                "metrics": "--no-metrics"}
+
+
+STORE_ROOT_KEY = "storePathRootDir"
+BAD_CONFIG_LINE = "bad configuration"  # what mqbroker logs when it refuses its broker.conf
+
+
+class UsageError(LocalClusterError):
+    """A bad argument found after parsing (a --set value the broker refuses): exit 2."""
 
 
 def _out(text: str) -> None:
@@ -123,6 +150,54 @@ def _parse_sets(items: Sequence[str]) -> dict[str, str]:
             raise LocalClusterError(f"--set {item!r}: expected KEY=VALUE (a broker.conf key)")
         props[key.strip()] = value.strip()
     return props
+
+
+def key_value(text: str) -> str:
+    """--set KEY=VALUE (argparse type): a usage error without the '=' or the key."""
+    key, sep, _ = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r}: expected KEY=VALUE (a broker.conf key)")
+    return text
+
+
+def check_broker_props(layout: Layout, directory: Path) -> None:
+    """UsageError naming the problem when a broker would refuse the configuration `up`
+    writes for the layout's first broker (a --set value of the wrong type, a bad
+    combination): asks the broker itself (mqbroker --check-config), starting nothing.
+    For a cluster that runs; a new one's brokers refuse it at boot (a UsageError too)."""
+    node = layout.brokers[0]
+    with tempfile.TemporaryDirectory(prefix="mqcluster-check-") as tmp:
+        conf = Path(tmp) / BROKER_CONF
+        conf.write_text(broker_conf(layout, node, directory))
+        try:
+            result = subprocess.run(
+                [sys.executable, "-m", "broker", "-c", str(conf), "--check-config",
+                 "--log-level", "ERROR"], capture_output=True, text=True,
+                timeout=CHECK_CONFIG_TIMEOUT_S, stdin=subprocess.DEVNULL, env=child_env())
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise LocalClusterError(f"cannot check the broker configuration: {e}") from None
+    if result.returncode != 0:
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        reason = lines[-1] if lines else f"exit status {result.returncode}"
+        reason = reason.split(" - ", 1)[-1].replace(str(conf), "broker.conf")
+        raise UsageError(f"--set: the brokers would refuse it: {reason}")
+
+
+def given_shape_options(args: argparse.Namespace) -> list[str]:
+    """The options of `up` given on the command line that shape a new cluster."""
+    given = []
+    for dest, unset in SHAPE_OPTIONS.items():
+        value = getattr(args, dest, unset)
+        if value == unset:
+            continue
+        name = OPTION_NAMES.get(dest, f"--{dest.replace('_', '-')}")
+        if dest == "set":
+            given.extend(f"--set {item}" for item in value)
+        elif isinstance(value, bool):
+            given.append(name)
+        else:
+            given.append(f"{name} {value}")
+    return given
 
 
 def requested_namesrv_port(args: argparse.Namespace) -> int | None:
@@ -170,10 +245,12 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         kept_v2 = [n.v2_port for n in previous.brokers]
         # A layout from before the v2 endpoint: new ports for it only.
         v2_ports = kept_v2 if all(kept_v2) else free_ports(v2_count)
+        kept_send = [n.send_port for n in previous.brokers]
+        send_ports = kept_send if all(kept_send) else free_ports(v2_count)
     else:
-        # The gRPC and HA ports, then the metrics ports, then the brokers' v2 ports (so the
-        # gRPC and HA ports of a --base-port stay where they were before metrics and v2).
-        total = count + metrics_count + v2_count
+        # The gRPC and HA ports, then the metrics ports, then the brokers' v2 ports, then
+        # their send ports (so the ports of a --base-port stay where they were before).
+        total = count + metrics_count + 2 * v2_count
         if args.base_port is None:
             pool = free_ports(total)
         elif args.base_port + total - 1 > 65535:
@@ -181,25 +258,27 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         else:
             pool = list(range(args.base_port, args.base_port + total))
         ports, metrics_ports = pool[:count], pool[count:count + metrics_count]
-        v2_ports = pool[count + metrics_count:]
+        v2_ports = pool[count + metrics_count:count + metrics_count + v2_count]
+        send_ports = pool[count + metrics_count + v2_count:]
     requested = requested_namesrv_port(args)
     # --base-port lays out every port, the name server's too, unless a port is asked for.
     if args.base_port is None or args.namesrv_port:
         ports[0] = pick_namesrv_port(
             requested, ports[0], reused=same_shape and args.base_port is None,
-            others={*ports[1:], *metrics_ports, *v2_ports})
+            others={*ports[1:], *metrics_ports, *v2_ports, *send_ports})
     if requested and not port_is_free(requested):
         raise LocalClusterError(f"port {requested} (--namesrv-port or {NAMESRV_PORT_ENV}) is "
                                 "taken; choose another, or 0 for any free port")
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
-                         metrics_ports=metrics_ports, v2_ports=v2_ports, **shape)
+                         metrics_ports=metrics_ports, v2_ports=v2_ports,
+                         send_ports=send_ports, **shape)
     if args.controller:  # an etcd member and a controller: their ports are any free ones
         etcd = [n for n in previous.nodes if n.kind == ETCD] if previous else []
         layout = with_controller(layout, [etcd[0].port, etcd[0].ha_port,
                                           previous.controller_port]
                                  if etcd and previous and previous.controller_port
                                  and same_shape else free_ports(3))
-    used = [p for n in layout.nodes for p in (n.port, n.ha_port, n.metrics_port, n.v2_port) if p]
+    used = [p for n in layout.nodes for p in n.ports]
     if len(set(used)) != len(used):
         raise LocalClusterError(f"--namesrv-port {requested} is also another process's port "
                                 "in this layout; choose another")
@@ -226,6 +305,9 @@ def _wait_booted(directory: Path, started: list[tuple[ProcessRecord, int, str]],
                 pending.remove(item)
             elif not is_alive(record):
                 tail = _log_tail(directory, record)
+                if BAD_CONFIG_LINE in tail:  # a --set value it refused: a usage error
+                    raise UsageError(f"{record.name} refused its configuration (log "
+                                     f"{directory / record.log}): {tail}")
                 raise LocalClusterError(f"{record.name} exited before it booted (log "
                                         f"{directory / record.log}): {tail}")
         if pending and time.monotonic() > deadline:
@@ -304,6 +386,8 @@ def up(args: argparse.Namespace) -> int:
     if state is not None:
         layout, records = state
         alive = [r for r in records if is_alive(r)]
+        if alive:
+            _refuse_new_options(args, directory, layout, restarting=len(alive) < len(records))
         if len(alive) == len(records):
             _out(f"{PROG}: the cluster in {directory} is already running; "
                  f"NAMESRV_ADDR={layout.namesrv_addr}\n"
@@ -368,6 +452,23 @@ def up(args: argparse.Namespace) -> int:
             if any(n.metrics_port for n in layout.nodes) else "") +
          f"Stop: {PROG} down --dir {args.dir}   (data kept; add --clean to remove it)")
     return 0
+
+
+def _refuse_new_options(args: argparse.Namespace, directory: Path, layout: Layout,
+                        restarting: bool) -> None:
+    """On a cluster that runs (in whole or in part) the options shaping a new one are not
+    applied: checked all the same (a bad --set is a usage error), then named on stderr."""
+    given = given_shape_options(args)
+    if not given:
+        return
+    if args.set:
+        props = dict(layout.broker_props)
+        props.update(_parse_sets(args.set))
+        check_broker_props(dataclasses.replace(layout, broker_props=props), directory)
+    what = "restarts its dead processes as they were" if restarting else "is already running"
+    print(f"{PROG}: not applied: {', '.join(given)} (the cluster in {directory} {what}; run "
+          f"`{PROG} down --dir {args.dir}` first, then up with them)", file=sys.stderr,
+          flush=True)
 
 
 def _namesrv_note(args: argparse.Namespace, layout: Layout) -> str:
@@ -494,11 +595,25 @@ def status(args: argparse.Namespace) -> int:
     return 0 if all_alive else EXIT_FAILURE
 
 
-def _clean(directory: Path) -> None:
-    """Removes what `up` created in the directory (configs, stores, logs), nothing else."""
+def external_store_dirs(directory: Path, layout: Layout) -> list[Path]:
+    """Store directories the brokers were given outside the cluster directory (--set
+    storePathRootDir=...; a relative one is under the directory, the brokers' cwd)."""
+    root = layout.broker_props.get(STORE_ROOT_KEY, "").strip()
+    if not root:
+        return []
+    path = (directory / Path(root).expanduser()).resolve()
+    return [] if path.is_relative_to(directory) else [path]
+
+
+def _clean(directory: Path) -> list[Path]:
+    """Removes what `up` created in the directory (configs, stores, logs), nothing else;
+    returns the data directories outside it, which are kept."""
     data = read_json(directory / LAYOUT_FILE)
+    kept: list[Path] = []
     if data is not None:
-        for node in Layout.from_json(data).brokers:
+        layout = Layout.from_json(data)
+        kept = external_store_dirs(directory, layout)
+        for node in layout.brokers:
             shutil.rmtree(directory / node.name, ignore_errors=True)
     shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
     shutil.rmtree(directory / SECURITY_DIR, ignore_errors=True)
@@ -508,6 +623,7 @@ def _clean(directory: Path) -> None:
         directory.rmdir()
     except OSError:
         pass  # other files are in it: not ours to remove
+    return kept
 
 
 def down(args: argparse.Namespace) -> int:
@@ -527,10 +643,14 @@ def down(args: argparse.Namespace) -> int:
              + (f", {killed + k2} of them with SIGKILL" if killed + k2 else "")
              + f" of the cluster in {directory}")
     if args.clean:
-        _clean(directory)
+        kept = _clean(directory)
         left = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
         _out(f"removed the data, configs and logs in {directory}"
              + (f" (kept what mqcluster did not create: {', '.join(left)})" if left else ""))
+        for path in kept:
+            _out(f"kept the brokers' data in {path} (--set {STORE_ROOT_KEY}: outside "
+                 f"{directory}, not removed by --clean; remove it yourself if it is not "
+                 "needed)")
     return 0
 
 
@@ -541,15 +661,18 @@ def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--dir", default=DEFAULT_DIR,
                         help=f"directory of configs, data, logs and state (default {DEFAULT_DIR})")
-    common.add_argument("--timeout", type=float, default=None,
+    common.add_argument("--timeout", type=seconds(MAX_TIMEOUT_S), default=None,
                         help=f"seconds to wait (up: {BOOT_TIMEOUT_S:.0f}, down: "
                              f"{STOP_TIMEOUT_S:.0f} before SIGKILL)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     p = sub.add_parser("up", parents=[common], help="start the cluster")
-    p.add_argument("--groups", type=at_least(1), help="broker groups (default 1)")
-    p.add_argument("--slaves", type=at_least(0), help="slaves per group (default 0)")
-    p.add_argument("--namesrvs", type=at_least(1), help="name servers (default 1)")
-    p.add_argument("--base-port", type=at_least(1), help="first port (default: free ports)")
+    p.add_argument("--groups", type=int_range(1, MAX_GROUPS),
+                   help=f"broker groups, 1..{MAX_GROUPS} (default 1)")
+    p.add_argument("--slaves", type=int_range(0, MAX_SLAVES),
+                   help=f"slaves per group, 0..{MAX_SLAVES} (default 0)")
+    p.add_argument("--namesrvs", type=int_range(1, MAX_NAMESRVS),
+                   help=f"name servers, 1..{MAX_NAMESRVS} (default 1)")
+    p.add_argument("--base-port", type=port_number, help="first port (default: free ports)")
     p.add_argument("--namesrv-port", type=port_or_any, metavar="PORT",
                    help=f"the (first) name server's port (default ${NAMESRV_PORT_ENV}, else "
                         f"{DEFAULT_NAMESRV_PORT} when free, else a free port; 0: any free "
@@ -557,7 +680,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--flush", choices=FLUSH_TYPES, help="flushDiskType (default ASYNC_FLUSH)")
     p.add_argument("--role", choices=MASTER_ROLES, help="masters' brokerRole "
                    "(default ASYNC_MASTER)")
-    p.add_argument("--set", action="append", metavar="KEY=VALUE",
+    p.add_argument("--set", action="append", metavar="KEY=VALUE", type=key_value,
                    help="extra broker.conf key for every broker (repeatable)")
     p.add_argument("--no-metrics", dest="metrics", action="store_false",
                    help="no Prometheus /metrics ports (default: one per process)")
@@ -588,13 +711,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.run(args))
     except BrokenPipeError:  # `mqcluster status | head`: the reader had enough (as mqadmin)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
+        return stdout_closed()
+    except UsageError as e:
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except (LocalClusterError, OSError) as e:
         print(f"{PROG} {args.command}: {e}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Exception as e:  # a bug or an error no handler expected: one line, not a trace
+        return unexpected(f"{PROG} {args.command}", e)
 
 
 if __name__ == "__main__":

@@ -74,3 +74,12 @@ def test_cluster_list_reports_refusals(processes: Processes, tmp_path: Path, acl
                          KEYS["producer"], "clusterList")
     assert code == 1
     assert "PERMISSION_DENIED" in err and "not an admin" in err
+    # A broker query refused by every broker is a failure with the refusal, not an empty
+    # listing ("0 half message(s) without an outcome", exit 0).
+    for credentials, reason in (((), "no access key"),
+                                (("--accessKey", "producer", "--secretKey", KEYS["producer"]),
+                                 "not an admin")):
+        code, out, err = run("transactionStatus", "-n", ns.address, *credentials)
+        assert code == 1, (out, err)
+        assert "half message" not in out
+        assert reason in err and "no broker answered (1 asked)" in err

@@ -116,6 +116,8 @@ def test_sync_master_replicates_to_slave(processes: Processes, tmp_path: Path,
     r = slave.messaging.SendMessage(M.SendMessageRequest(
         message=M.Message(topic=TOPIC, body=b"x"), queue_id=0), timeout=RPC_TIMEOUT_S)
     assert r.status.code == C.SERVICE_NOT_AVAILABLE
+    # The remark says why, without the code again (clients print "CODE: remark").
+    assert r.status.remark.startswith("this broker is a slave and refuses writes")
 
 
 def test_a_slave_started_before_its_master_finds_it_within_seconds(

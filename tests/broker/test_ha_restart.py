@@ -3,23 +3,17 @@ reconnects with a short backoff (issue 16, item 3)."""
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.brokers import BrokerThread, broker_props, code, create_topic, send
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(90)
 TOPIC = "RestartTopic"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def first_success_after(master: BrokerThread, timeout: float = 15.0) -> float:

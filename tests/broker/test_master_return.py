@@ -6,7 +6,6 @@ runs in this process where the test replaces its reconnect waits."""
 from __future__ import annotations
 
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -14,21 +13,11 @@ import pytest
 from bench import restart
 from ha.backoff import ReconnectBackoff
 from tests.support.brokers import BrokerThread, broker_props, write_conf
+from tests.support.ports import free_ports
 from tests.support.processes import Processes
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def never_retry_soon(slave: BrokerThread) -> None:

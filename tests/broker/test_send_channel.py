@@ -386,7 +386,7 @@ def test_a_frame_of_existing_topics_is_one_append_each_batch_answered(
         batch_request("ReadOnly", [(b"no", [])]),
         batch_request("NewTopic", [(b"n0", [])]),
         batch_request("Kept1", [(b"b0", [])], queue_id=9),  # no queue 9
-        batch_request("Kept1", [(b"b1", [("DELAY", "1")])], queue_id=2),
+        batch_request("Kept1", [(b"b1", [("DELAY", "4")])], queue_id=2),  # 30 s
         batch_request("Kept2", [(b"c0", [("DELAY", "1")]), (b"c1", [])]),  # two levels
         batch_request("Kept0", [(b"a2", [])], queue_id=1),
     ]
@@ -408,7 +408,7 @@ def test_a_frame_of_existing_topics_is_one_append_each_batch_answered(
         assert appends[0] == 3  # put follows its creation, on its own)
     assert [m.body for m in pull_all(b, "Kept0", 1, expect=3)] == [b"a0", b"a1", b"a2"]
     assert [m.body for m in pull_all(b, "NewTopic", 0, expect=1)] == [b"n0"]
-    assert pull_all(b, "Kept1", 2) == []  # delayed: in the schedule queue for now
+    assert pull_all(b, "Kept1", 2) == []  # delayed 30 s (1 s passed under load): not yet due
 
 
 def test_send_channel_disabled(start_broker: Start, processes: Processes) -> None:

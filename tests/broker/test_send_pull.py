@@ -144,6 +144,15 @@ def test_bad_messages_write_nothing(start_broker: Start) -> None:
     assert [m.body for m in pull_all(b, "T", 0, expect=2)] == [b"ok", b"still serving"]
 
 
+def test_a_send_refused_for_its_queue_id_creates_no_topic(start_broker: Start) -> None:
+    """A trial's `mqadmin sendMessage -i 999999` to a new topic was refused, and created it."""
+    b = start_broker(defaultTopicQueueNums=4)
+    r = send(b, "Fresh", b"x", queue_id=4)
+    assert code(r) == "INVALID_PARAMETER" and "it was not created" in r.status.remark
+    assert b.controller.topics.get("Fresh") is None
+    assert code(send(b, "Fresh", b"x", queue_id=3)) == "SUCCESS"
+
+
 def test_negative_queue_id_lets_the_broker_choose(start_broker: Start) -> None:
     b = start_broker(defaultTopicQueueNums=4)
     ids = {send(b, "Spread", b"x", queue_id=-1).result.queue_id for _ in range(40)}

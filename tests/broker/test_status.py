@@ -29,11 +29,14 @@ def test_stored_statuses_are_ok_and_the_three_partial_ones() -> None:
                                PutMessageStatus.SLAVE_NOT_AVAILABLE} == STORED_STATUSES
 
 
-def test_put_status_remarks_name_the_status_and_reason() -> None:
+def test_put_status_remarks_give_the_reason_once() -> None:
     assert put_status(PutMessageStatus.PUT_OK).remark == ""
     s = put_status(PutMessageStatus.MESSAGE_ILLEGAL, "body of 9 bytes exceeds maxMessageSize 8")
     assert s.code == common_pb2.MESSAGE_ILLEGAL
-    assert s.remark == "MESSAGE_ILLEGAL: body of 9 bytes exceeds maxMessageSize 8"
+    # The code is not repeated in the remark (clients print "CODE: remark").
+    assert s.remark == "body of 9 bytes exceeds maxMessageSize 8"
+    for put in PutMessageStatus:
+        assert not put_status(put).remark.startswith(put.value)
     busy = put_status(PutMessageStatus.OS_PAGECACHE_BUSY)
     assert busy.code == common_pb2.OS_PAGECACHE_BUSY and "flow control" in busy.remark
 
@@ -92,3 +95,16 @@ def test_topic_config_problems() -> None:
     assert "queue counts" in (config_problem(TopicConfig("T", 0, 0)) or "")
     assert "queue counts" in (config_problem(TopicConfig("T", -1, 4)) or "")
     assert "perm" in (config_problem(TopicConfig("T", 1, 1, perm=99)) or "")
+
+
+def test_the_v2_endpoint_keeps_the_brokers_code_name_in_its_message() -> None:
+    """A put refused with SERVICE_NOT_AVAILABLE is INTERNAL_SERVER_ERROR in v2: its message
+    names the broker's code once (the remark no longer does)."""
+    from proxy.convert import v2_status
+
+    refused = v2_status(put_status(PutMessageStatus.SERVICE_NOT_AVAILABLE, "disk full: x"))
+    assert refused.message == "SERVICE_NOT_AVAILABLE: disk full: x"
+    same_name = v2_status(common_pb2.Status(code=common_pb2.TOPIC_NOT_EXIST,
+                                            remark="topic T not exist"))
+    assert same_name.message == "TOPIC_NOT_EXIST: topic T not exist"
+    assert v2_status(common_pb2.Status(code=common_pb2.SUCCESS)).message == "OK"

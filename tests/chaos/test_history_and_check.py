@@ -176,3 +176,40 @@ def test_a_send_phase_that_is_not_above_zero_is_a_usage_error(
               str(tmp_path / "run")])
     assert usage.value.code == 2 and "--duration" in capsys.readouterr().err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv", [["--producers", "99999999999999999999"],
+                                  ["--consumers", "257"], ["--duration", "nan"],
+                                  ["--duration", "1e308"], ["--rate", "inf"],
+                                  ["--body-size", "99999999999"], ["--consume-ratio", "x"]])
+def test_run_numbers_out_of_range_are_usage_errors(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["run", "--scenario", "kill-master-sync", *argv])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and f"error: argument {argv[0]}" in err, err
+
+
+def test_a_reader_that_closed_the_pipe_is_no_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`mqchaos check H --json | head`: BrokenPipeError is the reader having had enough,
+    not a failure to run (exit 3 'mqchaos check: [Errno 32] Broken pipe')."""
+    import sys
+
+    history = write(tmp_path / "history.jsonl", [
+        *sent(1.0, 1.1, "producer-0", "k", 0), consume(1.2, "k", 0)])
+
+    class ClosedPipe:
+        def write(self, _text: str) -> int:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def flush(self) -> None:
+            raise BrokenPipeError(32, "Broken pipe")
+
+        def fileno(self) -> int:
+            raise ValueError("no descriptor")
+
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    assert main(["check", str(history), "--json"]) == 0
+    assert capsys.readouterr().err == ""

@@ -12,7 +12,6 @@ import dataclasses
 import functools
 import os
 import shutil
-import socket
 import subprocess
 import time
 import uuid
@@ -23,6 +22,8 @@ from typing import Any
 import docker
 import docker.errors
 from docker.models.containers import Container
+
+from tests.support.ports import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_DIR = REPO_ROOT / "compose"
@@ -72,20 +73,6 @@ def build_images(python: str) -> str:
     if done.returncode != 0:
         raise RuntimeError(f"build-images.sh failed ({done.returncode}):\n{done.stderr}")
     return done.stdout.strip().splitlines()[-1]
-
-
-def free_ports(n: int) -> list[int]:
-    """n distinct ports free on 127.0.0.1 right now."""
-    sockets = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 PORT_VARIABLES = ("MQ_NAMESRV1_PORT", "MQ_NAMESRV2_PORT",

@@ -402,8 +402,10 @@ def test_cluster_wide_commands_go_on_past_an_unreachable_broker(
         for command in ("haStatus", "brokerStatus"):
             code, out, err = run(capsys, running, command, "-c", CLUSTER, "--timeout", "1")
             assert code == 0
-            assert f"broker broker-b id 1 ({stopped['address']}) did not answer" in err
-            assert "UNREACHABLE" in out and running.addr("broker-a-0") in out
+            # Listed once: in the output, with why (not again on stderr).
+            assert err == ""
+            assert out.count("UNREACHABLE") == 1 and stopped["address"] in out
+            assert running.addr("broker-a-0") in out
         code, out, _ = run(capsys, running, "haStatus", "-c", CLUSTER, "--timeout", "1",
                            "--json")
         listing = json.loads(out)
@@ -447,10 +449,8 @@ def test_brokers_that_do_not_answer_are_waited_for_at_once(
             assert code == 0, (args, err)
             assert took < 1.8 * timeout, f"{args[0]} took {took:.1f} s ({err})"
             assert out.count("UNREACHABLE") == len(frozen), (args, out)
-            for name in frozen:
-                assert f"({running.addr(name)}) did not answer" in err \
-                    or f"broker {running.addr(name)} did not answer" in err \
-                    or args == ["clusterList"], (args, err)
+            if args[0] != "clusterList":  # the others: each once, in the output only
+                assert err == "", (args, err)
             assert running.addr("broker-b-0") in out
     finally:
         for name in frozen:
@@ -466,7 +466,8 @@ def script(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
 
 @pytest.mark.parametrize(("args", "message"), [
     (["topicRoute", "-t", "NoSuchTopic"], "mqadmin topicRoute: topic NoSuchTopic not exist"),
-    (["queryMsgById", "-i", "nothex"], "is not an offsetMsgId"),
+    (["queryMsgById", "-i", "7F00000100000001" + "0" * 16],  # a broker at 127.0.0.1:1
+     "mqadmin queryMsgById: "),
     (["consumerProgress", "-g", "NoSuchGroup"], "consumer group NoSuchGroup not exist"),
     (["sendMessage", "-t", "AdminSendX", "-p", "x", "-b", "broker-x"],
      "broker broker-x does not serve topic AdminSendX"),
@@ -490,8 +491,8 @@ def test_unreachable_or_missing_name_server(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert result.stderr == ("mqadmin topicList: no name server address: give -n HOST:PORT "
                              "or set NAMESRV_ADDR\n")
-    result = script("topicList", "-n", "nonsense")
-    assert result.returncode == 1 and "is not HOST:PORT" in result.stderr
+    result = script("topicList", "-n", "nonsense")  # a bad argument: a usage error
+    assert result.returncode == 2 and "is not HOST:PORT" in result.stderr
 
 
 def test_name_server_from_environment(running: RunningCluster) -> None:

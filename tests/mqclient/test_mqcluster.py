@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+import grpc
 import pytest
 
 from broker.config import read_properties
@@ -23,12 +24,15 @@ from mqclient.cli.local_cluster import (
     STATE_FILE,
     ProcessRecord,
     broker_conf,
+    free_ports,
     group_name,
     is_alive,
     plan_layout,
     port_is_free,
     records_to_json,
 )
+from mqproto import messaging_pb2, messaging_pb2_grpc
+from tests.support.ports import free_port
 from tests.support.processes import LocalCluster, run_mqcluster
 from tests.support.waiting import wait_until
 
@@ -51,12 +55,6 @@ def wait_gone(pids: list[int]) -> None:
     while not all(pid_gone(p) for p in pids):
         assert time.monotonic() < deadline, f"still alive: {[p for p in pids if not pid_gone(p)]}"
         time.sleep(0.05)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def registered(namesrv_addr: str) -> dict[str, dict[int, str]]:
@@ -91,14 +89,20 @@ def test_plan_gives_each_broker_a_grpc_and_an_ha_port_and_slaves_their_master(
     assert slave["maxIndexNum"] == "4000"  # --set reaches every broker
 
 
+def send_channel_address(broker: str) -> str:
+    with grpc.insecure_channel(broker) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        return stub.GetSendChannel(messaging_pb2.GetSendChannelRequest(), timeout=10).address
+
+
 def test_plan_gives_each_broker_its_own_v2_port(tmp_path: Path) -> None:
     """grpcProxyPort is planned (listenPort + 3 may be another node's port here)."""
     layout = plan_layout(groups=1, slaves=1, namesrvs=1, ports=range(20000, 20005),
                          flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={},
-                         v2_ports=[21000, 21001])
+                         v2_ports=[21000, 21001], send_ports=[22000, 22001])
     assert [n.v2_port for n in layout.brokers] == [21000, 21001]
     conf = read_properties(broker_conf(layout, layout.brokers[1], tmp_path))
-    assert conf["grpcProxyPort"] == "21001"
+    assert (conf["grpcProxyPort"], conf["sendListenPort"]) == ("21001", "22001")
 
 
 # -- real processes ----------------------------------------------------------------------------
@@ -113,13 +117,26 @@ def test_default_shape_up_status_down(tmp_path: Path) -> None:
             ("namesrv-0", True, None), ("broker-a-0", True, True)]
         broker = cluster.addresses()[0]
         assert registered(cluster.namesrv_addr) == {"broker-a": {0: broker}}
+        send_channel = send_channel_address(broker)
         with MQAdmin(cluster.namesrv_addr) as admin:
             sent = admin.send_message("KeptTopic", b"survives down and up")
         # The processes are detached from mqcluster, which has exited.
         assert all(not pid_gone(p["pid"]) for p in cluster.processes)
 
         again = cluster.mqcluster("up")
+        assert "already running" in again.stdout and again.stderr == ""
+        # Options for a new cluster are not applied to the running one: said, and checked
+        # all the same (a value the brokers would refuse is a usage error).
+        again = cluster.mqcluster("up", "--groups", "2", "--set", "flushIntervalCommitLog=200",
+                                  "--no-metrics")
         assert "already running" in again.stdout
+        assert again.stderr.startswith("mqcluster: not applied: --groups 2, --set "
+                                       "flushIntervalCommitLog=200, --no-metrics (the cluster "
+                                       f"in {directory} is already running;")
+        refused = cluster.mqcluster("up", "--set", "listenPort=abc", check=False)
+        assert refused.returncode == 2, refused
+        assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+        assert "listenPort: expected an integer, got 'abc'" in refused.stderr
 
         table = cluster.mqcluster("status").stdout
         assert "broker-a-0" in table and "alive" in table and "DEAD" not in table
@@ -149,6 +166,7 @@ def test_default_shape_up_status_down(tmp_path: Path) -> None:
             kept = admin.consume_messages("KeptTopic")
         assert [(m.body, m.offset_msg_id) for m in kept] == [
             (b"survives down and up", sent.offset_msg_id)]
+        assert send_channel_address(broker) == send_channel  # a trial saw it move
         cluster.down("--clean")
         assert not directory.exists()
 
@@ -286,22 +304,71 @@ def test_down_leaves_alone_a_pid_that_is_no_longer_ours(tmp_path: Path) -> None:
         other.wait()
 
 
-def test_bad_set_option_is_one_line(tmp_path: Path) -> None:
+def test_bad_set_option_is_a_usage_error(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "mqclient.cli.mqcluster", "up", "--dir", str(tmp_path / "c"),
          "--set", "novalue"], capture_output=True, text=True, timeout=60)
-    assert result.returncode == 1
-    assert result.stderr == "mqcluster up: --set 'novalue': expected KEY=VALUE " \
-                            "(a broker.conf key)\n"
+    assert result.returncode == 2
+    assert result.stderr.endswith("mqcluster up: error: argument --set: 'novalue': expected "
+                                  "KEY=VALUE (a broker.conf key)\n")
+    # A value the brokers refuse: a usage error naming it; nothing is left running.
+    result = subprocess.run(
+        [sys.executable, "-m", "mqclient.cli.mqcluster", "up", "--dir", str(tmp_path / "c"),
+         "--set", "listenPort=abc"], capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, **{NAMESRV_PORT_ENV: "0"}))
+    assert result.returncode == 2, result
+    assert result.stderr.startswith("mqcluster up: error: broker-a-0 refused its "
+                                    "configuration")
+    assert "listenPort: expected an integer, got 'abc'" in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "c" / STATE_FILE).exists()
 
 
 @pytest.mark.parametrize("args", [["up", "--groups", "0"], ["up", "--flush", "NONE"],
-                                  ["sideways"]])
+                                  ["sideways"], ["up", "--groups", "100000"],
+                                  ["up", "--slaves", "99"], ["up", "--namesrvs", "0"],
+                                  ["up", "--base-port", "70000"], ["up", "--timeout", "nan"],
+                                  ["down", "--timeout", "-1"], ["status", "--timeout", "1e308"]])
 def test_bad_arguments_exit_2(tmp_path: Path, args: list[str]) -> None:
     result = subprocess.run([sys.executable, "-m", "mqclient.cli.mqcluster", *args, "--dir",
                              str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
-    assert "error:" in result.stderr
+    assert "error:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_failure_to_start_says_what_failed(tmp_path: Path) -> None:
+    """Out of file descriptors (each port is reserved with a socket): one line naming what
+    could not be done, not a bare "[Errno 24] Too many open files"."""
+    import resource
+
+    def few_files() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+
+    result = subprocess.run(
+        [sys.executable, "-m", "mqclient.cli.mqcluster", "up", "--dir", str(tmp_path / "c"),
+         "--groups", "26", "--slaves", "4"], capture_output=True, text=True, timeout=60,
+        preexec_fn=few_files, env=dict(os.environ, **{NAMESRV_PORT_ENV: "0"}))
+    assert result.returncode == 1, result
+    assert result.stderr.startswith("mqcluster up: cannot reserve "), result.stderr
+    assert "free ports on 127.0.0.1" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_clean_keeps_data_outside_the_directory_and_says_so(tmp_path: Path) -> None:
+    directory = tmp_path / "c"
+    outside = tmp_path / "elsewhere"
+    (outside / "commitlog").mkdir(parents=True)
+    layout = plan_layout(groups=1, slaves=0, namesrvs=1, ports=[1, 2, 3],
+                         flush="ASYNC_FLUSH", role="ASYNC_MASTER",
+                         broker_props={"storePathRootDir": str(outside)})
+    (directory / "broker-a-0").mkdir(parents=True)
+    (directory / LAYOUT_FILE).write_text(json.dumps(layout.to_json()))
+    result = subprocess.run(
+        [sys.executable, "-m", "mqclient.cli.mqcluster", "down", "--dir", str(directory),
+         "--clean"], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert not directory.exists() and (outside / "commitlog").is_dir()
+    assert (f"kept the brokers' data in {outside} (--set storePathRootDir: outside "
+            f"{directory}, not removed by --clean") in result.stdout
 
 
 def test_down_kills_a_recorded_process_that_ignores_sigterm(tmp_path: Path) -> None:
@@ -359,3 +426,13 @@ def test_a_tls_and_acl_cluster_says_what_clients_need_at_every_up(tmp_path: Path
         assert listed.returncode == 0, listed.stderr
         again = cluster.mqcluster("up").stdout
         assert "already running" in again and tls_hint in again and acl_hint in again
+
+
+def test_free_ports_lie_below_the_ephemeral_range() -> None:
+    """A port bind(0) hands out may go to an outgoing connection before the server binds it
+    (test clusters side by side lost brokers that way): picks come from below that range."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = free_ports(200)
+    assert len(set(ports)) == 200
+    assert all(10_000 <= p < low for p in ports)
+    assert all(port_is_free(p) for p in ports)

@@ -24,6 +24,7 @@ from mqproto import messaging_pb2, messaging_pb2_grpc
 from remoting.framing import KIND_SEND_BATCH, encode_frame
 from tests.mqclient.conftest import Cluster
 from tests.support.brokers import pull_everything
+from tests.support.ports import free_port
 from tests.support.processes import Process
 from tests.support.waiting import wait_until
 
@@ -43,12 +44,6 @@ def send_channel_address(broker: Process) -> str:
     with messaging(broker.address) as stub:
         return stub.GetSendChannel(messaging_pb2.GetSendChannelRequest(),
                                    timeout=RPC_TIMEOUT_S).address
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stored_ids(broker: Process, topic: str, queues: int) -> set[str]:

@@ -123,3 +123,37 @@ def test_skip_past_expired_offsets(tmp_path: Path) -> None:
     state = again.queues[KEY]
     assert (state.commit, state.next, state.inflight, state.acked) == (1_000_000, 1_000_000,
                                                                         {}, set())
+
+
+def test_a_full_disk_leaves_the_log_whole_and_loses_no_delivery(tmp_path: Path) -> None:
+    """ENOSPC under the pop log (a real tmpfs): the failed write is cut off, the request
+    fails with PopLogUnwritable (reported once to the caller's hook), and once space is back
+    the log is rewritten from memory, so a restart still has every message in flight."""
+    from proxy.pop import PopLogUnwritable
+    from tests.support.small_fs import fill, mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path / "fs", size="1m") as fs:
+        failures: list[OSError] = []
+        store = PopStateStore(fs, Commits(), on_write_failed=failures.append)
+        store.load()
+        store.state(*KEY, start=lambda: 0)
+        store.delivered(KEY, 0, InFlight(1, 1_000, 0))
+        ballast = fill(fs)
+        # Delivered in memory; the request's reply is an error.
+        with pytest.raises(PopLogUnwritable, match="No space left"), store.batch():
+            for offset in range(1, 400):
+                store.delivered(KEY, offset, InFlight(1, 1_000, offset))
+        with pytest.raises(PopLogUnwritable):
+            store.acked(KEY, 0, 1)  # behind: the rewrite fails too, the old log stays
+        assert len(failures) == 2
+        logged = (fs / LOG_NAME).read_bytes()
+        assert logged.endswith(b"\n") and b'"o":1,' not in logged  # whole records only
+        ballast.unlink()
+        store.delivered(KEY, 400, InFlight(1, 1_000, 400))  # rewrites from memory first
+        again = PopStateStore(fs, Commits())
+        again.load()
+        state = again.queues[KEY]
+        assert (state.commit, state.next) == (1, 401)
+        assert sorted(state.inflight) == list(range(1, 401))
+        store.close()
+        again.close()

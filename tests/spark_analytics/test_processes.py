@@ -165,5 +165,5 @@ def test_missing_java_is_one_clear_line(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1, done.stderr
-    assert done.stderr.startswith("spark_analytics.lag: java not found")
+    assert done.stderr.startswith("mqlag: java not found")
     assert not (tmp_path / "out").exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -29,6 +30,16 @@ def test_terminal_table_lists_worst_groups_queues_slaves_and_silent_brokers(
     assert any(line.startswith("broker-c") and "DEADLINE_EXCEEDED" in line for line in lines)
     assert f"HTML report: {page.resolve()}" in lines
     assert page.read_text(encoding="utf-8").count("<svg") == 3
+    # `mqlagreport --in DIR | head`: a reader gone at once is no BrokenPipeError traceback.
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        piped = subprocess.run([sys.executable, "-m", "spark_analytics.report", "--in",
+                                str(outputs)], cwd=REPO_ROOT, stdout=write,
+                               stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write)
+    assert piped.returncode == 0 and piped.stderr == "", piped.stderr
 
 
 def test_html_page_is_self_contained_with_charts_and_the_worst_group(outputs: Path) -> None:

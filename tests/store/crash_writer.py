@@ -125,6 +125,8 @@ def main() -> None:
     threads.append(threading.Thread(target=asyncio.run, args=(async_writers(),), daemon=True))
     for t in threads:
         t.start()
+    sys.stderr.write("WRITING\n")
+    sys.stderr.flush()
     if new_topics:
         time.sleep(SNAPSHOTS_FOR_S)
         config.consume_queue_snapshot_interval = 0  # no more: the last one gets older

@@ -329,3 +329,38 @@ def test_the_next_commitlog_file_is_allocated_ahead_without_warm_up(tmp_path: Pa
         assert not prepared.exists()
     finally:
         store.shutdown()
+
+
+def test_forcible_cleaning_deletes_only_what_brings_the_disk_under_its_ratio(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Over diskSpaceCleanForciblyRatio unexpired files go, but only enough of them to get
+    back under it: a trial on a 128 MiB disk lost 5 of 6 files (10,055 unconsumed messages)
+    where one would have done, with a log line calling them "expired"."""
+    with mounted_tmpfs(tmp_path / "disk", "16m") as disk:
+        store = DefaultMessageStore(StoreConfig(
+            store_path_root_dir=str(disk), clean_resource_interval=3_600_000,
+            **{**CONF, "max_index_num": 100_000, "max_hash_slot_num": 1000}))
+        store.load()
+        store.start()
+        try:
+            i = 0
+            while len(store.commitlog.queue.files) < 8:
+                assert store.put_message(msg(i)).ok
+                i += 1
+            wait_until(lambda: dispatched(store), WAIT_S)
+            st = os.statvfs(disk)
+            usable = (st.f_blocks - st.f_bfree + st.f_bavail) * st.f_frsize
+            fill(disk, leave=int(usable * 0.12))  # about 88 % used
+            ratio = store.disk_usage(str(disk)) * 100
+            assert 86 < ratio < 90
+            caplog.set_level(logging.INFO, logger="store.cleaning")
+            assert store.clean_expired_files() == 1  # 1 MiB files, < 4 % of 16 MiB to free
+            assert store.disk_usage(str(disk)) * 100 < 85
+            assert len(store.commitlog.queue.files) == 7
+            assert [r.message for r in caplog.records] == [
+                f"disk {ratio:.1f}% full, over diskSpaceCleanForciblyRatio 85%: deleted 1 "
+                "commitlog file(s) before their fileReservedTime, consumed or not (messages "
+                f"before commitlog offset {1 << 20} are gone)"]
+            assert store.clean_expired_files() == 0  # under the ratio: nothing more goes
+        finally:
+            store.shutdown()

@@ -6,6 +6,7 @@ import collections
 import dataclasses
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -349,3 +350,29 @@ def test_index_geometry_of_a_first_file_with_a_few_entries(tmp_path: Path) -> No
     assert infer_index_geometry([index.read_bytes()]) == (4001, 8000)
     code, rep = run_json(root)
     assert code == 0 and rep["problem_count"] == 0 and not rep["warnings"], rep["problems"][:3]
+
+
+def test_a_reader_that_closed_the_pipe_is_no_traceback(
+        base: tuple[Path, list[Put]]) -> None:
+    """`mqstore inspect DIR --json | head`: the reader gone before the output is written
+    (its end of the pipe closed at once) is no BrokenPipeError traceback."""
+    root, _ = base
+    for args in (["--json"], []):
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            p = subprocess.run([sys.executable, "-m", "store.inspect", str(root), *args],
+                               cwd=REPO, stdout=write, stderr=subprocess.PIPE, text=True,
+                               timeout=60)
+        finally:
+            os.close(write)
+        assert p.returncode == 0 and p.stderr == "", p.stderr
+
+
+def test_sizes_out_of_range_are_usage_errors(base: tuple[Path, list[Put]]) -> None:
+    root, _ = base
+    for args in (["--commitlog-file-size", "0"], ["--cq-file-size", "-1"],
+                 ["--index-slots", "99999999999999999999999", "--index-num", "1"]):
+        p = run(root, *args)
+        assert p.returncode == 2 and "error: argument" in p.stderr, (args, p.stderr)
+        assert "Traceback" not in p.stderr
