@@ -75,7 +75,7 @@ class FailoverCluster:
     def __init__(self, root: Path, brokers: int = 3, heartbeat_timeout_ms: int = 1500,
                  extra_props: dict[str, object] | None = None) -> None:
         self.root = root
-        self.etcd = EtcdCluster(root / "etcd", 1)
+        self.etcd = EtcdCluster(root / "etcd", 1, ports=free_ports(2))
         ports = free_ports(2 + 2 * brokers)
         self.controller_addr = f"127.0.0.1:{ports[0]}"
         self.namesrv_addr = f"127.0.0.1:{ports[1]}"

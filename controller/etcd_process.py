@@ -87,12 +87,18 @@ class EtcdCluster:
     every member answers healthy; `stop()` (or leaving the `with` block) stops them."""
 
     def __init__(self, directory: Path, members: int = 1, *, binary: str | None = None,
-                 heartbeat_ms: int = 50, election_ms: int = 500) -> None:
+                 heartbeat_ms: int = 50, election_ms: int = 500,
+                 ports: list[int] | None = None) -> None:
+        """`ports`: a client and a peer port per member (default: ports the kernel hands
+        out now; callers that can should pass ports outside the ephemeral range, which an
+        outgoing connection cannot take before etcd binds them)."""
         self.directory = Path(directory)
         self.binary = binary or etcd_binary()
         self.heartbeat_ms = heartbeat_ms
         self.election_ms = election_ms
-        ports = _free_ports(2 * members)
+        if ports is not None and len(ports) != 2 * members:
+            raise ValueError(f"{members} etcd members need {2 * members} ports")
+        ports = ports or _free_ports(2 * members)
         self.members = [EtcdMember(f"etcd{i}", self.directory / f"etcd{i}", ports[2 * i],
                                    ports[2 * i + 1]) for i in range(members)]
         self.initial_cluster = ",".join(f"{m.name}={m.peer_url}" for m in self.members)

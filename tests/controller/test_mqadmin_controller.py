@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controller import protocol as p
-from controller.client import ControllerClient
+from controller.client import ControllerClient, ControllerUnavailable
 from controller.etcd_process import EtcdCluster
 from controller.startup import BOOT_SUCCESS_PREFIX
 from mqclient.cli.local_cluster import free_ports
@@ -46,10 +46,12 @@ def register(addr: str, *ids: int) -> None:
     async def run() -> None:
         client = ControllerClient([addr], timeout_s=2)
         try:
-            for _ in range(100):  # until it leads
-                meta = await client.call(p.GET_METADATA, {})
-                if meta["leading"]:
-                    break
+            for _ in range(200):  # until it serves (a name server's starts after it) and leads
+                try:
+                    if (await client.call(p.GET_METADATA, {}))["leading"]:
+                        break
+                except ControllerUnavailable:
+                    pass
                 await asyncio.sleep(0.05)
             for i in ids:
                 await client.call(p.REGISTER, {

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from controller.etcd_process import EtcdCluster, EtcdUnavailable
+from tests.support.ports import free_ports
 
 
 def start_etcd(directory: Path, members: int) -> EtcdCluster:
     try:
-        cluster = EtcdCluster(directory, members)
+        cluster = EtcdCluster(directory, members, ports=free_ports(2 * members))
     except EtcdUnavailable as e:
         pytest.skip(f"etcd is not installed: {e}")
     return cluster.start()
