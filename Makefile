@@ -6,10 +6,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast bench bench-lag clean
 
-$(STAMP): pyproject.toml setup.py common/_native.c
+$(STAMP): pyproject.toml setup.py common/_native.c scripts/ensure-etcd.sh
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
+	bash scripts/ensure-etcd.sh
 	touch $(STAMP)
 
 # The console's browser tests drive Debian's chromium (never a browser download): installed

@@ -146,8 +146,25 @@ class BrokerConfig:
     tls_key_path: str = ""
     tls_ca_path: str = ""
     tls_mutual: bool = False
+    # Controller mode (issue 34, RocketMQ 5's enableControllerMode): the group's master is
+    # elected by the controllers at controllerAddr (HOST:PORT;HOST:PORT). brokerId is then
+    # this broker's replica id (>= 1, unique in its group), brokerRole the role it takes
+    # when elected master (SLAVE reads as SYNC_MASTER); it starts as a slave.
+    enable_controller_mode: bool = False
+    controller_addr: str = ""
+    # How often (ms) it heartbeats to the controller and learns its role from the answer.
+    broker_heartbeat_interval: int = 300
+    # As master (SYNC_MASTER): a send is acknowledged only once every SyncStateSet member
+    # has it, not the first (RocketMQ 5's allAckInSyncStateSet).
+    all_ack_in_sync_state_set: bool = False
+    # Among candidates of equal epoch and max offset, the lower priority wins.
+    broker_election_priority: int = 2**31 - 1
     # Only for the store; kept here so the broker can report them.
     broker_role: BrokerRole = BrokerRole.ASYNC_MASTER
+    # Controller mode: the replica id (brokerId as configured) and the role it takes as master.
+    replica_id: int = dataclasses.field(default=0, init=False)
+    controller_master_role: BrokerRole = dataclasses.field(default=BrokerRole.SYNC_MASTER,
+                                                           init=False)
 
     @property
     def namesrv_addr_list(self) -> list[str]:
@@ -217,7 +234,7 @@ def _split_property(line: str) -> tuple[str, str]:
     return line[:cut], rest.strip()
 
 
-_BROKER_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig)}
+_BROKER_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.init}
 _STORE_FIELDS = {f.name for f in dataclasses.fields(StoreConfig) if f.init}
 
 
@@ -264,7 +281,9 @@ def parse_config(props: dict[str, str], env: dict[str, str] | None = None) -> Lo
     except ValueError as e:
         raise ConfigError(str(e)) from None
     broker.broker_role = store.broker_role
-    if store.broker_role is BrokerRole.SLAVE:
+    if broker.enable_controller_mode:
+        _controller_mode(broker, store)
+    elif store.broker_role is BrokerRole.SLAVE:
         if broker.broker_id <= MASTER_ID:
             raise ConfigError("brokerId: a SLAVE's brokerId must be > 0")
     elif broker.broker_id != MASTER_ID:
@@ -272,6 +291,26 @@ def parse_config(props: dict[str, str], env: dict[str, str] | None = None) -> Lo
                     store.broker_role.value)
         broker.broker_id = MASTER_ID
     return LoadedConfig(broker, store, unknown)
+
+
+def _controller_mode(broker: BrokerConfig, store: StoreConfig) -> None:
+    """A broker in controller mode starts as a slave; the controller makes it master."""
+    if not broker.controller_addr.strip():
+        raise ConfigError("controllerAddr: enableControllerMode=true needs the controllers' "
+                          "addresses (HOST:PORT;HOST:PORT)")
+    for addr in broker.controller_addr.replace(",", ";").split(";"):
+        host, sep, port = addr.strip().rpartition(":")
+        if addr.strip() and (not sep or not host or not port.isdigit()):
+            raise ConfigError(f"controllerAddr: expected HOST:PORT;HOST:PORT, got {addr!r}")
+    if broker.broker_id <= MASTER_ID:
+        raise ConfigError("brokerId: in controller mode each broker of a group has its own "
+                          "brokerId >= 1 (the controller decides which is master)")
+    if broker.broker_heartbeat_interval <= 0:
+        raise ConfigError("brokerHeartbeatInterval: must be > 0")
+    broker.replica_id = broker.broker_id
+    broker.controller_master_role = (store.broker_role if store.broker_role is not
+                                     BrokerRole.SLAVE else BrokerRole.SYNC_MASTER)
+    broker.broker_role = store.broker_role = BrokerRole.SLAVE
 
 
 def _check(c: BrokerConfig) -> None:

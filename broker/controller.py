@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -49,6 +50,7 @@ from broker.putting import MessagePutter
 from broker.register_body import TopicTableEncoder
 from broker.registration import BrokerOuterAPI, RegistrationRefused
 from broker.remoting4x.server import BrokerRemoting
+from broker.replicas import ReplicasManager
 from broker.schedule import ScheduleMessageService
 from broker.send_channel import ChannelLimits, SendChannelServer
 from broker.slave_sync import SlaveSynchronizer
@@ -58,14 +60,16 @@ from broker.topic_config import Clock, TopicConfig, TopicConfigManager
 from broker.transaction import ProducerCheckStreams, TransactionalMessageService
 from broker.transaction.checks import check_request
 from broker.transaction.prepare import HalfMessages
+from common.constants import MASTER_ID
 from ha.codec import SlaveHello
 from ha.constants import HA_LISTEN_PORT_OFFSET
-from ha.master import HAService
+from ha.master import HAService, SlaveStatus
 from ha.slave import HAClient
 from mqproto import admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc, namesrv_pb2
 from remoting.serving import add_servicer, log_accept_errors_briefly, watch_loop_stalls
 from remoting.tls import ClientTls, ServerTls, TlsError
 from store.config import StoreConfig
+from store.constants import BrokerRole
 from store.disk_full import is_disk_full
 from store.message_store import DefaultMessageStore
 from store.waiters import OffsetWaiters
@@ -73,6 +77,20 @@ from store.waiters import OffsetWaiters
 log = logging.getLogger(__name__)
 
 Sleep = Callable[[float], Awaitable[None]]
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket; OSError (naming the port) when it cannot be."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    s = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind((host, port))
+        s.listen(128)
+    except OSError as e:
+        s.close()
+        raise OSError(f"cannot listen on haListenPort {port}: {e}") from e
+    return s
 
 
 def wall_clock_ms() -> int:
@@ -141,6 +159,13 @@ class BrokerController:
         self._register_body: tuple[tuple[object, int], bytes] | None = None
         self._topic_table_encoder = TopicTableEncoder()
         self._lock_fd: int | None = None
+        # Controller mode (enableControllerMode): the controller decides the role.
+        self.replicas: ReplicasManager | None = None
+        self._ha_bind: tuple[str, int] = ("", 0)  # host, port a master's HA service takes
+        self._ha_socket: socket.socket | None = None  # controller mode: the HA port, kept
+        self._slave_sync_task: asyncio.Task[None] | None = None
+        # Set when the broker must be started again (broker/startup.py does it).
+        self.restart_requested = asyncio.Event()
         self._started = False
         self._stopped = False
         # A config file not written for lack of space before the store was made.
@@ -221,6 +246,12 @@ class BrokerController:
         if ha_port < 0:  # unset: listenPort + 1, or any free port when listenPort is
             ha_port = port + HA_LISTEN_PORT_OFFSET if self.config.listen_port else 0
         ha_host = self.config.broker_ip2 or host  # slaves may reach us by another address
+        if self.config.enable_controller_mode:
+            # Any role may become master: its HA port is bound now and kept (its address is
+            # told to the controller before it serves on it).
+            self._ha_socket = _listening_socket(self.config.bind_address, ha_port)
+            ha_port = self._ha_socket.getsockname()[1]
+        self._ha_bind = (ha_host, ha_port)
         self.addresses.ha_server_addr = format_host((ha_host, ha_port))
         self.uniq_key = UniqKeyFactory(self.store_host[0])
         self.store_config.store_host = self.store_host
@@ -231,6 +262,10 @@ class BrokerController:
         self.store = store  # loaded: shutdown() closes it from here on
         if store.recovered_from_crash:
             log.warning("the store was not shut down cleanly: recovered from a crash")
+        if self.config.enable_controller_mode:
+            self.replicas = ReplicasManager(self.config, store, self.root / "epochFileCheckpoint",
+                                            self.broker_addr, self.addresses.ha_server_addr)
+            await self.replicas.prepare()  # may cut a tail the master never had
         store.start()
         loop = asyncio.get_running_loop()
         self.pull_hold = PullRequestHoldService(loop, store.get_max_offset_in_queue)
@@ -295,17 +330,116 @@ class BrokerController:
         if stall_watch is not None:
             self._tasks.append(stall_watch)
         if self.slave_sync is not None:
-            self._tasks.append(asyncio.create_task(self.slave_sync.run(), name="slaveSynchronize"))
+            self._slave_sync_task = asyncio.create_task(self.slave_sync.run(),
+                                                        name="slaveSynchronize")
         else:
-            context.schedule = ScheduleMessageService(store, self.delay_offsets,
-                                                      self.putter.put_one, self.clock_ms)
-            context.schedule.start()
-            context.transactions = TransactionalMessageService(
-                context, lambda group, half: self.check_streams.send(
-                    group, check_request(half), topic=half.topic),
-                self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
-            context.transactions.start()
+            self._start_master_services()
+        if self.replicas is not None:
+            self.replicas.start(self)
         return self.broker_addr
+
+    def _start_master_services(self) -> None:
+        context = self.context
+        assert context is not None
+        context.schedule = ScheduleMessageService(self.store, self.delay_offsets,
+                                                  self.putter.put_one, self.clock_ms)
+        context.schedule.start()
+        context.transactions = TransactionalMessageService(
+            context, lambda group, half: self.check_streams.send(
+                group, check_request(half), topic=half.topic),
+            self.check_streams.groups, clock_ms=self.clock_ms, sleep=self._sleep)
+        context.transactions.start()
+
+    async def _stop_master_services(self) -> None:
+        context = self.context
+        assert context is not None
+        if context.schedule is not None:
+            await context.schedule.stop()
+            context.schedule = None
+        if context.transactions is not None:
+            await context.transactions.stop()
+            context.transactions = None
+
+    # -- controller mode: the role changes at run time -----------------------------------
+    def _set_role(self, role: BrokerRole, broker_id: int) -> None:
+        self.config.broker_role = role
+        self.config.broker_id = broker_id
+        self.store_config.broker_role = role
+        self.store.role = role
+        self.putter.role = role
+        self.offsets.track_local_commits = role is BrokerRole.SLAVE
+
+    async def become_master(self, epoch: int) -> None:
+        """The controller made this broker master: stop following, serve slaves, take the
+        master's services, register with every name server at once."""
+        context = self.context
+        assert context is not None
+        if context.ha_client is not None:
+            await context.ha_client.stop()
+            context.ha_client = None
+        if self._slave_sync_task is not None:
+            self._slave_sync_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._slave_sync_task
+            self._slave_sync_task = None
+        self.slave_sync = None
+        self.config.ha_master_address = ""
+        self.addresses.master_addr = ""
+        self._set_role(self.config.controller_master_role, MASTER_ID)
+        if context.ha_service is None:
+            await self._start_ha(*self._ha_bind)
+        if context.schedule is None:
+            self._start_master_services()
+        await self.register_broker_all()
+
+    async def become_slave(self, master_addr: str, master_ha_addr: str) -> None:
+        """The controller made another broker master: stop serving as master, follow it."""
+        context = self.context
+        assert context is not None
+        if context.ha_service is not None:
+            self.putter.replicator = None
+            await context.ha_service.stop()
+            context.ha_service = None
+            self.ha_waiters.fail_all()
+        await self._stop_master_services()
+        self._set_role(BrokerRole.SLAVE, self.config.replica_id)
+        self.config.ha_master_address = master_ha_addr
+        self.addresses.master_addr = master_addr
+        if context.ha_client is not None:
+            context.ha_client.update_master_address(master_ha_addr)
+            context.ha_client.reconnect_now()
+        else:
+            if self.slave_sync is None:
+                self.slave_sync = SlaveSynchronizer(
+                    context, self.config.slave_synchronize_interval / 1000,
+                    self.config.register_broker_timeout_mills / 1000,
+                    auth=self.cluster_auth, tls=self.peer_tls)
+                self._slave_sync_task = asyncio.create_task(self.slave_sync.run(),
+                                                            name="slaveSynchronize")
+            await self._start_ha(*self._ha_bind)
+        if self.slave_sync is not None:
+            self.slave_sync.wake()
+        await self.register_broker_all()
+
+    def slave_statuses(self) -> list[SlaveStatus]:
+        service = self.ha_service
+        return service.slave_statuses() if service is not None else []
+
+    def request_restart(self, reason: str) -> None:
+        """Controller mode: this broker must start again (its store cut first); the startup
+        code does it in this process."""
+        log.warning("controller mode: restarting this broker in place: %s", reason)
+        self.restart_requested.set()
+
+    def master_linked(self) -> bool:
+        return self.config.is_slave and self.master_available()
+
+    def count_acks_of(self, slaves: frozenset[int]) -> None:
+        service = self.ha_service
+        if service is not None:
+            service.counted_slaves = slaves
+            service.all_ack = self.config.all_ack_in_sync_state_set
+            service.acked()
 
     def _listening(self, grpc_port: int) -> str:
         """`gRPC 10911, HA 10912, send channel 10913, metrics 5557`: the ports this broker
@@ -341,7 +475,8 @@ class BrokerController:
                                 self.config.ha_max_time_slave_not_catchup),
                             housekeeping_interval=self.config.ha_housekeeping_interval / 1000,
                             cluster_key=self.config.cluster_key,
-                            ssl_context=self._ssl(self.tls))
+                            ssl_context=self._ssl(self.tls),
+                            sock=self._ha_socket.dup() if self._ha_socket is not None else None)
         try:
             bound = await service.start()
         except OSError as e:
@@ -507,6 +642,8 @@ class BrokerController:
         if self._stopped:
             return
         self._stopped = True
+        if self.replicas is not None:
+            await self.replicas.stop()
         if self._started:
             await self.unregister_broker_all()
         if self.pull_hold is not None:
@@ -528,6 +665,9 @@ class BrokerController:
             await self.schedule.stop()
         if self.transactions is not None:
             await self.transactions.stop()
+        if self._slave_sync_task is not None:
+            self._tasks.append(self._slave_sync_task)
+            self._slave_sync_task = None
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -540,6 +680,9 @@ class BrokerController:
         if self.store is not None:
             await asyncio.to_thread(self.store.shutdown)
         await self.outer_api.close()
+        if self._ha_socket is not None:
+            self._ha_socket.close()
+            self._ha_socket = None
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -626,6 +769,8 @@ class BrokerController:
         if not self.outer_api.namesrv_addrs:
             return 0
         answers = await self.outer_api.register_broker_all(await self.register_request())
+        if self.config.enable_controller_mode:  # the controller names the master
+            return len(answers)
         for answer in answers:
             if answer.master_addr and answer.master_addr != self.master_addr:
                 self.addresses.master_addr = answer.master_addr
@@ -642,7 +787,7 @@ class BrokerController:
         """A name server says this group's master registered anew (it started or
         restarted): a slave links to it now, not at its next reconnect attempt."""
         client = self.ha_client
-        if client is None:
+        if client is None or self.config.enable_controller_mode:
             return
         log.info("name server: master %s of %s registered (HA %s)", master_addr,
                  self.config.broker_name, ha_server_addr)

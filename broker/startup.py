@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import gc
 import logging
 import signal
@@ -90,6 +91,20 @@ async def serve(loaded: LoadedConfig) -> None:
     handled = (signal.SIGTERM, signal.SIGINT)
     for signum in handled:
         loop.add_signal_handler(signum, on_signal, signum)
+    # Controller mode may ask for a restart in place (a demoted master cuts its tail before
+    # its store starts again): each start gets the configuration as loaded (roles change).
+    pristine = copy.deepcopy(loaded)
+    try:
+        while not stop.is_set():
+            if not await _serve_once(copy.deepcopy(pristine), stop):
+                break
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+
+async def _serve_once(loaded: LoadedConfig, stop: asyncio.Event) -> bool:
+    """Runs the broker until `stop` (False) or until it asks to be started again (True)."""
     controller = BrokerController(loaded)
     v2: GrpcProxy | None = None
     try:
@@ -99,13 +114,18 @@ async def serve(loaded: LoadedConfig) -> None:
         v2 = await GrpcProxy.start_for(controller.context, controller.messaging.send,
                                        controller.tls, controller.peer_tls)
         print(boot_message(controller), flush=True)
-        await stop.wait()
+        stopping = asyncio.ensure_future(stop.wait())
+        restart = asyncio.ensure_future(controller.restart_requested.wait())
+        try:
+            await asyncio.wait({stopping, restart}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            restart.cancel()
+        return controller.restart_requested.is_set() and not stop.is_set()
     finally:
         if v2 is not None:
             await v2.stop()
         await controller.shutdown()
-        for signum in handled:
-            loop.remove_signal_handler(signum)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

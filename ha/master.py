@@ -16,6 +16,7 @@ import collections
 import contextlib
 import dataclasses
 import logging
+import socket
 import ssl
 import struct
 import time
@@ -374,8 +375,12 @@ class HAService:
                  max_time_slave_not_catchup_ms: int = HA_MAX_TIME_SLAVE_NOT_CATCHUP,
                  clock: Callable[[], float] = time.monotonic,
                  wall_clock_ms: Callable[[], int] = _wall_clock_ms,
-                 cluster_key: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
+                 cluster_key: str = "", ssl_context: ssl.SSLContext | None = None,
+                 sock: socket.socket | None = None) -> None:
         self.store = store
+        # A listening socket to serve on instead of binding host:port (controller mode
+        # keeps its HA port bound while the broker is a slave, so it stays its own).
+        self.sock = sock
         self.ssl_context = ssl_context  # TLS on the HA port; None: plain TCP
         # Links must open with a hello proving this key (ha/auth.py); empty: any may.
         self.cluster_key = cluster_key
@@ -400,11 +405,22 @@ class HAService:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # Controller mode: only the acks of these slaves (the SyncStateSet, by brokerId)
+        # release SYNC_MASTER sends; None: every verified slave's.
+        self.counted_slaves: frozenset[int] | None = None
+        # With counted_slaves, allAckInSyncStateSet: a send is released only once every
+        # one of them acked it (a member without a live link holds every release).
+        self.all_ack = False
+
+    def _counts(self, status: SlaveStatus) -> bool:
+        return self.counted_slaves is None or status.broker_id in self.counted_slaves
 
     async def start(self) -> int:
         """Listens; returns the bound port."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._on_connect, self.host, self.port,
+        where: dict[str, object] = ({"sock": self.sock} if self.sock is not None
+                                    else {"host": self.host, "port": self.port})
+        self._server = await asyncio.start_server(self._on_connect, **where,  # type: ignore[arg-type]
                                                   ssl=self.ssl_context,
                                                   ssl_handshake_timeout=(
                                                       10.0 if self.ssl_context else None))
@@ -480,8 +496,15 @@ class HAService:
     # -- acks and status -------------------------------------------------------------------
     def acked(self) -> None:
         """Tells `on_ack` of the best ack of the live links (push2SlaveMaxOffset)."""
-        best = max((c.status.ack_offset for c in self.connections
-                    if c.status.verified and not c.status.problem), default=0)
+        live = [c.status for c in self.connections
+                if c.status.verified and not c.status.problem and self._counts(c.status)]
+        if self.all_ack and self.counted_slaves:
+            acks = {st.broker_id: st.ack_offset for st in live}
+            if any(member not in acks for member in self.counted_slaves):
+                return  # RocketMQ #6662: never past what a linkless member may lack
+            best = min(acks[member] for member in self.counted_slaves)
+        else:
+            best = max((st.ack_offset for st in live), default=0)
         if self.on_ack is not None and best > 0:
             self.on_ack(best)
 
@@ -554,4 +577,5 @@ class HAService:
 
     def slave_ok(self) -> bool:
         """SYNC_MASTER (on every send, so no status copies): some slave is in sync."""
-        return any(self._in_sync(c.status) for c in self.connections)
+        return any(self._in_sync(c.status) and self._counts(c.status)
+                   for c in self.connections)

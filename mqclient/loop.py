@@ -14,7 +14,7 @@ import concurrent.futures
 import logging
 import threading
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import grpc
@@ -101,6 +101,11 @@ async def cancel_and_wait(tasks: list[asyncio.Task[Any]], timeout_s: float, what
     return not pending
 
 
+# While a retry waits for a refusing broker to take connections, how often it looks whether
+# its group's route names another master meanwhile (a failover: controller mode).
+READY_POLL_S = 0.02
+
+
 class Channels:
     """One client's channels by address. The aio ones belong to the client loop (create and
     use them there only); the sync ones may be used from any thread."""
@@ -143,6 +148,43 @@ class Channels:
 
     def namesrv(self, address: str) -> namesrv_pb2_grpc.NamesrvServiceStub:
         return namesrv_pb2_grpc.NamesrvServiceStub(self._aio_channel(address))
+
+    def wait_ready(self, address: str, give_up: Callable[[], bool], timeout_s: float) -> bool:
+        """Blocks until the blocking channel to `address` connects (True), or `give_up()`
+        says to stop waiting (asked every READY_POLL_S), or `timeout_s` passed (False)."""
+        self.sync_messaging(address)
+        future = grpc.channel_ready_future(self._sync[address])
+        deadline = time.monotonic() + timeout_s
+        try:
+            while True:
+                left = deadline - time.monotonic()
+                try:
+                    future.result(timeout=max(0.0, min(READY_POLL_S, left)))
+                    return True
+                except grpc.FutureTimeoutError:
+                    pass
+                if give_up() or time.monotonic() >= deadline:
+                    return False
+        finally:
+            future.cancel()
+
+    async def wait_ready_async(self, address: str, give_up: Callable[[], bool],
+                               timeout_s: float) -> bool:
+        """wait_ready for the client loop's channel to `address`."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        ready = asyncio.ensure_future(self._aio_channel(address).channel_ready())
+        try:
+            while True:
+                left = deadline - loop.time()
+                done, _ = await asyncio.wait({ready}, timeout=max(0.0, min(READY_POLL_S,
+                                                                           left)))
+                if done:
+                    return True
+                if give_up() or loop.time() >= deadline:
+                    return False
+        finally:
+            ready.cancel()
 
     def sync_messaging(self, address: str) -> messaging_pb2_grpc.MessagingServiceStub:
         """The blocking stub of a broker (any thread)."""

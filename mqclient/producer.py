@@ -137,6 +137,9 @@ class _Attempts:
                                 f"{error.code().name}: {error.details()}")
         if isinstance(error, TimeoutError):  # the broker may be slow: keep its channel
             why = f"no answer within {timeout:.3f} s"
+            # ... or paused, and replaced by another master (controller mode): the route is
+            # refreshed soon (once, unless it lost a master).
+            self.producer.instance.watch.suspect(mq.topic)
         else:  # it may have restarted elsewhere: ask it again where its channel is
             self.producer.instance.channels.forget_send_address(addr)
             # and it may be gone: the name servers tell (its route is watched meanwhile)
@@ -446,15 +449,42 @@ class Producer:
                     r = messaging_pb2.SendBatchResponse.FromString(channels.blocking.request(
                         channel, KIND_SEND_BATCH, request.SerializeToString(), remaining))
                 else:  # a broker without one: gRPC
+                    if addr == refused and not channels.wait_ready(
+                            addr, self._master_moved(topic, target.broker_name, addr),
+                            remaining):
+                        attempts.failed(target, started, "not connected")
+                        route, refused = self._current_route(topic, route), ""
+                        continue  # another master is listed (or the time is up)
+                    remaining = attempts.remaining()
                     r = channels.sync_messaging(addr).SendBatch(
                         request, timeout=remaining, wait_for_ready=addr == refused)
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
                 refused = addr if _refused(e) else ""
                 attempts.unreachable(target, addr, started, e, remaining)
+                route = self._current_route(topic, route)
                 continue
             if attempts.answered(target, started, r.status):
                 return _results(r, target, ids)
         raise attempts.give_up()
+
+    def _current_route(self, topic: str, route: TopicRoute) -> TopicRoute:
+        """The cached route of `topic` now (a retry after a failure takes a master the
+        route watch found meanwhile), else `route`."""
+        current = self.instance.routes.get(topic)
+        return current if current is not None and current.publish_queues else route
+
+    def _master_moved(self, topic: str, broker_name: str, addr: str) -> Callable[[], bool]:
+        """While a retry waits for `addr` to take connections: True once the route names
+        another master of `broker_name` (the route is kept refreshed meanwhile)."""
+        watch = self.instance.watch
+
+        def moved() -> bool:
+            watch.suspect(topic)
+            route = self.instance.routes.get(topic)
+            group = route.brokers.get(broker_name) if route is not None else None
+            master = group.master_addr if group is not None else None
+            return master is not None and master != addr
+        return moved
 
     def _request(self, topic: str, encoded: bytes, flags: Sequence[int] = ()
                  ) -> messaging_pb2.SendBatchRequest:
@@ -656,6 +686,14 @@ class Producer:
                     # A retry to the broker that refused waits (within the time left) for
                     # its channel to connect: one backing off after the broker restarted
                     # refuses every call at once, and the retries went in one millisecond.
+                    # It stops waiting when the route names another master (a failover).
+                    if addr == refused and not await channels.wait_ready_async(
+                            addr, self._master_moved(topic, target.broker_name, addr),
+                            remaining):
+                        attempts.failed(target, started, "not connected")
+                        route, refused = self._current_route(topic, route), ""
+                        continue
+                    remaining = attempts.remaining()
                     r = await channels.messaging(addr).SendBatch(
                         request, timeout=remaining, wait_for_ready=addr == refused)
                 else:
@@ -664,6 +702,7 @@ class Producer:
             except (SendChannelClosed, grpc.RpcError, TimeoutError) as e:
                 refused = addr if _refused(e) else ""
                 attempts.unreachable(target, addr, started, e, remaining)
+                route = self._current_route(topic, route)
                 continue
             if attempts.answered(target, started, r.status):
                 return _results(r, target, ids)

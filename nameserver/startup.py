@@ -22,6 +22,9 @@ from collections.abc import Sequence
 
 from acl.grpc_auth import CLUSTER_KEY_ENV
 from common.constants import NAMESRV_BOOT_SUCCESS_MESSAGE
+from controller.etcd_store import EtcdStore, parse_endpoints
+from controller.server import Controller, ControllerConfig
+from controller.startup import BOOT_SUCCESS_PREFIX as CONTROLLER_BOOT_SUCCESS_PREFIX
 from nameserver.constants import (
     DEFAULT_LISTEN,
     DEFAULT_LOG_LEVEL,
@@ -89,6 +92,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
              "(default on; --no-remoting: gRPC only)",
     )
     parser.add_argument(
+        "--enable-controller-in-namesrv", action="store_true",
+        help="also run a controller of controller mode (RocketMQ's enableControllerInNamesrv) "
+             "on --controller-listen, its state in etcd at --controller-etcd")
+    parser.add_argument("--controller-listen", default="127.0.0.1:9878", metavar="HOST:PORT",
+                        help="the embedded controller's address (default 127.0.0.1:9878)")
+    parser.add_argument("--controller-etcd", default="", metavar="HOST:PORT;...",
+                        help="etcd endpoints of the embedded controller")
+    parser.add_argument(
         "--log-level", type=str.upper, choices=LOG_LEVELS, default=DEFAULT_LOG_LEVEL,
         help=f"logging level (default {DEFAULT_LOG_LEVEL})",
     )
@@ -105,14 +116,31 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--tls-mutual needs --tls-cert, --tls-key and --tls-ca")
     if args.cluster_key and len(args.cluster_key) < 8:
         parser.error("--cluster-key must be at least 8 characters")
+    if args.enable_controller_in_namesrv:
+        try:
+            parse_endpoints(args.controller_etcd)
+            split_host_port(args.controller_listen)
+        except ValueError as e:
+            parser.error(f"--enable-controller-in-namesrv: {e}")
     return args
+
+
+async def start_embedded_controller(listen: str, etcd: str) -> Controller:
+    """enableControllerInNamesrv: a controller in this process, on its own port."""
+    config = ControllerConfig(listen=listen, etcd_endpoints=etcd)
+    controller = Controller(config, EtcdStore(parse_endpoints(etcd), config.etcd_prefix))
+    address = await controller.start()
+    print(f"{CONTROLLER_BOOT_SUCCESS_PREFIX}{address}", flush=True)
+    return controller
 
 
 async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE_NUMS,
                 max_receive_mib: int = DEFAULT_MAX_RECEIVE_MIB, metrics_port: int = 0,
                 cluster_key: str = "", tls: ServerTls | None = None,
-                remoting: bool = True) -> None:
-    """Run one name server until SIGTERM or SIGINT."""
+                remoting: bool = True,
+                embedded_controller: tuple[str, str] | None = None) -> None:
+    """Run one name server until SIGTERM or SIGINT; `embedded_controller`: (listen, etcd
+    endpoints) of a controller run beside it."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
 
@@ -127,11 +155,16 @@ async def serve(listen: str, max_topic_queue_nums: int = DEFAULT_MAX_TOPIC_QUEUE
                                    max_receive_message_bytes=max_receive_mib * 1024 * 1024,
                                    metrics_port=metrics_port, cluster_key=cluster_key,
                                    tls=tls, remoting=remoting)
+    embedded: Controller | None = None
     try:
         address = await controller.start()
         print(f"{NAMESRV_BOOT_SUCCESS_MESSAGE} listen={address}", flush=True)
+        if embedded_controller is not None:  # its own line follows the name server's
+            embedded = await start_embedded_controller(*embedded_controller)
         await stop.wait()
     finally:
+        if embedded is not None:
+            await embedded.stop()
         await controller.shutdown()
         for signum in handled:
             loop.remove_signal_handler(signum)
@@ -145,7 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         asyncio.run(serve(args.listen, args.max_topic_queue_nums, args.max_receive_mib,
                           args.metrics_port, args.cluster_key,
                           ServerTls(args.tls_cert, args.tls_key, args.tls_ca, args.tls_mutual)
-                          if args.tls_cert else None, args.remoting))
+                          if args.tls_cert else None, args.remoting,
+                          (args.controller_listen, args.controller_etcd)
+                          if args.enable_controller_in_namesrv else None))
     except (OSError, TlsError) as exc:
         log.error("name server failed: %s", exc)
         return 1

@@ -29,7 +29,7 @@ from store.disk_full import CHECK_INTERVAL_S, DiskFull
 from store.histogram import LatencyHistogram
 from store.index import INDEX_DIR_NAME, IndexService
 from store.message import Message
-from store.recovery import RestoredQueues, recover
+from store.recovery import RestoredQueues, cut_at, recover
 from store.services import ServiceThread, monotonic
 from store.waiters import OffsetWaiters
 
@@ -481,6 +481,44 @@ class DefaultMessageStore:
         """Dispatches committed records past reput_from_offset; returns how many."""
         with self._reput_lock:
             return reput.do_reput(self)
+
+    def cut_undispatched_tail(self) -> int:
+        """Controller mode, a slave made master: dispatches every whole record, then cuts
+        what follows the last one (a record its old master sent only in part). Returns the
+        new max offset."""
+        with self._reput_lock:
+            reput.do_reput(self)
+            end = self.reput_from_offset
+            if self.commitlog.max_offset > end:
+                log.warning("cutting %d bytes of an incomplete record at commitlog offset %d",
+                            self.commitlog.max_offset - end, end)
+                self.commitlog.queue.truncate_dirty_files(end)
+            # A slave's appends never touched the next queue offsets: take them from the
+            # queues (RocketMQ's recoverTopicQueueTable), or puts would reuse offsets.
+            self._queue_table_from_queues()
+            return end
+
+    def _queue_table_from_queues(self) -> None:
+        table = self.commitlog.topic_queue_table
+        for cq in self.queues.table.values():
+            if cq.max_offset_in_queue:
+                table[(cq.topic, cq.queue_id)] = cq.max_offset_in_queue
+            else:
+                table.pop((cq.topic, cq.queue_id), None)
+
+    def truncate_before_start(self, offset: int) -> None:
+        """Controller mode, a broker that follows a new master: cuts the commitlog, its
+        consume queues and index at `offset` (its own tail the new master never had), on a
+        loaded store that is not started yet."""
+        if self.running:
+            raise RuntimeError("truncate_before_start on a running store")
+        if offset >= self.commitlog.max_offset:
+            return
+        log.warning("truncating the commitlog from %d to %d (never replicated to the new "
+                    "master)", self.commitlog.max_offset, offset)
+        cut_at(self, offset)
+        self._queue_table_from_queues()
+        self.reput_from_offset = min(self.reput_from_offset, offset)
 
     @property
     def dispatch_behind_bytes(self) -> int:

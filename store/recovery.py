@@ -64,7 +64,7 @@ def recover(store: DefaultMessageStore, crashed: bool,
              " from the consume-queue snapshot" if restored is not None else "", scan.count,
              start, end, f"; {scan.queues_read} queues read from disk"
              if crashed and restored is not None else "")
-    _cut_at(store, end)
+    cut_at(store, end)
     if crashed:
         store.reput_from_offset = end
     else:
@@ -176,7 +176,7 @@ def _scan(store: DefaultMessageStore, start: int, crashed: bool,
                        len(checks))
 
 
-def _cut_at(store: DefaultMessageStore, end: int) -> None:
+def cut_at(store: DefaultMessageStore, end: int) -> None:
     """Everything past `end` goes: the commitlog's tail, queue entries and index keys of
     records past it; the queue-offset table follows the queues."""
     commitlog = store.commitlog

@@ -20,8 +20,8 @@ from mqclient.cli.local_cluster import NAMESRV_PORT_ENV
 # unsets it for its own processes.
 os.environ[NAMESRV_PORT_ENV] = "0"
 
-# start_broker, processes, nodes: for every folder.
-pytest_plugins = ["tests.support.fixtures"]
+# start_broker, processes, nodes, etcd, etcd3: for every folder.
+pytest_plugins = ["tests.support.fixtures", "tests.support.etcd"]
 
 DOCKER_FIXTURES = frozenset({"docker_client", "compose_tool", "compose_image"})
 SPARK_FIXTURES = frozenset({"spark", "outputs"})

@@ -67,6 +67,8 @@ def test_only_the_startup_code_imports_the_broker_controller() -> None:
     # the analytics' and chaos runs' files, never their code.
     ("console", ("store", "nameserver", "broker", "ha", "proxy", "remoting", "mqproto",
                  "grpc", "acl", "spark_analytics", "chaos", "filter", "pyspark")),
+    # The controller knows brokers only by what they tell it over the network.
+    ("controller", ("store", "broker", "ha", "nameserver", "proxy", "mqclient")),
 ])
 def test_packages_keep_to_their_rooms(package: str, forbidden: tuple[str, ...]) -> None:
     assert importers(package, forbidden) == []
@@ -84,6 +86,15 @@ def test_the_4x_faces_build_on_the_processors_not_the_controller_or_grpc() -> No
     assert importers("broker/remoting4x", ("broker.controller", "grpc", "proxy",
                                            "nameserver")) == []
     assert importers("nameserver/remoting.py", ("broker", "grpc", "store")) == []
+
+
+def test_the_state_machine_is_pure() -> None:
+    """controller/state.py: no clock, network, etcd or other package of the cluster."""
+    allowed = {"__future__", "dataclasses", "json", "collections.abc", "typing"}
+    imported = {name.split(".")[0] if not name.startswith("collections") else name
+                for name in imported_modules(REPO_ROOT / "controller" / "state.py")}
+    assert {n for n in imported if n not in allowed and not n.startswith(
+        ("__future__.", "dataclasses.", "json.", "collections.abc.", "typing."))} == set()
 
 
 def test_the_rule_sees_an_import_hidden_in_a_function(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from controller.etcd_process import EtcdUnavailable, etcd_binary
 from remoting.tls import ClientTls, make_local_ca
 
 LOOPBACK = "127.0.0.1"
@@ -40,6 +41,7 @@ NAMESRV = "namesrv"
 BROKER = "broker"
 CONSOLE = "console"  # `up --console`: the web console (console/, mqconsole)
 CONSOLE_ANALYTICS = "analytics/lag"  # under the cluster directory: the console's lag tables
+ETCD = "etcd"  # `up --controller`: the etcd member keeping the controller's state
 MASTER_ROLES = ("ASYNC_MASTER", "SYNC_MASTER")
 FLUSH_TYPES = ("ASYNC_FLUSH", "SYNC_FLUSH")
 SLAVE_ROLE = "SLAVE"
@@ -105,6 +107,17 @@ class Layout:
     role: str
     broker_props: dict[str, str]  # extra broker.conf keys for every broker
     nodes: list[Node]
+    # `up --controller` (controller mode): the port of the controller namesrv-0 runs (its
+    # state in the ETCD node's etcd); 0: RocketMQ 4.x master/slave.
+    controller_port: int = 0
+
+    @property
+    def controller_addr(self) -> str:
+        return f"{LOOPBACK}:{self.controller_port}" if self.controller_port else ""
+
+    @property
+    def etcd_endpoints(self) -> str:
+        return ";".join(n.address for n in self.nodes if n.kind == ETCD)
 
     @property
     def shape(self) -> tuple[int, int, int]:
@@ -122,7 +135,7 @@ class Layout:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Layout:
+    def from_json(cls, data: dict[str, Any]) -> Layout:  # a layout before controller mode too
         return cls(**{**data, "nodes": [Node(**n) for n in data["nodes"]]})
 
 
@@ -177,6 +190,14 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
                               broker_id, next(metrics), next(v2), next(send)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
+
+
+def with_controller(layout: Layout, ports: Sequence[int]) -> Layout:
+    """The layout in controller mode: an etcd member (client and peer ports) and the
+    controller's port (`ports`, three)."""
+    client, peer, controller = ports
+    return dataclasses.replace(layout, controller_port=controller, nodes=[
+        *layout.nodes, Node(f"{ETCD}-0", ETCD, client, peer)])
 
 
 def port_is_free(port: int, host: str = LOOPBACK) -> bool:
@@ -295,7 +316,10 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
     }
     if node.metrics_port:
         props["metricsPort"] = str(node.metrics_port)
-    if node.broker_id != 0:
+    if layout.controller_port:  # the controller elects the master: ids are replica ids
+        props.update(brokerId=str(node.broker_id + 1), brokerRole=layout.role,
+                     enableControllerMode="true", controllerAddr=layout.controller_addr)
+    elif node.broker_id != 0:
         props["haMasterAddress"] = f"{LOOPBACK}:{master.ha_port}"
     props.update(layout.broker_props)
     head = "# Written by `mqcluster up` (rewritten at every up; use --set KEY=VALUE to change)\n"
@@ -456,10 +480,24 @@ def child_env() -> dict[str, str]:
 
 
 def process_argv(node: Node, directory: Path, layout: Layout | None = None) -> list[str]:
+    if node.kind == ETCD:
+        try:
+            binary = etcd_binary()
+        except EtcdUnavailable as e:
+            raise LocalClusterError(str(e)) from None
+        peer = f"http://{LOOPBACK}:{node.ha_port}"
+        return [binary, "--name", node.name, "--data-dir", str(directory / node.name),
+                "--listen-client-urls", f"http://{node.address}",
+                "--advertise-client-urls", f"http://{node.address}",
+                "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+                "--initial-cluster", f"{node.name}={peer}", "--log-level", "warn"]
     if node.kind == NAMESRV:
         argv = [sys.executable, "-m", "nameserver", "--listen", node.address]
         if node.metrics_port:
             argv += ["--metrics-port", str(node.metrics_port)]
+        if layout is not None and layout.controller_port and node.name == f"{NAMESRV}-0":
+            argv += ["--enable-controller-in-namesrv", "--controller-listen",
+                     layout.controller_addr, "--controller-etcd", layout.etcd_endpoints]
         if layout is not None and client_tls(layout) is not None:  # `up --tls`
             props = layout.broker_props
             argv += ["--tls-cert", props["tlsCertPath"], "--tls-key", props["tlsKeyPath"]]

@@ -26,6 +26,7 @@ from mqclient.admin import (
 )
 from mqclient.admin_queries import BROKER_QUERIES, BrokerQuery
 from mqclient.admin_types import BrokerUnreachable, HAStatus, StoredMessage, TraceView
+from mqclient.cli import controller_admin
 from mqclient.cli.arguments import (
     INT32_MAX,
     INT64_MAX,
@@ -652,6 +653,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-b", "--brokerAddr", dest="broker_addr", type=host_port, required=True,
                    help="the master's address")
     p.add_argument("-i", "--brokerId", dest="broker_id", type=SLAVE_ID, required=True)
+    controller_admin.add_commands(
+        command, lambda fn: lambda _admin, args: fn(_out, args))
     for query in BROKER_QUERIES:
         p = command(query.command, functools.partial(broker_query, query), query.help)
         kind = "master" if query.masters_only else "broker"

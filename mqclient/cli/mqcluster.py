@@ -21,12 +21,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +48,7 @@ from mqclient.cli.local_cluster import (
     CREDENTIALS_FILE,
     DEFAULT_CLUSTER_NAME,
     DEFAULT_NAMESRV_PORT,
+    ETCD,
     FLUSH_TYPES,
     LAYOUT_FILE,
     LOG_DIR,
@@ -78,6 +81,7 @@ from mqclient.cli.local_cluster import (
     spawn,
     stop_processes,
     v2_ports_needed,
+    with_controller,
     write_json,
     write_security,
     write_tls,
@@ -235,7 +239,7 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         shape["groups"], shape["slaves"], shape["namesrvs"])
     v2_count = v2_ports_needed(shape["groups"], shape["slaves"])
     if same_shape and previous is not None and args.base_port is None:
-        cluster_nodes = [n for n in previous.nodes if n.kind != CONSOLE]
+        cluster_nodes = [n for n in previous.nodes if n.kind not in (CONSOLE, ETCD)]
         ports = [p for n in cluster_nodes for p in ((n.port, n.ha_port) if n.kind == BROKER
                                                     else (n.port,))]
         kept = [n.metrics_port for n in cluster_nodes]
@@ -274,6 +278,12 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
                          metrics_ports=metrics_ports, v2_ports=v2_ports,
                          send_ports=send_ports, **shape)
+    if args.controller:  # an etcd member and a controller: their ports are any free ones
+        etcd = [n for n in previous.nodes if n.kind == ETCD] if previous else []
+        layout = with_controller(layout, [etcd[0].port, etcd[0].ha_port,
+                                          previous.controller_port]
+                                 if etcd and previous and previous.controller_port
+                                 and same_shape else free_ports(3))
     used = [p for n in layout.nodes for p in n.ports]
     if len(set(used)) != len(used):
         raise LocalClusterError(f"--namesrv-port {requested} is also another process's port "
@@ -287,7 +297,7 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
 def _with_console(layout: Layout, previous: Layout | None, reuse: bool) -> Layout:
     """The layout with a web console (`up --console`) on the port it had, if free, else a
     free one."""
-    used = {p for n in layout.nodes for p in (n.port, n.ha_port, n.metrics_port, n.v2_port)}
+    used = {p for n in layout.nodes for p in n.ports}
     kept = next((n.port for n in previous.nodes if n.kind == CONSOLE), 0) if previous else 0
     port = kept if reuse and kept and kept not in used and port_is_free(kept) else 0
     while not port or port in used:
@@ -327,6 +337,37 @@ def _wait_booted(directory: Path, started: list[tuple[ProcessRecord, int, str]],
             time.sleep(POLL_S)
 
 
+def _start_etcd(directory: Path, layout: Layout, nodes: list[Node],
+                records: list[ProcessRecord], deadline: float,
+                replace: dict[str, ProcessRecord] | None = None) -> None:
+    """Starts the etcd member(s) of `up --controller` and waits until they answer healthy
+    (`replace`: records of dead ones, restarted in place)."""
+    for node in nodes:
+        record, _ = spawn(node, directory, layout)
+        old = (replace or {}).get(node.name)
+        if old is not None:
+            records[records.index(old)] = record
+        else:
+            records.append(record)
+        save_state(directory, layout, records)
+        while not _etcd_healthy(node):
+            if not is_alive(record):
+                raise LocalClusterError(f"{node.name} exited before it served: "
+                                        f"{_log_tail(directory, record)}")
+            if time.monotonic() > deadline:
+                raise LocalClusterError(f"{node.name} did not serve in time; see "
+                                        f"{directory / record.log}")
+            time.sleep(POLL_S)
+
+
+def _etcd_healthy(node: Node) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{node.address}/health", timeout=1) as r:
+            return bool(json.loads(r.read()).get("health") == "true")
+    except (OSError, ValueError):
+        return False
+
+
 def _tls_ca(layout: Layout) -> str | None:
     tls = client_tls(layout)
     return tls.ca_path if tls is not None else None
@@ -335,6 +376,8 @@ def _tls_ca(layout: Layout) -> str | None:
 def _wait_registered(layout: Layout, deadline: float) -> None:
     """Until every name server lists every broker at its address."""
     expected = {(n.broker_name, n.broker_id, n.address) for n in layout.brokers}
+    if layout.controller_port:  # the controller decides who is brokerId 0
+        expected = {(n.broker_name, -1, n.address) for n in layout.brokers}
     for addr in layout.namesrv_addr.split(";"):
         with MQAdmin(addr, timeout=STATUS_RPC_TIMEOUT_S,
                      tls_ca=_tls_ca(layout)) as admin:
@@ -342,8 +385,9 @@ def _wait_registered(layout: Layout, deadline: float) -> None:
                 problem = ""
                 try:
                     info = admin.cluster_info()
-                    missing = expected - {(g.broker_name, i, a) for g in info.groups.values()
-                                          for i, a in g.addrs.items()}
+                    listed = {(g.broker_name, -1 if layout.controller_port else i, a)
+                              for g in info.groups.values() for i, a in g.addrs.items()}
+                    missing = expected - listed
                     if missing:
                         problem = f"name server {addr} does not list " + ", ".join(
                             f"{name}-{broker_id}" for name, broker_id, _ in sorted(missing))
@@ -393,6 +437,8 @@ def up(args: argparse.Namespace) -> int:
     records: list[ProcessRecord] = []
     deadline = time.monotonic() + args.timeout
     try:
+        _start_etcd(directory, layout, [n for n in layout.nodes if n.kind == ETCD], records,
+                    deadline)
         for kind_nodes, boot_line in (
                 ([n for n in layout.nodes if n.kind == NAMESRV], NAMESRV_BOOT_SUCCESS_MESSAGE),
                 (layout.brokers, BROKER_BOOT_SUCCESS_PREFIX),
@@ -420,6 +466,8 @@ def up(args: argparse.Namespace) -> int:
          + _namesrv_note(args, layout)
          + _access_hints(directory, layout) +
          f"Try:  mqadmin clusterList -n '{layout.namesrv_addr}'\n"
+         + (f"Controller: mqadmin getSyncStateSet -a {layout.controller_addr}\n"
+            if layout.controller_port else "")
          + (f"Metrics: the Metrics column; prometheus --config.file="
             f"{directory / PROMETHEUS_FILE} scrapes them all\n"
             if any(n.metrics_port for n in layout.nodes) else "") +
@@ -485,6 +533,9 @@ def _restart_dead(args: argparse.Namespace, directory: Path, layout: Layout,
     dead = [r for r in records if not is_alive(r)]
     _out(f"{PROG}: restarting {', '.join(r.name for r in dead)} of the cluster in {directory}")
     deadline = time.monotonic() + args.timeout
+    dead_etcd = [r for r in dead if nodes[r.name].kind == ETCD]
+    _start_etcd(directory, layout, [nodes[r.name] for r in dead_etcd], records, deadline,
+                replace={r.name: r for r in dead_etcd})
     for group, boot_line in (([r for r in dead if nodes[r.name].kind == NAMESRV],
                               NAMESRV_BOOT_SUCCESS_MESSAGE),
                              ([r for r in dead if nodes[r.name].kind == BROKER],
@@ -529,8 +580,9 @@ def _status_rows(directory: Path, layout: Layout, records: list[ProcessRecord]
             "ha_port": node.ha_port or None,
             "metrics": f"http://{node.metrics_address}/metrics" if node.metrics_port else None,
             "alive": is_alive(r), "stopped": is_stopped(r),
-            "role": (layout.role if node.broker_id == 0 else "SLAVE")
-            if node.kind == BROKER else None,
+            "role": ("ETCD" if node.kind == ETCD else None) if node.kind != BROKER
+            else "CONTROLLER-MODE" if layout.controller_port
+            else layout.role if node.broker_id == 0 else "SLAVE",
             "registered": (node.address in registered if registered is not None else None)
             if node.kind == BROKER else None,
             "log": str(directory / r.log)})
@@ -671,6 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "clients: MQ_TLS_CA=DIR/security/tls/ca.pem)")
     p.add_argument("--console", action="store_true",
                    help="also start the web console (mqconsole) on a free loopback port")
+    p.add_argument("--controller", action="store_true",
+                   help="controller mode: an etcd member and a controller (in the first name "
+                        "server) elect each group's master; --role is the master's role")
     p.add_argument("--json", action="store_true", help="print the processes as JSON")
     p.set_defaults(run=up, default_timeout=BOOT_TIMEOUT_S)
     p = sub.add_parser("status", parents=[common], help="show each process alive or dead")
