@@ -81,6 +81,7 @@ class Node:
     metrics_port: int = 0  # Prometheus /metrics; 0: off (a layout from before metrics)
     v2_port: int = 0  # a broker's grpcProxyPort (RocketMQ 5 SDKs); 0: a layout from before
     send_port: int = 0  # a broker's sendListenPort; 0: any free one (a layout from before)
+    remoting_port: int = 0  # a broker's remotingPort (4.x clients); 0: any free one
 
     @property
     def address(self) -> str:
@@ -90,7 +91,7 @@ class Node:
     def ports(self) -> list[int]:
         """Every port the node listens on (0s left out)."""
         return [p for p in (self.port, self.ha_port, self.metrics_port, self.v2_port,
-                            self.send_port) if p]
+                            self.send_port, self.remoting_port) if p]
 
     @property
     def metrics_address(self) -> str:
@@ -165,22 +166,24 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
                 role: str, broker_props: dict[str, str],
                 cluster_name: str = DEFAULT_CLUSTER_NAME,
                 metrics_ports: Sequence[int] = (), v2_ports: Sequence[int] = (),
-                send_ports: Sequence[int] = ()) -> Layout:
+                send_ports: Sequence[int] = (), remoting_ports: Sequence[int] = ()) -> Layout:
     """Name servers take the first ports, then each broker its gRPC port and its HA port.
     `metrics_ports` (none: metrics off) go to the processes in the same order, `v2_ports`
-    (none: no v2 endpoint) and `send_ports` (none: any free port at each start) to the
-    brokers."""
+    (none: no v2 endpoint), `send_ports` and `remoting_ports` (none: any free port at each
+    start) to the brokers."""
     if len(ports) != ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of ports for the shape")
     if metrics_ports and len(metrics_ports) != metrics_ports_needed(groups, slaves, namesrvs):
         raise ValueError("wrong number of metrics ports for the shape")
     if v2_ports and len(v2_ports) != v2_ports_needed(groups, slaves):
         raise ValueError("wrong number of v2 ports for the shape")
-    if send_ports and len(send_ports) != v2_ports_needed(groups, slaves):
-        raise ValueError("wrong number of send ports for the shape")
+    for kind, given in (("send", send_ports), ("remoting", remoting_ports)):
+        if given and len(given) != v2_ports_needed(groups, slaves):
+            raise ValueError(f"wrong number of {kind} ports for the shape")
     free = iter(ports)
     v2 = iter(v2_ports or [0] * v2_ports_needed(groups, slaves))
     send = iter(send_ports or [0] * v2_ports_needed(groups, slaves))
+    remoting = iter(remoting_ports or [0] * v2_ports_needed(groups, slaves))
     metrics = iter(metrics_ports or [0] * metrics_ports_needed(groups, slaves, namesrvs))
     nodes = [Node(f"{NAMESRV}-{i}", NAMESRV, next(free), metrics_port=next(metrics))
              for i in range(namesrvs)]
@@ -188,7 +191,8 @@ def plan_layout(*, groups: int, slaves: int, namesrvs: int, ports: Sequence[int]
         name = group_name(g)
         for broker_id in range(slaves + 1):
             nodes.append(Node(f"{name}-{broker_id}", BROKER, next(free), next(free), name,
-                              broker_id, next(metrics), next(v2), next(send)))
+                              broker_id, next(metrics), next(v2), next(send),
+                              next(remoting)))
     return Layout(cluster_name, groups, slaves, namesrvs, flush, role, dict(broker_props), nodes)
 
 
@@ -305,9 +309,10 @@ def broker_conf(layout: Layout, node: Node, directory: Path) -> str:
         # Its own planned port, kept across restarts (listenPort + 2 may be another node's
         # port in this layout); 0 (any free port) in a layout from before.
         "sendListenPort": str(node.send_port),
-        # RocketMQ 4.x clients (remoting): any free port at each start (listenPort + 4 may be
-        # another node's port); they learn it from the name servers' routes.
-        "remotingPort": "0",
+        # RocketMQ 4.x clients (remoting) learn it from the name servers' routes; planned
+        # and kept like the others (listenPort + 4 may be another node's port); 0 (any free
+        # port at each start) in a layout from before.
+        "remotingPort": str(node.remoting_port),
         "brokerRole": layout.role if node.broker_id == 0 else SLAVE_ROLE,
         "flushDiskType": layout.flush,
         "storePathRootDir": str(directory / node.name / STORE_DIR),

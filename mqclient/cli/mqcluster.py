@@ -253,10 +253,12 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
         v2_ports = kept_v2 if all(kept_v2) else free_ports(v2_count)
         kept_send = [n.send_port for n in previous.brokers]
         send_ports = kept_send if all(kept_send) else free_ports(v2_count)
+        kept_remoting = [n.remoting_port for n in previous.brokers]
+        remoting_ports = kept_remoting if all(kept_remoting) else free_ports(v2_count)
     else:
-        # The gRPC and HA ports, then the metrics ports, then the brokers' v2 ports, then
-        # their send ports (so the ports of a --base-port stay where they were before).
-        total = count + metrics_count + 2 * v2_count
+        # The gRPC and HA ports, then the metrics ports, then the brokers' v2, send and
+        # remoting ports (so the ports of a --base-port stay where they were before).
+        total = count + metrics_count + 3 * v2_count
         if args.base_port is None:
             pool = free_ports(total)
         elif args.base_port + total - 1 > 65535:
@@ -265,19 +267,20 @@ def resolve_layout(args: argparse.Namespace, directory: Path) -> Layout:
             pool = list(range(args.base_port, args.base_port + total))
         ports, metrics_ports = pool[:count], pool[count:count + metrics_count]
         v2_ports = pool[count + metrics_count:count + metrics_count + v2_count]
-        send_ports = pool[count + metrics_count + v2_count:]
+        send_ports = pool[count + metrics_count + v2_count:count + metrics_count + 2 * v2_count]
+        remoting_ports = pool[count + metrics_count + 2 * v2_count:]
     requested = requested_namesrv_port(args)
     # --base-port lays out every port, the name server's too, unless a port is asked for.
     if args.base_port is None or args.namesrv_port:
         ports[0] = pick_namesrv_port(
             requested, ports[0], reused=same_shape and args.base_port is None,
-            others={*ports[1:], *metrics_ports, *v2_ports, *send_ports})
+            others={*ports[1:], *metrics_ports, *v2_ports, *send_ports, *remoting_ports})
     if requested and not port_is_free(requested):
         raise LocalClusterError(f"port {requested} (--namesrv-port or {NAMESRV_PORT_ENV}) is "
                                 "taken; choose another, or 0 for any free port")
     layout = plan_layout(ports=ports, broker_props=props, cluster_name=DEFAULT_CLUSTER_NAME,
                          metrics_ports=metrics_ports, v2_ports=v2_ports,
-                         send_ports=send_ports, **shape)
+                         send_ports=send_ports, remoting_ports=remoting_ports, **shape)
     if args.controller:  # an etcd member and a controller: their ports are any free ones
         etcd = [n for n in previous.nodes if n.kind == ETCD] if previous else []
         layout = with_controller(layout, [etcd[0].port, etcd[0].ha_port,

@@ -99,10 +99,12 @@ def test_plan_gives_each_broker_its_own_v2_port(tmp_path: Path) -> None:
     """grpcProxyPort is planned (listenPort + 3 may be another node's port here)."""
     layout = plan_layout(groups=1, slaves=1, namesrvs=1, ports=range(20000, 20005),
                          flush="ASYNC_FLUSH", role="ASYNC_MASTER", broker_props={},
-                         v2_ports=[21000, 21001], send_ports=[22000, 22001])
+                         v2_ports=[21000, 21001], send_ports=[22000, 22001],
+                         remoting_ports=[23000, 23001])
     assert [n.v2_port for n in layout.brokers] == [21000, 21001]
     conf = read_properties(broker_conf(layout, layout.brokers[1], tmp_path))
-    assert (conf["grpcProxyPort"], conf["sendListenPort"]) == ("21001", "22001")
+    assert (conf["grpcProxyPort"], conf["sendListenPort"], conf["remotingPort"]) == (
+        "21001", "22001", "23001")
 
 
 # -- real processes ----------------------------------------------------------------------------
