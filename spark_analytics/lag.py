@@ -13,7 +13,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,12 +251,19 @@ def has_snapshot_files(path: str) -> bool:
     return any(Path(path).rglob("*.parquet"))
 
 
+FOLLOW_CHECKPOINT = "_follow_checkpoint"  # under --out: the stream's files seen
+
+
 def follow(spark: SparkSession, in_dir: str, out_dir: str, window: int) -> None:
     """Structured Streaming over the snapshot directory: each micro-batch that brings new
-    snapshot files recomputes and republishes every output from the whole input (statuses
-    and interpolation need each queue's history). Stops cleanly on SIGINT / SIGTERM."""
+    snapshot files runs the job incrementally (only the snapshots after the manifest's
+    watermark; statuses and the time-lag lookup take the history they need from the
+    outputs). The stream's checkpoint is kept under --out, so a restarted follower takes up
+    the files that arrived meanwhile; the manifest keeps a snapshot from being counted
+    twice either way. Stops cleanly on SIGINT / SIGTERM."""
     path = snapshots_path(in_dir)
     Path(path).mkdir(parents=True, exist_ok=True)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     stopping: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -266,27 +272,28 @@ def follow(spark: SparkSession, in_dir: str, out_dir: str, window: int) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
 
-    def recompute(batch: DataFrame, batch_id: int) -> None:
+    def update(batch: DataFrame, batch_id: int) -> None:
         if stopping or batch.isEmpty():
             return
+        started = time.monotonic()
         seconds = run_lag_job(spark, in_dir, out_dir, window)
-        print(f"{PROG}: batch {batch_id}: outputs republished in {sum(seconds.values()):.1f} s",
-              file=sys.stderr, flush=True)
+        print(f"{PROG}: batch {batch_id}: {len(seconds)} tables updated in "
+              f"{time.monotonic() - started:.1f} s", file=sys.stderr, flush=True)
 
-    with tempfile.TemporaryDirectory(prefix="lag-follow-") as checkpoint:
-        stream = (spark.readStream.schema(spark_schema()).option("basePath", path)
-                  .parquet(path))
-        query = (stream.writeStream.foreachBatch(recompute)
-                 .option("checkpointLocation", checkpoint)
-                 .trigger(processingTime=FOLLOW_TRIGGER).start())
-        print(f"{PROG}: following {path}; outputs under {out_dir} (SIGINT/SIGTERM stops)",
-              file=sys.stderr, flush=True)
-        try:
-            while query.isActive and not stopping:
-                query.awaitTermination(1)
-        finally:
-            query.stop()
-            publish.remove_stale_staging(Path(out_dir))
+    checkpoint = Path(out_dir) / FOLLOW_CHECKPOINT
+    stream = (spark.readStream.schema(spark_schema()).option("basePath", path)
+              .parquet(path))
+    query = (stream.writeStream.foreachBatch(update)
+             .option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime=FOLLOW_TRIGGER).start())
+    print(f"{PROG}: following {path}; outputs under {out_dir} (SIGINT/SIGTERM stops)",
+          file=sys.stderr, flush=True)
+    try:
+        while query.isActive and not stopping:
+            query.awaitTermination(1)
+    finally:
+        query.stop()
+        publish.remove_stale_staging(Path(out_dir))
     if query.exception() is not None:
         raise RuntimeError(f"streaming query failed: {query.exception()}")
     print(f"{PROG}: stopped", file=sys.stderr, flush=True)
