@@ -79,17 +79,25 @@ def _needs_lookup() -> Column:
 
 
 def snapshot_facts(df: DataFrame) -> DataFrame:
-    """One pass over the queue rows, two small answers (grouping sets): per (cluster,
-    broker_name, snapshot_time) the bytes and messages of its lagging queues whose bytes are
-    known (`_bytes`, `_messages`); per queue how many of its rows need the time-lag lookup
-    (`_needing`). `_per_broker` tells the two kinds of row apart. The job caches it."""
+    """Two small answers: per (cluster, broker_name, snapshot_time) the bytes and messages
+    of its lagging queues whose bytes are known (`_bytes`, `_messages`); the queues
+    (QUEUE_KEY) with a row that needs the time-lag lookup (`_needing` 1). `_per_broker`
+    tells the two kinds of row apart. The job caches it.
+
+    Two aggregates, each reading the queue rows: the per-broker one collapses to a few
+    rows per task before any shuffle, the other sees only the rows needing the lookup.
+    (One pass with grouping sets doubled every row into a hash aggregation keyed by queue:
+    11 % more CPU for the whole job, measured.)"""
     known = F.col("lag_bytes").isNotNull() & (F.col("message_lag") > 0)
-    columns = list(dict.fromkeys([*BROKER_SNAPSHOT_KEY, *QUEUE_KEY]))
-    return (df.groupingSets([list(BROKER_SNAPSHOT_KEY), list(QUEUE_KEY)], *columns)
-            .agg(F.sum(F.when(known, F.col("lag_bytes"))).alias("_bytes"),
-                 F.sum(F.when(known, F.col("message_lag"))).alias("_messages"),
-                 F.count_if(_needs_lookup()).alias("_needing"),
-                 (F.grouping("snapshot_time") == 0).alias("_per_broker")))
+    per_broker = (df.groupBy(*BROKER_SNAPSHOT_KEY)
+                  .agg(F.sum(F.when(known, F.col("lag_bytes"))).alias("_bytes"),
+                       F.sum(F.when(known, F.col("message_lag"))).alias("_messages"))
+                  .withColumn("_needing", F.lit(0))
+                  .withColumn("_per_broker", F.lit(True)))
+    needing = (df.filter(_needs_lookup()).select(*QUEUE_KEY).distinct()
+               .withColumn("_needing", F.lit(1))
+               .withColumn("_per_broker", F.lit(False)))
+    return per_broker.unionByName(needing, allowMissingColumns=True)
 
 
 BROKER_FACTS_COLUMNS = (*BROKER_SNAPSHOT_KEY, "_bytes", "_messages")
