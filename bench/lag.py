@@ -6,9 +6,13 @@ x 100 snapshots = 6.4 M queue rows, plus 8 broker rows and 4 slave rows per snap
 Groups behave in mixes that give every status; a tenth of them have no first-unconsumed
 store time (their time lag is interpolated) and one broker gives no lag_bytes (average).
 
-Then times, each as a subprocess so the JVM start counts:
-- job_s: `python -m spark_analytics.lag` in local mode over them;
+Then times, each as a subprocess so the JVM start counts, in seconds and in CPU seconds
+(the process and its JVM; less sensitive than wall time to other load on the machine):
+- job_s: `python -m spark_analytics.lag --full` in local mode over them;
 - floor_s: a Spark job that reads the same files and writes one count per queue;
+- incremental_s: one more snapshot (64,000 rows) arrives; `python -m spark_analytics.lag`
+  over the same --out (an incremental run) against floor_one_s, the floor job over that
+  one snapshot's file (--no-incremental skips it);
 - collect_s: one collector snapshot of 4 brokers x 200 queues x 20 groups against real
   brokers (bench.collect; its reference: one runtime-info round to the same brokers).
 Progress lines go to stderr; the last line is one JSON object (rows, job_s, rows_s, floor_s,
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import random
 import re
 import shutil
@@ -206,14 +211,93 @@ def floor_job(in_dir: str, out_dir: str) -> None:
         spark.stop()
 
 
-def timed(args: list[str]) -> tuple[float, str]:
+def _cpu_seconds(pid: int) -> float:
+    """utime + stime of one process (its waited-for children included)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    ticks = sum(int(f) for f in fields[11:15])
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        parent = todo.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        for child in map(int, children):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def timed(args: list[str]) -> tuple[float, str, float]:
+    """Runs `python ARGS`; returns its wall seconds, stderr and CPU seconds (the process
+    and its JVM, sampled from /proc every 0.2 s: CPU time is what other load on the
+    machine changes least)."""
     started = time.monotonic()
-    done = subprocess.run([sys.executable, *args], cwd=REPO_ROOT, capture_output=True,
-                          text=True)
-    seconds = time.monotonic() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{args} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-    return seconds, done.stderr
+    cpu: dict[int, float] = {}
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen([sys.executable, *args], cwd=REPO_ROOT,
+                                stdout=subprocess.DEVNULL, stderr=err, text=True)
+        while proc.poll() is None:
+            for pid in [proc.pid, *_descendants(proc.pid)]:
+                cpu[pid] = max(cpu.get(pid, 0.0), _cpu_seconds(pid))
+            time.sleep(0.2)
+        seconds = time.monotonic() - started
+        err.seek(0)
+        stderr = err.read()
+    if proc.returncode != 0:
+        raise RuntimeError(f"{args} failed ({proc.returncode}):\n{stderr[-4000:]}")
+    return seconds, stderr, sum(cpu.values())
+
+
+def incremental_figures(data: Path, work: Path, groups: int, snapshots: int,
+                        runs: int) -> dict[str, object]:
+    """One more snapshot arrives after the full run: the incremental run (`mqlag` without
+    --full over the same --out) against the floor job over that one snapshot's file."""
+    model = QueueModel(groups, snapshots + runs)
+    one = work / "one"
+    incr, floor, incr_cpu, floor_cpu = [], [], [], []
+    added: list[Path] = []
+    try:
+        for run in range(runs):
+            s = snapshots + run
+            when = dt.datetime.fromtimestamp((T0_MS + s * INTERVAL_MS) / 1000, dt.UTC)
+            name = f"snapshot-{int(when.timestamp() * 1000)}.parquet"
+            table = model.snapshot(s)
+            shutil.rmtree(one, ignore_errors=True)
+            for root in (data, one):
+                part = root / SNAPSHOTS_DIR / f"date={when:%Y-%m-%d}" / f"hour={when:%H}"
+                part.mkdir(parents=True, exist_ok=True)
+                pq.write_table(table, part / name)
+            added.append(data / (part / name).relative_to(one))
+            progress(f"run {run + 1}/{runs}: incremental lag job after one snapshot "
+                     f"({model.n} rows)")
+            seconds, stderr, cpu_s = timed(["-m", "spark_analytics.lag", "--in", str(data),
+                                            "--out", str(work / "out")])
+            incr.append(seconds)
+            incr_cpu.append(cpu_s)
+            progress(f"incremental {seconds:.1f} s, {cpu_s:.1f} s CPU")
+            seconds, _, cpu_s = timed(["-m", "bench.lag", "--floor-job", str(one),
+                                       str(work / "floor-one")])
+            floor.append(seconds)
+            floor_cpu.append(cpu_s)
+            progress(f"floor over that snapshot {seconds:.1f} s, {cpu_s:.1f} s CPU")
+    finally:
+        for path in added:  # --keep's directory stays as generated
+            path.unlink(missing_ok=True)
+    return {"incremental_s": round(min(incr), 2), "floor_one_s": round(min(floor), 2),
+            "incremental_over_floor": round(min(incr) / min(floor), 2),
+            "incremental_cpu_s": round(min(incr_cpu), 1),
+            "floor_one_cpu_s": round(min(floor_cpu), 1),
+            "incremental_over_floor_cpu": round(min(incr_cpu) / min(floor_cpu), 2),
+            "incremental_runs_s": [round(x, 2) for x in incr],
+            "floor_one_runs_s": [round(x, 2) for x in floor]}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=1, help="timed runs of each (best kept)")
     parser.add_argument("--no-collect", action="store_true",
                         help="skip collect_s (it starts 4 brokers)")
+    parser.add_argument("--no-incremental", action="store_true",
+                        help="skip the incremental run after one more snapshot")
     parser.add_argument("--keep", type=Path, default=None, help="generate into / reuse DIR")
     parser.add_argument("--floor-job", nargs=2, metavar=("IN", "OUT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -238,29 +324,37 @@ def main(argv: list[str] | None = None) -> int:
         else:
             progress(f"generating {groups} groups x 64 queues x {snapshots} snapshots")
             rows = generate(data, groups, snapshots)
-        job_runs, floor_runs, tables = [], [], {}
+        job_runs, floor_runs, tables, cpu = [], [], {}, {"job": [], "floor": []}
         for run in range(args.runs):
-            progress(f"run {run + 1}/{args.runs}: lag job")
-            seconds, stderr = timed(["-m", "spark_analytics.lag", "--in", str(data),
-                                     "--out", str(work / "out")])
+            progress(f"run {run + 1}/{args.runs}: lag job (--full)")
+            seconds, stderr, cpu_s = timed(["-m", "spark_analytics.lag", "--in", str(data),
+                                            "--out", str(work / "out"), "--full"])
             job_runs.append(seconds)
+            cpu["job"].append(cpu_s)
             tables = dict(re.findall(r"(\w+)=([\d.]+)s", stderr))
-            progress(f"lag job {seconds:.1f} s ({' '.join(f'{k}={v}' for k, v in tables.items())})")
+            progress(f"lag job {seconds:.1f} s, {cpu_s:.1f} s CPU "
+                     f"({' '.join(f'{k}={v}' for k, v in tables.items())})")
             progress(f"run {run + 1}/{args.runs}: floor")
-            seconds, _ = timed(["-m", "bench.lag", "--floor-job", str(data),
-                                str(work / "floor")])
+            seconds, _, cpu_s = timed(["-m", "bench.lag", "--floor-job", str(data),
+                                       str(work / "floor")])
             floor_runs.append(seconds)
-            progress(f"floor {seconds:.1f} s")
+            cpu["floor"].append(cpu_s)
+            progress(f"floor {seconds:.1f} s, {cpu_s:.1f} s CPU")
         job_s, floor_s = min(job_runs), min(floor_runs)
+        result: dict[str, object] = {
+            "rows": rows, "job_s": round(job_s, 2), "rows_s": round(rows / job_s),
+            "floor_s": round(floor_s, 2), "job_over_floor": round(job_s / floor_s, 2),
+            "job_cpu_s": round(min(cpu["job"]), 1), "floor_cpu_s": round(min(cpu["floor"]), 1),
+            "job_over_floor_cpu": round(min(cpu["job"]) / min(cpu["floor"]), 2)}
+        if not args.no_incremental:
+            result.update(incremental_figures(data, work, groups, snapshots, args.runs))
         collect: dict[str, object] = {}
         if not args.no_collect:
             from bench.collect import measure
 
             progress("collect_s: one snapshot of 4 brokers x 200 queues x 20 groups")
             collect = measure()
-        print(json.dumps({"rows": rows, "job_s": round(job_s, 2),
-                          "rows_s": round(rows / job_s), "floor_s": round(floor_s, 2),
-                          "job_over_floor": round(job_s / floor_s, 2),
+        print(json.dumps({**result,
                           "collect_s": collect.get("collect_s"),
                           "collect_ref_runtime_round_s": collect.get("ref_runtime_round_s"),
                           "job_runs_s": [round(s, 2) for s in job_runs],

@@ -12,7 +12,14 @@ from spark_analytics.constants import (
     SLAVE_BYTES_FROM_SLAVE_MAX,
     SLAVE_BYTES_NONE,
 )
-from spark_analytics.schema import KIND_BROKER, KIND_SLAVE
+from spark_analytics.schema import KIND_BROKER, KIND_QUEUE, KIND_SLAVE
+
+
+def broker_and_slave_rows(snapshots: DataFrame) -> DataFrame:
+    """The broker and slave rows of the snapshot table (a few per snapshot: the job caches
+    them, so both tables below read the input once)."""
+    return snapshots.filter(F.col("kind") != KIND_QUEUE)
+
 
 BROKER_HEALTH_COLUMNS = (
     "snapshot_time", "cluster", "broker_name", "broker_id", "broker_addr", "role",

@@ -54,3 +54,11 @@ SLAVE_FALL_BEHIND = "slave_fall_behind"
 BROKER_HEALTH = "broker_health"
 OUTPUT_TABLES = (QUEUE_LAG, GROUP_TOPIC_LAG, GROUP_LAG, CLUSTER_LAG, QUEUE_STATUS,
                  GROUP_STATUS, SLAVE_FALL_BEHIND, BROKER_HEALTH)
+# Kept beside the outputs for later runs (hidden: a leading underscore): per broker and
+# snapshot the bytes and messages its byte-lag means come from.
+BROKER_FACTS = "_broker_facts"
+# Tables with rows per snapshot: a run appends the rows of its new snapshots (one run
+# directory each); the others hold current state and are replaced whole by every run.
+APPENDED_TABLES = (QUEUE_LAG, GROUP_TOPIC_LAG, GROUP_LAG, CLUSTER_LAG, SLAVE_FALL_BEHIND,
+                   BROKER_HEALTH, BROKER_FACTS)
+REPLACED_TABLES = (QUEUE_STATUS, GROUP_STATUS)

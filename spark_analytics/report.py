@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 from mqclient.cli.errors import stdout_closed
 from spark_analytics import constants as C
 from spark_analytics.charts import human, line_chart
+from spark_analytics.incremental import committed_files, read_manifest
 
 PROG = "mqlagreport"  # its console script (python -m spark_analytics.report too)
 TOP_GROUPS = 10
@@ -32,9 +33,15 @@ Row = dict[str, Any]
 
 
 def read_table(out: Path, name: str) -> list[Row]:
-    """The rows of one output table ([] when the job has not written it)."""
+    """The rows of one output table ([] when the job has not written it): the runs its
+    manifest records (not those of a run cut short)."""
     path = out / name
-    return pq.read_table(path).to_pylist() if path.is_dir() else []
+    if not path.is_dir():
+        return []
+    rows: list[Row] = []
+    for f in committed_files(path, read_manifest(out)):
+        rows += pq.read_table(f).to_pylist()
+    return rows
 
 
 class Report:

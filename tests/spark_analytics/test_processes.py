@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_analytics.constants import OUTPUT_TABLES, QUEUE_LAG
+from spark_analytics.schema import KIND_QUEUE
 from tests.spark_analytics.conftest import require_spark
 from tests.spark_analytics.scenario import WINDOW, scenario_rows
 from tests.spark_analytics.snapshots import at, write_snapshots
@@ -129,29 +130,45 @@ def snapshot_times(out: Path) -> set[Any]:
         return set()
 
 
-@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
-def test_follow_keeps_outputs_current_and_stops_on_sigterm(tmp_path: Path) -> None:
-    require_spark()
-    data, out, log = tmp_path / "in", tmp_path / "out", tmp_path / "follow.log"
-    write_snapshots(data, snapshot_rows(0, 1))
-    with log.open("w") as stderr:
-        follower = subprocess.Popen(
+def start_follower(data: Path, out: Path, log: Path) -> subprocess.Popen:
+    with log.open("a") as stderr:
+        return subprocess.Popen(
             [sys.executable, "-m", "spark_analytics.lag", "--in", str(data), "--out",
              str(out), "--window", str(WINDOW), "--follow"], cwd=REPO_ROOT,
             env=loopback_env(), stdout=subprocess.DEVNULL, stderr=stderr,
             stdin=subprocess.DEVNULL, start_new_session=True)
+
+
+@pytest.mark.timeout(SPARK_PROCESS_TEST_TIMEOUT_S)
+def test_follow_keeps_outputs_current_across_a_restart_and_stops_on_sigterm(
+        tmp_path: Path) -> None:
+    """Snapshots arrive while the follower runs and while it is stopped; after its restart
+    the tables hold every snapshot once (its checkpoint and the manifest under --out)."""
+    require_spark()
+    data, out, log = tmp_path / "in", tmp_path / "out", tmp_path / "follow.log"
+    write_snapshots(data, snapshot_rows(0, 1))
+    follower = start_follower(data, out, log)
     try:
         wait_for(lambda: snapshot_times(out) == {at(0), at(1)}, "the first two snapshots",
                  FOLLOW_TIMEOUT_S, [log])
-        write_snapshots(data, snapshot_rows(2, 4))
-        wait_for(lambda: snapshot_times(out) == {at(i) for i in range(5)},
-                 "the snapshots added later", FOLLOW_TIMEOUT_S, [log])
-        assert sorted(p.name for p in out.iterdir() if not p.name.startswith(".")) == \
-            sorted(OUTPUT_TABLES)
+        write_snapshots(data, snapshot_rows(2, 2))
+        wait_for(lambda: snapshot_times(out) == {at(i) for i in range(3)},
+                 "the snapshot added later", FOLLOW_TIMEOUT_S, [log])
+        assert sorted(p.name for p in out.iterdir() if not p.name.startswith((".", "_"))) \
+            == sorted(OUTPUT_TABLES)
         follower.send_signal(signal.SIGTERM)
         assert follower.wait(timeout=120) == 0, log.read_text()[-5000:]
         assert "stopped" in log.read_text()
         assert not list(out.glob("staging-*"))
+
+        write_snapshots(data, snapshot_rows(3, 4))  # while nobody follows
+        follower = start_follower(data, out, log)
+        wait_for(lambda: snapshot_times(out) == {at(i) for i in range(5)},
+                 "the snapshots that arrived while stopped", FOLLOW_TIMEOUT_S, [log])
+        queue_rows = [r for r in snapshot_rows(0, 4) if r["kind"] == KIND_QUEUE]
+        assert pq.read_table(out / QUEUE_LAG).num_rows == len(queue_rows)  # each once
+        follower.send_signal(signal.SIGTERM)
+        assert follower.wait(timeout=120) == 0, log.read_text()[-5000:]
     finally:
         stop(follower)
 
