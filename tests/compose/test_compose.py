@@ -104,7 +104,8 @@ def test_override_files_change_roles_and_addresses(compose_tool: list[str]) -> N
     assert default.count("BROKER_IP1: 127.0.0.1") == 4
     assert "network_mode: host" in default
     published = [line.strip() for line in default.splitlines() if line.endswith("/tcp")]
-    assert len(published) == 10 and all(p.startswith("- 127.0.0.1:") for p in published)
+    # Two name servers; each broker's gRPC, send-channel and remoting (4.x clients) ports.
+    assert len(published) == 14 and all(p.startswith("- 127.0.0.1:") for p in published)
     assert ASYNC_FILE.exists() and IN_NETWORK_FILE.exists()
 
 
