@@ -6,19 +6,18 @@ logs under $HOME/logs/rocketmq-cpp/."""
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from tests.support.pinned_venv import pinned_python
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CPP_PACKAGE = "rocketmq"
 CPP_VERSION = "0.4.4"  # pinned: the tests run this exact, unmodified release
 CPP_SCRIPT = Path(__file__).with_name("cpp_client.py")
-INSTALL_TIMEOUT_S = 600
 
 
 def cpp_venv_dir() -> Path:
@@ -26,33 +25,10 @@ def cpp_venv_dir() -> Path:
 
 
 def cpp_python(venv: Path | None = None) -> Path:
-    """The client's python, installing the package when the venv lacks it (a lock
-    serializes two sessions) and checking that its library loads; RuntimeError saying why
-    it cannot."""
-    venv = venv or cpp_venv_dir()
-    python = venv / "bin" / "python"
-    stamp = venv / f".installed-{CPP_PACKAGE}-{CPP_VERSION}"
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.with_name(f"{venv.name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if stamp.exists() and python.exists():
-            return python
-        steps = [
-            [sys.executable, "-m", "venv", "--clear", str(venv)],
-            [str(python), "-m", "pip", "install", "-q", f"{CPP_PACKAGE}=={CPP_VERSION}"],
-            [str(python), "-c", "import rocketmq.client"],  # librocketmq.so loads
-        ]
-        for step in steps:
-            try:
-                result = subprocess.run(step, capture_output=True, text=True,
-                                        timeout=INSTALL_TIMEOUT_S, stdin=subprocess.DEVNULL)
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"{' '.join(step)} timed out") from None
-            if result.returncode != 0:
-                tail = (result.stdout + result.stderr).strip().splitlines()[-3:]
-                raise RuntimeError(f"{' '.join(step[-2:])} failed: {' / '.join(tail)}")
-        stamp.touch()
-        return python
+    """The client's python, installing the package when the venv lacks it and checking that
+    its library loads; RuntimeError saying why it cannot."""
+    return pinned_python(venv or cpp_venv_dir(), CPP_PACKAGE, CPP_VERSION,
+                         check="import rocketmq.client")  # librocketmq.so loads
 
 
 def start_cpp_client(python: Path, home: Path, args: list[str]) -> subprocess.Popen[str]:
