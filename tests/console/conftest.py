@@ -81,3 +81,16 @@ def browser() -> Iterator[Any]:
             yield b
         finally:
             b.close()
+
+
+@pytest.fixture
+def page(browser: Any, setup: Any) -> Iterator[Any]:
+    """A fresh browser page (its own context: no cookies of another test) once the
+    module's `setup` (its cluster and console) is up."""
+    context = browser.new_context()
+    p = context.new_page()
+    p.set_default_timeout(15_000)
+    try:
+        yield p
+    finally:
+        context.close()

@@ -92,17 +92,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             console.stop()
 
 
-@pytest.fixture
-def page(browser: Any, setup: Setup) -> Iterator[Any]:
-    context = browser.new_context()
-    p = context.new_page()
-    p.set_default_timeout(15_000)
-    try:
-        yield p
-    finally:
-        context.close()
-
-
 def create_topic(admin: MQAdmin, topic: str, queues: int = 2) -> None:
     admin.create_topic(topic, read_queue_nums=queues, write_queue_nums=queues)
     wait_until(lambda: _route_size(admin, topic) == 2, timeout=WAIT_S, message=f"{topic} route")

@@ -36,17 +36,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             console.stop()
 
 
-@pytest.fixture
-def page(browser: Any, setup: Setup) -> Iterator[Any]:
-    context = browser.new_context()
-    p = context.new_page()
-    p.set_default_timeout(15_000)
-    try:
-        yield p
-    finally:
-        context.close()
-
-
 def sign_in(page: Any, access_key: str, secret_key: str) -> None:
     page.fill("input[name=access_key]", access_key)
     page.fill("input[name=secret_key]", secret_key)

@@ -37,17 +37,6 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
             console.stop()
 
 
-@pytest.fixture
-def page(browser: Any, setup: Setup) -> Iterator[Any]:
-    context = browser.new_context()
-    p = context.new_page()
-    p.set_default_timeout(15_000)
-    try:
-        yield p
-    finally:
-        context.close()
-
-
 def timed_goto(page: Any, url: str) -> float:
     started = time.monotonic()
     page.goto(url)
