@@ -46,6 +46,7 @@ from bench.restart import (
     Node,
     Producers,
     first_answer,
+    held_bodies,
     wait_for,
     write_conf,
 )
@@ -53,7 +54,7 @@ from controller import protocol as cp
 from controller.client import ControllerClient, ControllerUnavailable
 from controller.etcd_process import EtcdCluster
 from mqclient.cli.local_cluster import free_ports
-from mqproto import admin_pb2, admin_pb2_grpc, common_pb2, messaging_pb2, messaging_pb2_grpc
+from mqproto import admin_pb2, admin_pb2_grpc, common_pb2
 
 SWITCH_TIMEOUT_S = 30.0
 FILE_SIZE = 1024 * 1024
@@ -154,23 +155,7 @@ class FailoverCluster:
 
     def bodies(self, broker_id: int) -> set[bytes]:
         """Every message body broker `broker_id` holds in the topic."""
-        held: set[bytes] = set()
-        with grpc.insecure_channel(self.addrs[broker_id]) as channel:
-            stub = messaging_pb2_grpc.MessagingServiceStub(channel)
-            for queue in range(QUEUES):
-                offset = 0
-                while True:
-                    r = stub.PullMessage(messaging_pb2.PullMessageRequest(
-                        consumer_group="TOOLS_CONSUMER", topic=TOPIC, queue_id=queue,
-                        queue_offset=offset, max_msg_nums=32, subscription="*"),
-                        timeout=RPC_TIMEOUT_S)
-                    if r.status.code not in (common_pb2.SUCCESS, common_pb2.NO_MATCHED_MSG):
-                        break
-                    held.update(m.body for m in r.messages)
-                    if r.next_begin_offset <= offset:
-                        break
-                    offset = r.next_begin_offset
-        return held
+        return held_bodies(self.addrs[broker_id], TOPIC, QUEUES)
 
 
 @dataclasses.dataclass

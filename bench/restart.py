@@ -179,26 +179,31 @@ class Cluster:
 
     def master_bodies(self) -> set[bytes]:
         """Every message body the master holds in the topic."""
-        bodies: set[bytes] = set()
-        with grpc.insecure_channel(self.master_addr) as channel:
-            stub = messaging_pb2_grpc.MessagingServiceStub(channel)
-            for queue in range(QUEUES):
-                offset = 0
-                while True:
-                    r = stub.PullMessage(messaging_pb2.PullMessageRequest(
-                        consumer_group="TOOLS_CONSUMER", topic=TOPIC, queue_id=queue,
-                        queue_offset=offset, max_msg_nums=32, subscription="*"),
-                        timeout=RPC_TIMEOUT_S)
-                    if r.status.code not in (common_pb2.SUCCESS, common_pb2.NO_MATCHED_MSG):
-                        break
-                    bodies.update(m.body for m in r.messages)
-                    if r.next_begin_offset <= offset:
-                        break
-                    offset = r.next_begin_offset
-        return bodies
+        return held_bodies(self.master_addr, TOPIC, QUEUES)
 
 
 # -- producers ---------------------------------------------------------------------------------
+
+def held_bodies(addr: str, topic: str, queues: int) -> set[bytes]:
+    """Every message body the broker at `addr` holds in `topic`'s first `queues` queues."""
+    bodies: set[bytes] = set()
+    with grpc.insecure_channel(addr) as channel:
+        stub = messaging_pb2_grpc.MessagingServiceStub(channel)
+        for queue in range(queues):
+            offset = 0
+            while True:
+                r = stub.PullMessage(messaging_pb2.PullMessageRequest(
+                    consumer_group="TOOLS_CONSUMER", topic=topic, queue_id=queue,
+                    queue_offset=offset, max_msg_nums=32, subscription="*"),
+                    timeout=RPC_TIMEOUT_S)
+                if r.status.code not in (common_pb2.SUCCESS, common_pb2.NO_MATCHED_MSG):
+                    break
+                bodies.update(m.body for m in r.messages)
+                if r.next_begin_offset <= offset:
+                    break
+                offset = r.next_begin_offset
+    return bodies
+
 @dataclasses.dataclass(slots=True)
 class Answer:
     ended: float  # wall clock
