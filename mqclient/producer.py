@@ -372,23 +372,18 @@ class Producer:
     # -- sync sends (any thread but the client loop's) -----------------------------------------
     def send(self, msg: Message, timeout_s: float | None = None) -> SendResult:
         """Sends one message, retrying on another broker; MQClientError when not stored."""
-        started_ms = now_ms()
+        started_ms = self._trace_start()
         ids, encoded, flags = self._prepare([msg])
-        [result] = self._send_sync(msg.topic, ids, encoded, None, timeout_s, self.retry_times,
-                                   flags)
-        if self.trace is not None:
-            self.trace_pub(msg, result, started_ms)
-        return result
+        return self._traced([msg], self._send_sync(
+            msg.topic, ids, encoded, None, timeout_s, self.retry_times, flags), started_ms)[0]
 
     def send_to_queue(self, msg: Message, mq: MessageQueue,
                       timeout_s: float | None = None) -> SendResult:
         """Sends to one given queue (no retry elsewhere)."""
-        started_ms = now_ms()
+        started_ms = self._trace_start()
         ids, encoded, flags = self._prepare([msg])
-        [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0, flags)
-        if self.trace is not None:
-            self.trace_pub(msg, result, started_ms)
-        return result
+        return self._traced([msg], self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0,
+                                                   flags), started_ms)[0]
 
     def send_orderly(self, msg: Message, sharding_key: Any,
                      selector: QueueSelectorFn = select_by_hash,
@@ -397,14 +392,12 @@ class Producer:
         the key's hash), so messages of one key stay in one queue in send order. The queues
         include those of a group whose master is away (a send there fails until it is
         back): a key does not move to another queue meanwhile."""
-        started_ms = now_ms()
+        started_ms = self._trace_start()
         ids, encoded, flags = self._prepare([msg], str(sharding_key))
         route = self.publish_route(msg.topic)
         mq = selector(route.ordered_queues or route.publish_queues, msg, sharding_key)
-        [result] = self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0, flags)
-        if self.trace is not None:
-            self.trace_pub(msg, result, started_ms)
-        return result
+        return self._traced([msg], self._send_sync(msg.topic, ids, encoded, mq, timeout_s, 0,
+                                                   flags), started_ms)[0]
 
     def send_batch(self, msgs: Sequence[Message], timeout_s: float | None = None
                    ) -> list[SendResult]:
@@ -415,15 +408,23 @@ class Producer:
         if any(m.topic != topic or m.delay_level != level for m in msgs):
             raise MQClientError("ILLEGAL_ARGUMENT",
                                 "the messages of a batch need one topic and one delay level")
-        started_ms = now_ms()
+        started_ms = self._trace_start()
         ids, encoded, flags = self._prepare(list(msgs))
         total = sum(len(m.body) for m in msgs)
         if total > self.max_message_size:
             raise MQClientError("ILLEGAL_ARGUMENT", f"the batch bodies total {total} bytes, "
                                 f"over the maximum {self.max_message_size}; split it")
-        results = self._send_sync(topic, ids, encoded, None, timeout_s, self.retry_times,
-                                  flags)
-        if self.trace is not None:  # a Pub record per message
+        return self._traced(msgs, self._send_sync(
+            topic, ids, encoded, None, timeout_s, self.retry_times, flags), started_ms)
+
+    def _trace_start(self) -> int:
+        """When a traced send starts (0 untraced: no clock read on that path)."""
+        return now_ms() if self.trace is not None else 0
+
+    def _traced(self, msgs: Sequence[Message], results: list[SendResult], started_ms: int
+                ) -> list[SendResult]:
+        """`results`, after a Pub record per message when tracing."""
+        if self.trace is not None:
             for m, result in zip(msgs, results, strict=True):
                 self.trace_pub(m, result, started_ms)
         return results
