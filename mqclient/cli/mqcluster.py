@@ -647,8 +647,9 @@ def _clean(directory: Path) -> list[Path]:
     if data is not None:
         layout = Layout.from_json(data)
         kept = external_store_dirs(directory, layout)
-        for node in layout.brokers:
-            shutil.rmtree(directory / node.name, ignore_errors=True)
+        for node in layout.nodes:
+            if node.kind in (BROKER, ETCD):  # their stores and etcd's data
+                shutil.rmtree(directory / node.name, ignore_errors=True)
     shutil.rmtree(directory / LOG_DIR, ignore_errors=True)
     shutil.rmtree(directory / SECURITY_DIR, ignore_errors=True)
     (directory / LAYOUT_FILE).unlink(missing_ok=True)

@@ -57,3 +57,5 @@ def test_up_with_controller_fails_over_and_restarts_the_dead(tmp_path: Path) -> 
         wait_until(lambda: len(replica_info(controller).get("syncStateSet", [])) == 3,
                    timeout=30, message="the old master back in the SyncStateSet")
         assert replica_info(controller)["masterAddress"] != master
+        cluster.down("--clean")  # a trial found etcd's data left behind
+        assert not directory.exists()
